@@ -1,0 +1,43 @@
+"""PPO on Atari with the Cleanba paper's hyperparameters (Huang et al. 2023, table 4).
+
+IMPALA ResNet, 50M env steps, 128 envs x 128 steps, Machado et al. (2018) protocol.
+`:GAME-v5` selects the game (default Breakout-v5); `:smoke` (or `:smoke,GAME-v5`) is a
+tiny end-to-end run for CPUs and tests.
+"""
+
+from sebulba.agents import ppo
+from sebulba.config import base_config
+
+
+def get_config(arg: str | None = None):
+    options = [] if arg is None else arg.split(",")
+    config = base_config(ppo.get_config())
+    config.env.id = next((o for o in options if o.endswith("-v5")), "Breakout-v5")
+    config.env.num_envs = 128
+    config.env.clip_rewards = True
+    config.total_timesteps = 50_000_000
+    config.agent.network = "impala_resnet"
+    config.agent.num_steps = 128
+    config.agent.learning_rate = 2.5e-4
+    config.agent.anneal_lr = True
+    config.agent.gamma = 0.99
+    config.agent.gae_lambda = 0.95
+    config.agent.num_minibatches = 4
+    config.agent.update_epochs = 4
+    config.agent.clip_coef = 0.1
+    config.agent.clip_vloss = True
+    config.agent.vf_coef = 0.5
+    config.agent.ent_coef = 0.01
+    config.agent.max_grad_norm = 0.5
+    config.log.every_updates = 10
+    unknown = [o for o in options if o != "smoke" and not o.endswith("-v5")]
+    if unknown:
+        raise ValueError(f"unknown variant {unknown} of ppo_atari (known: smoke, GAME-v5)")
+    if "smoke" in options:
+        config.env.num_envs = 4
+        config.agent.num_steps = 8
+        config.agent.num_minibatches = 2
+        config.agent.update_epochs = 1
+        config.total_timesteps = 4 * 8 * 2
+        config.log.every_updates = 1
+    return config

@@ -1,0 +1,29 @@
+"""PPO on CartPole-v1: the default config, trains on a laptop CPU in a few minutes.
+
+Variants: `configs/ppo_cartpole.py:smoke` is a seconds-long run used by the tests.
+"""
+
+from sebulba.agents import ppo
+from sebulba.config import base_config
+
+
+def get_config(arg: str | None = None):
+    config = base_config(ppo.get_config())
+    config.env.id = "CartPole-v1"
+    config.env.num_envs = 8
+    config.total_timesteps = 500_000
+    config.agent.network = "mlp"
+    config.agent.num_steps = 128
+    config.agent.learning_rate = 2.5e-4
+    config.agent.num_minibatches = 4
+    config.agent.update_epochs = 4
+    config.agent.clip_coef = 0.2
+    config.agent.ent_coef = 0.01
+    config.log.every_updates = 10
+    if arg == "smoke":
+        config.total_timesteps = 8 * 16 * 4
+        config.agent.num_steps = 16
+        config.log.every_updates = 1
+    elif arg is not None:
+        raise ValueError(f"unknown variant {arg!r} of ppo_cartpole (known: smoke)")
+    return config

@@ -1,0 +1,1 @@
+"""sebulba: Podracer-Sebulba distributed reinforcement learning on JAX."""

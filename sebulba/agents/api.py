@@ -1,0 +1,131 @@
+"""The contract between the pipeline and an agent.
+
+An agent is one module that provides `get_config()` (its hyperparameter defaults, the
+`agent` section of a config) and `make(config, env_spec, sizes) -> Agent`, which checks
+the agent's own divisibility rules (raising `ConfigError`). The pipeline only
+ever calls the four pure functions of `Agent`; it never branches on the agent's name.
+See docs/agents.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import chex
+import flax.struct
+import jax
+from jax.sharding import PartitionSpec
+
+from sebulba.errors import ConfigError
+from sebulba.mesh import BATCH_AXIS
+
+Params = Any
+LearnerState = Any
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvSpec:
+    """What an agent may know about the environment.
+
+    Attributes:
+      env_id: envpool task id, e.g. "CartPole-v1".
+      obs_shape: shape of one observation, e.g. (4,) or (4, 84, 84).
+      obs_dtype: numpy dtype name of observations ("float32", "uint8").
+      num_actions: size of the discrete action space.
+      is_atari: whether observations are stacked 84x84 frames.
+    """
+
+    env_id: str
+    obs_shape: tuple[int, ...]
+    obs_dtype: str
+    num_actions: int
+    is_atari: bool
+
+
+@flax.struct.dataclass
+class Rollout:
+    """One rollout of T steps from B envs, time-major.
+
+    Transition t goes from `obs[t]` with `actions[t]` to `obs[t + 1]`, earning
+    `rewards[t]`. envpool resets an env on the step *after* its episode ended, ignoring
+    the action: such steps have `valid[t] == False` and must not be learned from.
+
+    Attributes:
+      obs: [T + 1, B, *obs_shape] observations; obs[T] is only used to bootstrap.
+      actions: [T, B] int32 actions taken.
+      rewards: [T, B] float32 learning rewards (clipped when `env.clip_rewards`).
+      terminations: [T, B] bool, step t ended its episode in a terminal state.
+      truncations: [T, B] bool, step t ended its episode by the time limit
+        (obs[t + 1] is then a real, non-terminal state worth bootstrapping from).
+      valid: [T, B] bool, False on envpool's auto-reset steps.
+      policy_outputs: dict of [T + 1, B, ...] arrays that `act` returned at obs[t]
+        with the behaviour parameters (e.g. log-probabilities, values, logits).
+      env_ids: [B] int32 global env index of each column; random keys of the update
+        are derived from it so that minibatches do not depend on the device layout.
+    """
+
+    obs: chex.Array
+    actions: chex.Array
+    rewards: chex.Array
+    terminations: chex.Array
+    truncations: chex.Array
+    valid: chex.Array
+    policy_outputs: Mapping[str, chex.Array]
+    env_ids: chex.Array
+
+    @property
+    def num_steps(self) -> int:
+        return self.actions.shape[0]
+
+    @property
+    def num_envs(self) -> int:
+        return self.actions.shape[1]
+
+
+def rollout_partition_specs(rollout: Rollout) -> Rollout:
+    """PartitionSpecs that split every rollout field along its env axis."""
+    time_major = PartitionSpec(None, BATCH_AXIS)
+    return Rollout(
+        obs=time_major,
+        actions=time_major,
+        rewards=time_major,
+        terminations=time_major,
+        truncations=time_major,
+        valid=time_major,
+        policy_outputs={name: time_major for name in rollout.policy_outputs},
+        env_ids=PartitionSpec(BATCH_AXIS),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Agent:
+    """The four pure functions the pipeline calls.
+
+    Attributes:
+      init: `init(key) -> learner_state`. The pipeline jits it with every leaf
+        replicated on the learner mesh.
+      act: `act(params, obs [B, ...], keys [B]) -> (actions [B] int32, outputs)`, where
+        `outputs` is a dict of [B, ...] arrays stored in `Rollout.policy_outputs`. Runs
+        on an actor device; `keys` holds one typed PRNG key per env.
+      update: `update(learner_state, rollout) -> (learner_state, metrics)`, one whole
+        learner step (all epochs and minibatches). The pipeline jits it with the state
+        replicated and the rollout split along envs; `metrics` is a dict of scalars.
+        Minibatches must only combine data held by one device.
+      policy_params: `policy_params(learner_state) -> params` that `act` needs.
+    """
+
+    init: Callable[[jax.Array], LearnerState]
+    act: Callable[[Params, jax.Array, jax.Array], tuple[jax.Array, dict[str, jax.Array]]]
+    update: Callable[[LearnerState, Rollout], tuple[LearnerState, dict[str, jax.Array]]]
+    policy_params: Callable[[LearnerState], Params]
+
+
+def require_divisible(numerator: int, numerator_name: str, denominator: int, denominator_name: str):
+    """Raises ConfigError unless `numerator` is a positive multiple of `denominator`."""
+    if numerator <= 0 or denominator <= 0 or numerator % denominator:
+        raise ConfigError(
+            f"{numerator_name} ({numerator}) must be a positive multiple of "
+            f"{denominator_name} ({denominator})"
+        )

@@ -1,0 +1,46 @@
+"""The run-level config sections shared by every `configs/<agent>_<env>.py` file.
+
+An experiment config is `base_config(agent_module.get_config())` with its env and
+hyperparameters filled in. Every field carries a one-line comment; docs/configuration.md
+lists them all.
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+
+def base_config(agent: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """Returns a full run config around the given `agent` section."""
+    config = ml_collections.ConfigDict()
+    config.seed = 1  # Seeds parameters, env pools (seed + global env index) and sampling.
+    config.total_timesteps = 500_000  # Env steps over all envs, threads and processes.
+
+    config.env = ml_collections.ConfigDict()
+    config.env.id = "CartPole-v1"  # envpool task id: CartPole-v1, Acrobot-v1 or <Game>-v5.
+    config.env.num_envs = 8  # Envs stepped by each actor thread (one envpool pool).
+    config.env.num_threads = 0  # envpool worker threads per pool (0: envpool decides).
+    config.env.clip_rewards = False  # Learn from sign(reward) (Atari); returns stay raw.
+    config.env.repeat_action_probability = 0.25  # Atari sticky actions (Machado et al.).
+    config.env.full_action_space = True  # Atari: all 18 actions for every game.
+    config.env.max_episode_frames = 108_000  # Atari episode cap in emulator frames.
+
+    config.agent = agent
+
+    config.mesh = ml_collections.ConfigDict()
+    config.mesh.actor_device_ids = [0]  # Indices into jax.local_devices() for inference.
+    config.mesh.learner_device_ids = [0]  # Indices into jax.local_devices() for updates.
+
+    config.pipeline = ml_collections.ConfigDict()
+    config.pipeline.num_actor_threads = 1  # Actor threads per process (round-robin devices).
+    config.pipeline.policy_lag = 1  # 1: rollout k uses version max(1, k-1); 0: synchronous.
+
+    config.log = ml_collections.ConfigDict()
+    config.log.every_updates = 1  # Write a metrics line every this many updates.
+    config.log.tensorboard = True  # Write TensorBoard event files into the workdir.
+
+    config.debug = ml_collections.ConfigDict()
+    config.debug.learner_delay_s = 0.0  # Sleep before each update (reproducibility tests).
+    config.debug.actor_delay_s = 0.0  # Sleep before each rollout (reproducibility tests).
+    config.debug.transfer_guard = "disallow"  # jax.transfer_guard level in the loop.
+    return config

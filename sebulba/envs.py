@@ -1,0 +1,109 @@
+"""Environment construction with envpool (Weng et al. 2022), in synchronous mode.
+
+Atari follows the evaluation protocol of Machado et al. (2018), as in the Cleanba paper:
+sticky actions with probability 0.25, the full 18-action space, no life-loss signal,
+episodes capped at 108,000 frames, 84x84 grey frames, a 4-frame stack and frame skip 4.
+Rewards are clipped to their sign for learning while raw returns are reported.
+
+Env seeds follow the global env index: env i of a pool whose first env has global
+index g0 is seeded with `seed + g0 + i`, whatever thread or process steps it.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+
+import envpool
+import ml_collections
+import numpy as np
+
+from sebulba.agents.api import EnvSpec
+from sebulba.errors import ConfigError
+
+# envpool's classic-control spaces are float64 boxes that gymnasium casts with a warning
+# on every access; the cast is harmless.
+warnings.filterwarnings("ignore", message=".*precision lowered by casting.*")
+
+CLASSIC_CONTROL_IDS = ("CartPole-v1", "Acrobot-v1")
+FRAMES_PER_AGENT_STEP = 4  # Atari frame skip.
+
+
+@functools.cache
+def _envpool_ids() -> frozenset[str]:
+    return frozenset(envpool.list_all_envs())
+
+
+def is_atari(env_id: str) -> bool:
+    """Atari ids are envpool's "<Game>-v5" tasks."""
+    return env_id.endswith("-v5") and env_id in _envpool_ids()
+
+
+def check_env_id(env_id: str) -> None:
+    """Raises ConfigError unless `env_id` is a supported discrete-action envpool task."""
+    if env_id in CLASSIC_CONTROL_IDS or is_atari(env_id):
+        return
+    raise ConfigError(
+        f"env.id {env_id!r} is not supported: use one of {', '.join(CLASSIC_CONTROL_IDS)} "
+        "or an envpool Atari task such as 'Breakout-v5'"
+    )
+
+
+def make_envs(env_config: ml_collections.ConfigDict, num_envs: int, seed: int):
+    """Creates one envpool pool of `num_envs` envs stepped together.
+
+    Args:
+      env_config: the `env` section of the config.
+      num_envs: envs in this pool.
+      seed: seed of the pool's first env; env i gets `seed + i`.
+
+    Returns:
+      A gymnasium-style envpool pool in sync mode (batch_size == num_envs).
+    """
+    check_env_id(env_config.id)
+    kwargs = dict(
+        num_envs=num_envs,
+        batch_size=num_envs,  # Sync mode: every step returns every env, in order.
+        seed=seed,
+        num_threads=env_config.num_threads,
+    )
+    if is_atari(env_config.id):
+        if env_config.max_episode_frames % FRAMES_PER_AGENT_STEP:
+            raise ConfigError(
+                f"env.max_episode_frames ({env_config.max_episode_frames}) must be a "
+                f"multiple of the frame skip ({FRAMES_PER_AGENT_STEP})"
+            )
+        kwargs.update(
+            episodic_life=False,  # Machado et al.: no life-loss signal.
+            reward_clip=False,  # Clipped by the actor, so raw returns can be reported.
+            repeat_action_probability=env_config.repeat_action_probability,
+            full_action_space=env_config.full_action_space,
+            max_episode_steps=env_config.max_episode_frames // FRAMES_PER_AGENT_STEP,
+            noop_max=1,  # Sticky actions, not no-op starts, make the start stochastic.
+            use_fire_reset=False,
+            frame_skip=FRAMES_PER_AGENT_STEP,
+            stack_num=4,
+            img_height=84,
+            img_width=84,
+            gray_scale=True,
+        )
+    return envpool.make(env_config.id, env_type="gymnasium", **kwargs)
+
+
+def env_spec_of(env_config: ml_collections.ConfigDict, envs) -> EnvSpec:
+    """Describes a pool's observations and actions for the agent."""
+    if not hasattr(envs.action_space, "n"):
+        raise ConfigError(f"env.id {env_config.id!r} has no discrete action space")
+    return EnvSpec(
+        env_id=env_config.id,
+        obs_shape=tuple(envs.observation_space.shape),
+        obs_dtype=np.dtype(envs.observation_space.dtype).name,
+        num_actions=int(envs.action_space.n),
+        is_atari=is_atari(env_config.id),
+    )
+
+
+def learning_rewards(raw_rewards: np.ndarray, clip: bool) -> np.ndarray:
+    """Rewards the agent learns from: clipped to {-1, 0, 1} for Atari (Mnih et al. 2015)."""
+    rewards = raw_rewards.astype(np.float32)
+    return np.sign(rewards) if clip else rewards

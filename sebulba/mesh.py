@@ -1,0 +1,95 @@
+"""Device layout: actor devices, the global learner mesh and its shardings.
+
+The only module that builds a `Mesh`. Each process names its actor and learner devices
+as indices into `jax.local_devices()`. The learner devices of all processes form one 1-D
+mesh, ordered by process index and then by the configured local order, so every process
+builds the identical mesh (the Podracer "Sebulba" layout of Hessel et al. 2021).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import ml_collections
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from sebulba.errors import ConfigError
+
+# The learner mesh's only axis: rollouts are split along their env axis over it.
+BATCH_AXIS = "batch"
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceLayout:
+    """Where actors and the learner run.
+
+    Attributes:
+      actor_devices: this process's actor devices, in configured order.
+      local_learner_devices: this process's learner devices, in mesh order.
+      learner_mesh: 1-D mesh over the learner devices of every process.
+    """
+
+    actor_devices: tuple[jax.Device, ...]
+    local_learner_devices: tuple[jax.Device, ...]
+    learner_mesh: Mesh
+
+    @property
+    def replicated(self) -> NamedSharding:
+        """Sharding of parameters and optimizer state: a full copy per learner device."""
+        return NamedSharding(self.learner_mesh, PartitionSpec())
+
+    def sharding(self, spec: PartitionSpec) -> NamedSharding:
+        return NamedSharding(self.learner_mesh, spec)
+
+    def describe(self) -> str:
+        """A one-line, layout-identifying description (logged and put in summary.json)."""
+        return (
+            f"processes={jax.process_count()} "
+            f"actor_devices={[d.id for d in self.actor_devices]} "
+            f"learner_devices={[d.id for d in self.learner_mesh.devices.flat]}"
+        )
+
+
+def _devices_of_process(process_index: int) -> list[jax.Device]:
+    # Same order on every process: sorted by global device id.
+    return sorted(
+        (d for d in jax.devices() if d.process_index == process_index), key=lambda d: d.id
+    )
+
+
+def _check_ids(ids, field: str, num_local: int) -> list[int]:
+    ids = list(ids)
+    if not ids:
+        raise ConfigError(f"{field} must name at least one device")
+    for i in ids:
+        if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < num_local:
+            raise ConfigError(
+                f"{field} contains {i!r}, but this process has {num_local} local device(s) "
+                f"(valid indices 0..{num_local - 1})"
+            )
+    if len(set(ids)) != len(ids):
+        raise ConfigError(f"{field} lists a device twice: {ids}")
+    return ids
+
+
+def build_layout(mesh_config: ml_collections.ConfigDict) -> DeviceLayout:
+    """Builds actor devices and the global learner mesh from `config.mesh`.
+
+    Actor and learner may share a device (one GPU, or a CPU). Every process must use
+    the same number of learner devices, which is what the config guarantees.
+
+    Raises:
+      ConfigError: an index is out of range, repeated, or no device is named.
+    """
+    local = _devices_of_process(jax.process_index())
+    actor_ids = _check_ids(mesh_config.actor_device_ids, "mesh.actor_device_ids", len(local))
+    learner_ids = _check_ids(mesh_config.learner_device_ids, "mesh.learner_device_ids", len(local))
+    learner_devices = [
+        _devices_of_process(p)[i] for p in range(jax.process_count()) for i in learner_ids
+    ]
+    return DeviceLayout(
+        actor_devices=tuple(local[i] for i in actor_ids),
+        local_learner_devices=tuple(local[i] for i in learner_ids),
+        learner_mesh=Mesh(learner_devices, (BATCH_AXIS,)),
+    )

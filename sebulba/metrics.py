@@ -1,0 +1,190 @@
+"""Run outputs: metrics.jsonl, TensorBoard events, console progress and summary.json.
+
+The learner-wait (`rollout_wait_s`) against actor-wait (`params_wait_s`) pair is the
+throughput diagnosis of the Cleanba paper (Huang et al. 2023): a learner that waits for
+rollouts is starved by its actors, actors that wait for parameters are held by the
+learner. Side effects happen on process 0 only.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import json
+import math
+import os
+import time
+from typing import Any
+
+import jax
+import numpy as np
+
+from sebulba.pipeline import UpdateReport
+from sebulba.sizes import Sizes
+
+# Namespaces of the TensorBoard tags, by metrics.jsonl key.
+_TB_NAMESPACE = {
+    "episodic_return": "charts",
+    "episodic_length": "charts",
+    "sps": "perf",
+    "rollout_wait_s": "pipeline",
+    "params_wait_s": "pipeline",
+    "actor_policy_version": "pipeline",
+    "learner_policy_version": "pipeline",
+}
+
+
+def params_checksum(params) -> str:
+    """SHA-256 hex of the raw bytes of every leaf, in tree-flatten order."""
+    digest = hashlib.sha256()
+    for leaf in jax.tree.leaves(params):
+        local = leaf.addressable_shards[0].data if isinstance(leaf, jax.Array) else leaf
+        digest.update(np.ascontiguousarray(jax.device_get(local)).tobytes())
+    return digest.hexdigest()
+
+
+def write_json(path: str, payload: dict[str, Any]) -> None:
+    """Writes JSON atomically, so a reader never sees half a file."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(payload, f, indent=2, sort_keys=True)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def _finite_or_none(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+class MetricsLogger:
+    """Aggregates `UpdateReport`s and writes one metrics line every `every_updates`."""
+
+    def __init__(
+        self,
+        workdir: str,
+        sizes: Sizes,
+        *,
+        every_updates: int,
+        tensorboard: bool,
+        is_main_process: bool,
+        first_update: int = 1,
+    ):
+        self.workdir = workdir
+        self.sizes = sizes
+        self.every_updates = every_updates
+        self.is_main_process = is_main_process
+        self.start_time = time.perf_counter()
+        self.first_update = first_update
+        self.recent_returns: collections.deque[float] = collections.deque(maxlen=100)
+        self.episodes_finished = 0
+        self.last_line: dict[str, Any] | None = None
+        self._window_reset(time.perf_counter(), (first_update - 1) * sizes.steps_per_update)
+        self._writer = None
+        if is_main_process and tensorboard:
+            from tensorboardX import SummaryWriter
+
+            self._writer = SummaryWriter(workdir, flush_secs=10)
+        self._jsonl = (
+            open(os.path.join(workdir, "metrics.jsonl"), "a", encoding="utf-8")
+            if is_main_process
+            else None
+        )
+
+    def _window_reset(self, now: float, global_step: int) -> None:
+        self._window_start = now
+        self._window_step = global_step
+        self._window_updates = 0
+        self._window_returns: list[float] = []
+        self._window_lengths: list[int] = []
+        self._window_rollout_wait = 0.0
+        self._window_params_wait = 0.0
+
+    def record(self, report: UpdateReport, state: Any = None) -> None:
+        """Accumulates one update; writes a line when the log interval is reached."""
+        del state
+        self.recent_returns.extend(report.episode_returns)
+        self.episodes_finished += len(report.episode_returns)
+        self._window_returns.extend(report.episode_returns)
+        self._window_lengths.extend(report.episode_lengths)
+        self._window_updates += 1
+        self._window_rollout_wait += report.rollout_wait_s
+        self._window_params_wait += report.params_wait_s
+        last = report.update == self.sizes.num_updates
+        if report.update % self.every_updates == 0 or last:
+            self._write_line(report)
+
+    def _write_line(self, report: UpdateReport) -> None:
+        now = time.perf_counter()
+        agent_metrics = jax.device_get(report.agent_metrics)
+        n = max(self._window_updates, 1)
+        line: dict[str, Any] = {
+            "global_step": report.global_step,
+            "update": report.update,
+            "sps": (report.global_step - self._window_step) / max(now - self._window_start, 1e-9),
+            "episodic_return": (
+                float(np.mean(self._window_returns)) if self._window_returns else None
+            ),
+            "episodic_length": (
+                float(np.mean(self._window_lengths)) if self._window_lengths else None
+            ),
+            "actor_policy_version": report.actor_policy_version,
+            "learner_policy_version": report.learner_policy_version,
+            "rollout_wait_s": self._window_rollout_wait / n,
+            "params_wait_s": self._window_params_wait / n,
+            "wall_time_s": now - self.start_time,
+        }
+        for name, value in sorted(agent_metrics.items()):
+            line[name] = _finite_or_none(float(value))
+        self.last_line = line
+        self._window_reset(now, report.global_step)
+        if not self.is_main_process:
+            return
+        self._jsonl.write(json.dumps(line) + "\n")
+        self._jsonl.flush()
+        if self._writer is not None:
+            for name, value in line.items():
+                if value is None or name in ("global_step", "update"):
+                    continue
+                tag = f"{_TB_NAMESPACE.get(name, 'losses')}/{name}"
+                self._writer.add_scalar(tag, value, report.global_step)
+        print(self._console_line(line), flush=True)
+
+    def _console_line(self, line: dict[str, Any]) -> str:
+        total = self.sizes.global_steps
+        done = line["global_step"]
+        sps = line["sps"]
+        eta_s = (total - done) / sps if sps > 0 else float("inf")
+        eta = time.strftime("%H:%M:%S", time.gmtime(eta_s)) if math.isfinite(eta_s) else "?"
+        ret = line["episodic_return"]
+        return (
+            f"update {line['update']}/{self.sizes.num_updates} "
+            f"step {done:,}/{total:,} ({100 * done / total:.0f}%) "
+            f"{sps:,.0f} sps ETA {eta} "
+            f"return {'-' if ret is None else f'{ret:.1f}'} "
+            f"versions actor={line['actor_policy_version']} "
+            f"learner={line['learner_policy_version']} "
+            f"wait learner={line['rollout_wait_s']:.3f}s actor={line['params_wait_s']:.3f}s"
+        )
+
+    def summary(self, global_step: int, updates: int, checksum: str, extra: dict) -> dict:
+        """The end-of-run summary (written to summary.json by the caller)."""
+        wall = time.perf_counter() - self.start_time
+        steps_this_run = global_step - (self.first_update - 1) * self.sizes.steps_per_update
+        return {
+            "global_step": global_step,
+            "updates": updates,
+            "wall_time_s": wall,
+            "sps": steps_this_run / max(wall, 1e-9),
+            "mean_return": (
+                float(np.mean(self.recent_returns)) if self.recent_returns else None
+            ),
+            "episodes": self.episodes_finished,
+            "params_checksum": checksum,
+            **extra,
+        }
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        if self._jsonl is not None:
+            self._jsonl.close()

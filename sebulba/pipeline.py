@@ -1,0 +1,515 @@
+"""Actor threads, the learner loop and the double-buffered handoff between them.
+
+Implements the Sebulba architecture of Hessel et al. (2021, "Podracer architectures for
+scalable reinforcement learning") with the deterministic one-step lag of Cleanba (Huang
+et al. 2023): learner update k consumes rollout k and produces parameter version k + 1;
+rollout k is collected with version `max(1, k - policy_lag)`. Which version produced
+which data is fixed by the schedule, never by timing: an actor waits for exactly the
+version it needs, and the learner checks the version of every rollout it consumes.
+
+Double buffering: each actor thread hands over at most one finished rollout while it
+fills the next, and each actor device holds at most two parameter versions (the one in
+use and the one arriving). Only the learner thread (the caller of `Pipeline.run`) issues
+work on the learner mesh; actor threads touch only their own devices.
+
+Any exception in any thread stops every thread and is re-raised by `Pipeline.run`.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from sebulba.agents.api import Agent, Rollout, rollout_partition_specs
+from sebulba.envs import learning_rewards
+from sebulba.mesh import DeviceLayout
+from sebulba.sizes import Sizes
+
+# How often blocked threads wake up to check whether the run is stopping.
+_POLL_S = 0.05
+# Actor-side random stream, kept apart from the learner's by this fold-in constant.
+_ACTOR_STREAM = 1
+
+
+def required_policy_version(update: int, policy_lag: int) -> int:
+    """Parameter version that must collect rollout `update` (both count from 1)."""
+    return max(1, update - policy_lag)
+
+
+class RunStopped(Exception):
+    """Raised inside a thread whose run was stopped by another thread's failure."""
+
+
+class RunControl:
+    """The stop flag and the first error of a run, shared by all its threads."""
+
+    def __init__(self):
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self.error: BaseException | None = None
+
+    def fail(self, error: BaseException) -> None:
+        with self._lock:
+            if self.error is None:
+                self.error = error
+        self._stop.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
+
+    def raise_if_stopped(self) -> None:
+        if self._stop.is_set():
+            raise RunStopped()
+
+
+class ParamsStore:
+    """The two newest parameter versions, one copy per actor device."""
+
+    def __init__(self, num_actor_devices: int, control: RunControl):
+        self._versions: collections.OrderedDict[int, list[Any]] = collections.OrderedDict()
+        self._cond = threading.Condition()
+        self._control = control
+        self._num_devices = num_actor_devices
+
+    def publish(self, version: int, params_per_device: list[Any]) -> None:
+        assert len(params_per_device) == self._num_devices
+        with self._cond:
+            self._versions[version] = params_per_device
+            while len(self._versions) > 2:
+                self._versions.popitem(last=False)
+            self._cond.notify_all()
+
+    def get(self, version: int, device_index: int) -> Any:
+        """Blocks until `version` is published; raises RunStopped if the run stops."""
+        with self._cond:
+            while version not in self._versions:
+                if self._versions and min(self._versions) > version:
+                    raise RuntimeError(f"policy version {version} was dropped before use")
+                self._control.raise_if_stopped()
+                self._cond.wait(_POLL_S)
+            return self._versions[version][device_index]
+
+
+def _put(q: queue.Queue, item: Any, control: RunControl) -> None:
+    while True:
+        control.raise_if_stopped()
+        try:
+            q.put(item, timeout=_POLL_S)
+            return
+        except queue.Full:
+            continue
+
+
+def _get(q: queue.Queue, control: RunControl) -> Any:
+    while True:
+        if control.error is not None:
+            raise control.error
+        control.raise_if_stopped()
+        try:
+            return q.get(timeout=_POLL_S)
+        except queue.Empty:
+            continue
+
+
+@dataclasses.dataclass
+class ActorRollout:
+    """One actor thread's share of rollout `update`, already on the learner devices.
+
+    Attributes:
+      update: the rollout (and update) number, from 1.
+      policy_version: the parameter version that collected it.
+      pieces: one `Rollout` per local learner device, holding that device's env slice.
+      episode_returns: raw returns of episodes that ended during the rollout.
+      episode_lengths: their lengths in agent steps.
+      params_wait_s: time the actor waited for its parameters before collecting.
+    """
+
+    update: int
+    policy_version: int
+    pieces: list[Rollout]
+    episode_returns: list[float]
+    episode_lengths: list[int]
+    params_wait_s: float
+
+
+@dataclasses.dataclass
+class UpdateReport:
+    """What the learner reports after each update (device metrics are not yet fetched)."""
+
+    update: int
+    global_step: int
+    actor_policy_version: int
+    learner_policy_version: int
+    rollout_wait_s: float
+    params_wait_s: float
+    episode_returns: list[float]
+    episode_lengths: list[int]
+    agent_metrics: dict[str, jax.Array]
+
+
+class _EpisodeTracker:
+    """Raw episodic returns per env, including envpool's reset step bookkeeping."""
+
+    def __init__(self, num_envs: int):
+        self.returns = np.zeros(num_envs, np.float64)
+        self.lengths = np.zeros(num_envs, np.int64)
+        # True where the previous step ended an episode, so this step is envpool's reset.
+        self.resetting = np.zeros(num_envs, bool)
+
+    def step(self, raw_rewards, terminations, truncations, finished_returns, finished_lengths):
+        """Records one env step; returns the step's validity mask [num_envs]."""
+        valid = ~self.resetting
+        self.returns += np.where(valid, raw_rewards, 0.0)
+        self.lengths += valid
+        done = np.logical_or(terminations, truncations)
+        finished_returns.extend(self.returns[done].tolist())
+        finished_lengths.extend(self.lengths[done].tolist())
+        self.returns[done] = 0.0
+        self.lengths[done] = 0
+        self.resetting = done
+        return valid
+
+
+class Pipeline:
+    """Runs actor threads and the learner loop for one training run.
+
+    Args:
+      agent: the agent's pure functions.
+      layout: actor devices and learner mesh.
+      sizes: derived sizes of the run.
+      envs_per_thread: one envpool pool per actor thread, created by the caller (main
+        thread), in thread order.
+      seed: the run's seed (action sampling keys derive from it).
+      policy_lag: 0 (synchronous) or 1 (Cleanba's one-step lag).
+      clip_rewards: clip learning rewards to their sign.
+      learner_delay_s / actor_delay_s: injected delays (reproducibility tests).
+      transfer_guard: JAX transfer guard level for steady state ("disallow" proves
+        every host/device transfer in the loop is explicit).
+    """
+
+    def __init__(
+        self,
+        agent: Agent,
+        layout: DeviceLayout,
+        sizes: Sizes,
+        envs_per_thread: Sequence[Any],
+        *,
+        seed: int,
+        policy_lag: int,
+        clip_rewards: bool,
+        learner_delay_s: float = 0.0,
+        actor_delay_s: float = 0.0,
+        transfer_guard: str = "disallow",
+    ):
+        if len(envs_per_thread) != sizes.num_actor_threads:
+            raise ValueError("one env pool per actor thread is required")
+        self.agent = agent
+        self.layout = layout
+        self.sizes = sizes
+        self.envs_per_thread = list(envs_per_thread)
+        self.seed = seed
+        self.policy_lag = policy_lag
+        self.clip_rewards = clip_rewards
+        self.learner_delay_s = learner_delay_s
+        self.actor_delay_s = actor_delay_s
+        self.transfer_guard = transfer_guard
+        self._policy_step = jax.jit(self._policy_step_fn)
+        self._stack_outputs = jax.jit(self._stack_outputs_fn, static_argnums=1)
+        self._concat_pieces = jax.jit(self._concat_pieces_fn)
+        self._compiled_update = None
+
+    # ----- actor side -------------------------------------------------------------
+
+    def _policy_step_fn(self, params, obs, env_ids, step_index):
+        step_key = jax.random.fold_in(
+            jax.random.fold_in(jax.random.key(self.seed), _ACTOR_STREAM), step_index
+        )
+        keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(step_key, env_ids)
+        return self.agent.act(params, obs, keys)
+
+    @staticmethod
+    def _stack_outputs_fn(outputs: list[dict], num_slices: int) -> list[dict]:
+        stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *outputs)
+        return [
+            jax.tree.map(lambda x, i=i: jnp.split(x, num_slices, axis=1)[i], stacked)
+            for i in range(num_slices)
+        ]
+
+    def thread_env_offset(self, thread_index: int) -> int:
+        """Global index of the first env of this process's actor thread."""
+        threads_before = jax.process_index() * self.sizes.num_actor_threads + thread_index
+        return threads_before * self.sizes.envs_per_thread
+
+    def _actor_loop(self, thread_index, envs, store, handoff, first_update, control):
+        sizes = self.sizes
+        device_index = thread_index % len(self.layout.actor_devices)
+        device = self.layout.actor_devices[device_index]
+        learner_devices = self.layout.local_learner_devices
+        num_slices = len(learner_devices)
+        slice_size = sizes.envs_per_thread // num_slices
+        env_ids = self.thread_env_offset(thread_index) + np.arange(sizes.envs_per_thread)
+        env_ids = env_ids.astype(np.int32)
+        env_ids_on_device = jax.device_put(env_ids, device)
+        tracker = _EpisodeTracker(sizes.envs_per_thread)
+        obs, _ = envs.reset()
+        T = sizes.num_steps
+        for update in range(first_update, sizes.num_updates + 1):
+            version = required_policy_version(update, self.policy_lag)
+            wait_start = time.perf_counter()
+            params = store.get(version, device_index)
+            params_wait_s = time.perf_counter() - wait_start
+            if self.actor_delay_s:
+                time.sleep(self.actor_delay_s)
+            with jax.transfer_guard(self.transfer_guard):
+                host = collections.defaultdict(list)
+                outputs = []
+                finished_returns, finished_lengths = [], []
+                for step in range(T + 1):
+                    control.raise_if_stopped()
+                    step_index = np.int32((update - 1) * (T + 1) + step)
+                    obs_on_device, step_on_device = jax.device_put((obs, step_index), device)
+                    actions, policy_outputs = self._policy_step(
+                        params, obs_on_device, env_ids_on_device, step_on_device
+                    )
+                    outputs.append(policy_outputs)
+                    host["obs"].append(obs)
+                    if step == T:
+                        break  # obs[T] and its outputs only bootstrap; no env step.
+                    actions = jax.device_get(actions).astype(np.int32)
+                    obs, raw_rewards, terminations, truncations, _ = envs.step(actions)
+                    valid = tracker.step(
+                        raw_rewards, terminations, truncations, finished_returns, finished_lengths
+                    )
+                    host["actions"].append(actions)
+                    host["rewards"].append(learning_rewards(raw_rewards, self.clip_rewards))
+                    host["terminations"].append(np.asarray(terminations, bool))
+                    host["truncations"].append(np.asarray(truncations, bool))
+                    host["valid"].append(valid)
+                stacked = {name: np.stack(values) for name, values in host.items()}
+                output_slices = self._stack_outputs(outputs, num_slices)
+                pieces = []
+                for i, learner_device in enumerate(learner_devices):
+                    columns = slice(i * slice_size, (i + 1) * slice_size)
+                    host_piece = {name: x[:, columns] for name, x in stacked.items()}
+                    host_piece["env_ids"] = env_ids[columns]
+                    piece = Rollout(**host_piece, policy_outputs=output_slices[i])
+                    pieces.append(jax.device_put(piece, learner_device))
+            _put(
+                handoff,
+                ActorRollout(
+                    update=update,
+                    policy_version=version,
+                    pieces=pieces,
+                    episode_returns=finished_returns,
+                    episode_lengths=finished_lengths,
+                    params_wait_s=params_wait_s,
+                ),
+                control,
+            )
+
+    def _run_actor(self, *args):
+        control = args[-1]
+        try:
+            self._actor_loop(*args)
+        except RunStopped:
+            pass
+        except BaseException as error:  # noqa: BLE001 - handed to the learner thread.
+            control.fail(error)
+
+    # ----- learner side -----------------------------------------------------------
+
+    @staticmethod
+    def _concat_pieces_fn(pieces: list[Rollout]) -> Rollout:
+        def concat(*xs):
+            return jnp.concatenate(xs, axis=0 if xs[0].ndim == 1 else 1)
+
+        return jax.tree.map(concat, *pieces)
+
+    def rollout_shardings(self, example: Rollout) -> Rollout:
+        return jax.tree.map(self.layout.sharding, rollout_partition_specs(example))
+
+    def _assemble(self, actor_rollouts: list[ActorRollout]) -> Rollout:
+        """Builds the global rollout from every thread's per-device pieces, in place."""
+        per_device = []
+        for device_index in range(len(self.layout.local_learner_devices)):
+            pieces = [r.pieces[device_index] for r in actor_rollouts]
+            per_device.append(pieces[0] if len(pieces) == 1 else self._concat_pieces(pieces))
+        shardings = self.rollout_shardings(per_device[0])
+        num_envs = self.sizes.num_envs
+
+        def global_array(sharding, *shards):
+            shape = list(shards[0].shape)
+            shape[0 if shards[0].ndim == 1 else 1] = num_envs
+            return jax.make_array_from_single_device_arrays(tuple(shape), sharding, list(shards))
+
+        return jax.tree.map(global_array, shardings, *per_device)
+
+    def rollout_struct(self, state) -> Rollout:
+        """Shapes, dtypes and shardings of the global rollout (for AOT compilation)."""
+        sizes = self.sizes
+        envs = self.envs_per_thread[0]
+        obs_space = envs.observation_space
+        T, B = sizes.num_steps, sizes.num_envs
+        params = jax.eval_shape(self.agent.policy_params, state)
+        obs = jax.ShapeDtypeStruct((B, *obs_space.shape), obs_space.dtype)
+        keys = jax.eval_shape(lambda: jax.random.split(jax.random.key(0), B))
+        _, outputs = jax.eval_shape(self.agent.act, params, obs, keys)
+        example = Rollout(
+            obs=jax.ShapeDtypeStruct((T + 1, B, *obs_space.shape), obs_space.dtype),
+            actions=jax.ShapeDtypeStruct((T, B), np.int32),
+            rewards=jax.ShapeDtypeStruct((T, B), np.float32),
+            terminations=jax.ShapeDtypeStruct((T, B), np.bool_),
+            truncations=jax.ShapeDtypeStruct((T, B), np.bool_),
+            valid=jax.ShapeDtypeStruct((T, B), np.bool_),
+            policy_outputs={
+                k: jax.ShapeDtypeStruct((T + 1, *v.shape), v.dtype) for k, v in outputs.items()
+            },
+            env_ids=jax.ShapeDtypeStruct((B,), np.int32),
+        )
+        shardings = self.rollout_shardings(example)
+        return jax.tree.map(
+            lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), example, shardings
+        )
+
+    def compile_update(self, state):
+        """Compiles the learner update ahead of time; steady state cannot recompile."""
+        replicated = self.layout.replicated
+        state_shardings = jax.tree.map(lambda _: replicated, state)
+        rollout = self.rollout_struct(state)
+        jitted = jax.jit(
+            self.agent.update,
+            in_shardings=(state_shardings, jax.tree.map(lambda s: s.sharding, rollout)),
+            out_shardings=(state_shardings, replicated),
+            donate_argnums=0,
+        )
+        self._compiled_update = jitted.lower(state, rollout).compile()
+        return self._compiled_update
+
+    def _publish(self, store: ParamsStore, version: int, params) -> None:
+        """Copies policy parameters to every actor device and waits until they land.
+
+        Copies are forced (`may_alias=False`) because the next update donates the
+        learner state, and an actor device may be a learner device.
+        """
+        learner_device = self.layout.local_learner_devices[0]
+
+        def local_copy(x):
+            for shard in x.addressable_shards:
+                if shard.device == learner_device:
+                    return shard.data
+            raise RuntimeError("parameters are not replicated on the local learner device")
+
+        local = jax.tree.map(local_copy, params)
+        copies = [
+            jax.device_put(local, device, may_alias=False) for device in self.layout.actor_devices
+        ]
+        jax.block_until_ready(copies)
+        store.publish(version, copies)
+
+    def run(
+        self,
+        state,
+        *,
+        first_update: int = 1,
+        previous_params: Any = None,
+        on_update: Callable[[UpdateReport, Any], None] | None = None,
+        should_stop: Callable[[], bool] | None = None,
+    ):
+        """Trains from `first_update` to `sizes.num_updates`; returns the final state.
+
+        Args:
+          state: learner state, replicated on the learner mesh; version
+            `first_update` of the parameters.
+          first_update: the first update to run (1 for a fresh run).
+          previous_params: when resuming with policy_lag 1, the policy parameters of
+            version `first_update - 1`, which collect the first resumed rollout.
+          on_update: called by the learner thread after every update with the report
+            and the new state.
+          should_stop: polled after every update; True ends the run early (e.g. on
+            SIGTERM) after the update completes.
+        """
+        if self._compiled_update is None:
+            self.compile_update(state)
+        control = RunControl()
+        store = ParamsStore(len(self.layout.actor_devices), control)
+        handoffs = [queue.Queue(maxsize=1) for _ in self.envs_per_thread]
+        if required_policy_version(first_update, self.policy_lag) < first_update:
+            if previous_params is None:
+                raise ValueError(
+                    f"resuming at update {first_update} with policy_lag {self.policy_lag} "
+                    f"needs the parameters of version {first_update - 1}"
+                )
+            self._publish(store, first_update - 1, previous_params)
+        self._publish(store, first_update, self.agent.policy_params(state))
+        threads = [
+            threading.Thread(
+                target=self._run_actor,
+                args=(t, envs, store, handoffs[t], first_update, control),
+                name=f"sebulba-actor-{t}",
+                daemon=True,
+            )
+            for t, envs in enumerate(self.envs_per_thread)
+        ]
+        for thread in threads:
+            thread.start()
+        try:
+            for update in range(first_update, self.sizes.num_updates + 1):
+                wait_start = time.perf_counter()
+                actor_rollouts = [_get(q, control) for q in handoffs]
+                rollout_wait_s = time.perf_counter() - wait_start
+                expected = required_policy_version(update, self.policy_lag)
+                for r in actor_rollouts:
+                    if r.update != update or r.policy_version != expected:
+                        raise RuntimeError(
+                            f"lag schedule violated: update {update} got rollout {r.update} "
+                            f"of version {r.policy_version}, expected version {expected}"
+                        )
+                if self.learner_delay_s:
+                    time.sleep(self.learner_delay_s)
+                with jax.transfer_guard(self.transfer_guard):
+                    rollout = self._assemble(actor_rollouts)
+                    state, metrics = self._compiled_update(state, rollout)
+                    del rollout
+                    self._publish(store, update + 1, self.agent.policy_params(state))
+                if on_update is not None:
+                    on_update(
+                        UpdateReport(
+                            update=update,
+                            global_step=update * self.sizes.steps_per_update,
+                            actor_policy_version=expected,
+                            learner_policy_version=update + 1,
+                            rollout_wait_s=rollout_wait_s,
+                            params_wait_s=float(
+                                np.mean([r.params_wait_s for r in actor_rollouts])
+                            ),
+                            episode_returns=[x for r in actor_rollouts for x in r.episode_returns],
+                            episode_lengths=[x for r in actor_rollouts for x in r.episode_lengths],
+                            agent_metrics=metrics,
+                        ),
+                        state,
+                    )
+                if should_stop is not None and should_stop() and update < self.sizes.num_updates:
+                    break
+            if control.error is not None:
+                raise control.error
+        except BaseException as error:
+            control.fail(error)
+            raise
+        finally:
+            control.stop()
+            for thread in threads:
+                thread.join(timeout=10.0)
+        return state

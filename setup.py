@@ -1,0 +1,35 @@
+"""Package definition for sebulba: Podracer-Sebulba distributed RL on JAX."""
+
+from setuptools import find_packages, setup
+
+# Ranges are the ones tested together; the pairs that must agree are pinned as sets:
+# jax/jaxlib (same release), orbax-checkpoint/tensorstore, envpool/numpy.
+INSTALL_REQUIRES = [
+    "jax>=0.10.0,<0.11",
+    "jaxlib>=0.10.0,<0.11",
+    "flax>=0.12.0,<0.13",
+    "optax>=0.2.5,<0.3",
+    "rlax>=0.1.8,<0.2",
+    "chex>=0.1.90,<0.2",
+    "ml-collections>=1.0,<2",
+    "absl-py>=2.1,<3",
+    "envpool>=1.2.5,<1.3",
+    "numpy>=2.0,<2.5",
+    "orbax-checkpoint>=0.12.0,<0.13",
+    "tensorstore>=0.1.80,<0.2",
+    "tensorboardX>=2.6,<3",
+]
+
+setup(
+    name="sebulba",
+    version="0.1.0",
+    description="Podracer-Sebulba distributed reinforcement learning on JAX sharding.",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.11",
+    packages=find_packages(include=["sebulba", "sebulba.*"]),
+    install_requires=INSTALL_REQUIRES,
+    extras_require={
+        "test": ["pytest>=8", "ruff>=0.6"],
+    },
+)

@@ -1,0 +1,57 @@
+"""A probe agent whose rollouts record which parameter version produced them.
+
+Its only parameter is the version number itself, so the lag schedule is checked from
+the data the learner receives, not from the pipeline's own bookkeeping.
+"""
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import ml_collections
+
+from sebulba.agents.api import Agent, EnvSpec, Rollout
+from sebulba.sizes import Sizes
+
+# Counts Python traces of act and update: steady state must not add any.
+TRACE_COUNTS = {"act": 0, "update": 0}
+
+
+def get_config() -> ml_collections.ConfigDict:
+    config = ml_collections.ConfigDict()
+    config.name = "tests.probe_agent"  # Selected by dotted path.
+    config.num_steps = 4  # Steps per env per rollout.
+    return config
+
+
+@flax.struct.dataclass
+class State:
+    params: dict
+
+
+def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> Agent:
+    del config, sizes
+
+    def init(key):
+        del key
+        return State({"version": jnp.ones((), jnp.int32)})
+
+    def act(params, obs, keys):
+        TRACE_COUNTS["act"] += 1
+        batch = obs.shape[0]
+        actions = jax.vmap(jax.random.randint, in_axes=(0, None, None, None))(
+            keys, (), 0, env_spec.num_actions
+        ).astype(jnp.int32)
+        return actions, {"version": jnp.full((batch,), params["version"], jnp.int32)}
+
+    def update(state: State, rollout: Rollout):
+        TRACE_COUNTS["update"] += 1
+        behaviour = rollout.policy_outputs["version"]
+        metrics = {
+            "behaviour_version_min": jnp.min(behaviour).astype(jnp.float32),
+            "behaviour_version_max": jnp.max(behaviour).astype(jnp.float32),
+            "learner_version_in": state.params["version"].astype(jnp.float32),
+            "reward_sum": jnp.sum(rollout.rewards),
+        }
+        return State({"version": state.params["version"] + 1}), metrics
+
+    return Agent(init=init, act=act, update=update, policy_params=lambda s: s.params)

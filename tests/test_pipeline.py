@@ -1,0 +1,187 @@
+"""The pipeline's guarantees: lag schedule, reproducibility, layouts, failure, steady state."""
+
+import threading
+import time
+
+import jax
+import numpy as np
+import pytest
+
+from sebulba import train
+from sebulba.pipeline import Pipeline, required_policy_version
+from tests import minimal_agent, probe_agent
+from tests.helpers import agent_config, read_metrics, read_summary
+
+
+def test_required_policy_version_table():
+    assert [required_policy_version(k, 1) for k in range(1, 6)] == [1, 1, 2, 3, 4]
+    assert [required_policy_version(k, 0) for k in range(1, 6)] == [1, 2, 3, 4, 5]
+
+
+@pytest.mark.parametrize("policy_lag", [0, 1])
+@pytest.mark.parametrize(
+    "delays", [(0.0, 0.0), (0.05, 0.0), (0.0, 0.05)], ids=["no-delay", "slow-learner", "slow-actor"]
+)
+def test_lag_schedule_holds_in_the_data(tmp_path, policy_lag, delays):
+    learner_delay, actor_delay = delays
+    config = agent_config(
+        probe_agent,
+        pipeline__policy_lag=policy_lag,
+        pipeline__num_actor_threads=2,
+        env__num_envs=4,
+        mesh__learner_device_ids=[1, 2],
+        debug__learner_delay_s=learner_delay,
+        debug__actor_delay_s=actor_delay,
+    )
+    train.train(config, str(tmp_path))
+    lines = read_metrics(str(tmp_path))
+    assert [line["update"] for line in lines] == list(range(1, 7))
+    for line in lines:
+        k = line["update"]
+        expected = max(1, k - policy_lag)
+        # Every sample of rollout k, from both threads, came from version max(1, k - lag).
+        assert line["behaviour_version_min"] == line["behaviour_version_max"] == expected
+        assert line["actor_policy_version"] == expected
+        assert line["learner_version_in"] == k
+        assert line["learner_policy_version"] == k + 1
+        if k >= 2:
+            assert line["learner_policy_version"] - line["actor_policy_version"] == policy_lag + 1
+
+
+def _checksum_and_params(tmp_path, name, **overrides):
+    config = agent_config(minimal_agent, **overrides)
+    state = train.train(config, str(tmp_path / name))
+    return read_summary(str(tmp_path / name))["params_checksum"], jax.device_get(state.params)
+
+
+def test_same_seed_same_checksum_under_injected_delays(tmp_path):
+    reference, _ = _checksum_and_params(tmp_path, "a")
+    again, _ = _checksum_and_params(tmp_path, "b")
+    slow_learner, _ = _checksum_and_params(tmp_path, "c", debug__learner_delay_s=0.03)
+    slow_actor, _ = _checksum_and_params(tmp_path, "d", debug__actor_delay_s=0.03)
+    assert reference == again == slow_learner == slow_actor
+    other_seed, _ = _checksum_and_params(tmp_path, "e", seed=7)
+    assert other_seed != reference
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [
+        {"mesh__learner_device_ids": [1, 2]},
+        {"mesh__learner_device_ids": [1, 2, 3, 4]},
+        {"pipeline__num_actor_threads": 2, "env__num_envs": 4},
+        {"pipeline__num_actor_threads": 2, "env__num_envs": 4, "mesh__actor_device_ids": [0, 5]},
+    ],
+    ids=["2-learners", "4-learners", "2-threads", "2-actor-devices"],
+)
+def test_layouts_agree_to_float_tolerance(tmp_path, layout):
+    _, reference = _checksum_and_params(tmp_path, "one", mesh__learner_device_ids=[1])
+    _, other = _checksum_and_params(tmp_path, "other", **layout)
+    for a, b in zip(jax.tree.leaves(reference), jax.tree.leaves(other), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+
+
+def test_rollout_is_sharded_over_learner_devices_without_gathering(tmp_path):
+    config = agent_config(probe_agent, mesh__learner_device_ids=[3, 1], total_timesteps=8 * 4)
+    setup = train.prepare(config)
+    state = train.init_learner_state(setup)
+    pipeline = Pipeline(
+        setup.agent, setup.layout, setup.sizes, setup.envs_per_thread,
+        seed=0, policy_lag=1, clip_rewards=False,
+    )
+    struct = pipeline.rollout_struct(state)
+    devices = jax.local_devices()
+    assert struct.obs.sharding.spec == jax.sharding.PartitionSpec(None, "batch")
+    assert struct.env_ids.sharding.spec == jax.sharding.PartitionSpec("batch")
+    assert list(struct.obs.sharding.mesh.devices.flat) == [devices[3], devices[1]]
+    seen = {}
+
+    def capture(report, new_state):
+        seen["state"] = new_state
+
+    pipeline.run(state, on_update=capture)
+    for leaf in jax.tree.leaves(seen["state"]):
+        assert leaf.sharding.is_fully_replicated
+        assert leaf.sharding.device_set == {devices[3], devices[1]}
+
+
+class _FailingEnvs:
+    """Wraps an env pool and raises on the n-th step, like a crashing simulator."""
+
+    def __init__(self, envs, fail_at_step):
+        self._envs, self._fail_at, self._steps = envs, fail_at_step, 0
+
+    def __getattr__(self, name):
+        return getattr(self._envs, name)
+
+    def step(self, actions):
+        self._steps += 1
+        if self._steps == self._fail_at:
+            raise ValueError("simulator exploded")
+        return self._envs.step(actions)
+
+
+def _pipeline(config, wrap_envs=None):
+    setup = train.prepare(config)
+    envs = setup.envs_per_thread
+    if wrap_envs is not None:
+        envs = [wrap_envs(e) for e in envs]
+    pipeline = Pipeline(
+        setup.agent, setup.layout, setup.sizes, envs,
+        seed=config.seed, policy_lag=1, clip_rewards=False,
+    )
+    return pipeline, train.init_learner_state(setup)
+
+
+def test_actor_exception_ends_the_run_with_that_error():
+    config = agent_config(probe_agent, total_timesteps=10**9, pipeline__num_actor_threads=2)
+    pipeline, state = _pipeline(config, lambda e: _FailingEnvs(e, fail_at_step=30))
+    before = set(threading.enumerate())
+    start = time.perf_counter()
+    with pytest.raises(ValueError, match="simulator exploded"):
+        pipeline.run(state)
+    assert time.perf_counter() - start < 10
+    time.sleep(0.5)
+    assert not [t for t in set(threading.enumerate()) - before if t.name.startswith("sebulba")]
+
+
+def test_learner_exception_stops_the_actors():
+    config = agent_config(probe_agent, total_timesteps=10**9)
+    pipeline, state = _pipeline(config)
+
+    def explode(report, new_state):
+        if report.update == 3:
+            raise RuntimeError("learner exploded")
+
+    start = time.perf_counter()
+    with pytest.raises(RuntimeError, match="learner exploded"):
+        pipeline.run(state, on_update=explode)
+    assert time.perf_counter() - start < 10
+    time.sleep(0.5)
+    assert not [t for t in threading.enumerate() if t.name.startswith("sebulba-actor")]
+
+
+def test_steady_state_never_recompiles_and_transfers_are_explicit():
+    config = agent_config(probe_agent, total_timesteps=8 * 4 * 8, pipeline__num_actor_threads=2,
+                          env__num_envs=4, mesh__learner_device_ids=[1, 2])
+    pipeline, state = _pipeline(config)
+    assert pipeline.transfer_guard == "disallow"  # The loop runs under jax.transfer_guard.
+    compiles = []
+    traces_after_warmup = {}
+
+    def listener(event, duration, **kwargs):
+        if event == "/jax/core/compile/backend_compile_duration":
+            compiles.append(threading.current_thread().name)
+
+    def on_update(report, new_state):
+        if report.update == 2:
+            compiles.clear()
+            traces_after_warmup.update(probe_agent.TRACE_COUNTS)
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        pipeline.run(state, on_update=on_update)
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)
+    assert compiles == []
+    assert probe_agent.TRACE_COUNTS == traces_after_warmup
