@@ -28,8 +28,8 @@ def base_config(agent: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     config.agent = agent
 
     config.mesh = ml_collections.ConfigDict()
-    config.mesh.actor_device_ids = [0]  # Indices into jax.local_devices() for inference.
-    config.mesh.learner_device_ids = [0]  # Indices into jax.local_devices() for updates.
+    config.mesh.actor_device_ids = (0,)  # Indices into jax.local_devices() for inference.
+    config.mesh.learner_device_ids = (0,)  # Indices into jax.local_devices() for updates.
 
     config.pipeline = ml_collections.ConfigDict()
     config.pipeline.num_actor_threads = 1  # Actor threads per process (round-robin devices).

@@ -107,3 +107,30 @@ def learning_rewards(raw_rewards: np.ndarray, clip: bool) -> np.ndarray:
     """Rewards the agent learns from: clipped to {-1, 0, 1} for Atari (Mnih et al. 2015)."""
     rewards = raw_rewards.astype(np.float32)
     return np.sign(rewards) if clip else rewards
+
+
+class EpisodeTracker:
+    """Raw episodic returns of one pool, and which steps are envpool's auto-resets.
+
+    envpool resets an env on the step after its episode ended and ignores that step's
+    action; such steps are marked invalid so no agent learns from them.
+    """
+
+    def __init__(self, num_envs: int):
+        self.returns = np.zeros(num_envs, np.float64)
+        self.lengths = np.zeros(num_envs, np.int64)
+        # True where the previous step ended an episode, so this step is envpool's reset.
+        self.resetting = np.zeros(num_envs, bool)
+
+    def step(self, raw_rewards, terminations, truncations, finished_returns, finished_lengths):
+        """Records one env step; returns the step's validity mask [num_envs]."""
+        valid = ~self.resetting
+        self.returns += np.where(valid, raw_rewards, 0.0)
+        self.lengths += valid
+        done = np.logical_or(terminations, truncations)
+        finished_returns.extend(self.returns[done].tolist())
+        finished_lengths.extend(self.lengths[done].tolist())
+        self.returns[done] = 0.0
+        self.lengths[done] = 0
+        self.resetting = done
+        return valid

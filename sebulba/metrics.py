@@ -175,9 +175,7 @@ class MetricsLogger:
             "updates": updates,
             "wall_time_s": wall,
             "sps": steps_this_run / max(wall, 1e-9),
-            "mean_return": (
-                float(np.mean(self.recent_returns)) if self.recent_returns else None
-            ),
+            "mean_return": (float(np.mean(self.recent_returns)) if self.recent_returns else None),
             "episodes": self.episodes_finished,
             "params_checksum": checksum,
             **extra,

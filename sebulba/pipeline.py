@@ -30,12 +30,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from sebulba.agents.api import Agent, Rollout, rollout_partition_specs
-from sebulba.envs import learning_rewards
+from sebulba.envs import EpisodeTracker, learning_rewards
+from sebulba.handoff import ParamsStore, RunControl, RunStopped, get_or_stop, put_or_stop
 from sebulba.mesh import DeviceLayout
 from sebulba.sizes import Sizes
 
-# How often blocked threads wake up to check whether the run is stopping.
-_POLL_S = 0.05
 # Actor-side random stream, kept apart from the learner's by this fold-in constant.
 _ACTOR_STREAM = 1
 
@@ -43,85 +42,6 @@ _ACTOR_STREAM = 1
 def required_policy_version(update: int, policy_lag: int) -> int:
     """Parameter version that must collect rollout `update` (both count from 1)."""
     return max(1, update - policy_lag)
-
-
-class RunStopped(Exception):
-    """Raised inside a thread whose run was stopped by another thread's failure."""
-
-
-class RunControl:
-    """The stop flag and the first error of a run, shared by all its threads."""
-
-    def __init__(self):
-        self._stop = threading.Event()
-        self._lock = threading.Lock()
-        self.error: BaseException | None = None
-
-    def fail(self, error: BaseException) -> None:
-        with self._lock:
-            if self.error is None:
-                self.error = error
-        self._stop.set()
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    @property
-    def stopped(self) -> bool:
-        return self._stop.is_set()
-
-    def raise_if_stopped(self) -> None:
-        if self._stop.is_set():
-            raise RunStopped()
-
-
-class ParamsStore:
-    """The two newest parameter versions, one copy per actor device."""
-
-    def __init__(self, num_actor_devices: int, control: RunControl):
-        self._versions: collections.OrderedDict[int, list[Any]] = collections.OrderedDict()
-        self._cond = threading.Condition()
-        self._control = control
-        self._num_devices = num_actor_devices
-
-    def publish(self, version: int, params_per_device: list[Any]) -> None:
-        assert len(params_per_device) == self._num_devices
-        with self._cond:
-            self._versions[version] = params_per_device
-            while len(self._versions) > 2:
-                self._versions.popitem(last=False)
-            self._cond.notify_all()
-
-    def get(self, version: int, device_index: int) -> Any:
-        """Blocks until `version` is published; raises RunStopped if the run stops."""
-        with self._cond:
-            while version not in self._versions:
-                if self._versions and min(self._versions) > version:
-                    raise RuntimeError(f"policy version {version} was dropped before use")
-                self._control.raise_if_stopped()
-                self._cond.wait(_POLL_S)
-            return self._versions[version][device_index]
-
-
-def _put(q: queue.Queue, item: Any, control: RunControl) -> None:
-    while True:
-        control.raise_if_stopped()
-        try:
-            q.put(item, timeout=_POLL_S)
-            return
-        except queue.Full:
-            continue
-
-
-def _get(q: queue.Queue, control: RunControl) -> Any:
-    while True:
-        if control.error is not None:
-            raise control.error
-        control.raise_if_stopped()
-        try:
-            return q.get(timeout=_POLL_S)
-        except queue.Empty:
-            continue
 
 
 @dataclasses.dataclass
@@ -158,29 +78,6 @@ class UpdateReport:
     episode_returns: list[float]
     episode_lengths: list[int]
     agent_metrics: dict[str, jax.Array]
-
-
-class _EpisodeTracker:
-    """Raw episodic returns per env, including envpool's reset step bookkeeping."""
-
-    def __init__(self, num_envs: int):
-        self.returns = np.zeros(num_envs, np.float64)
-        self.lengths = np.zeros(num_envs, np.int64)
-        # True where the previous step ended an episode, so this step is envpool's reset.
-        self.resetting = np.zeros(num_envs, bool)
-
-    def step(self, raw_rewards, terminations, truncations, finished_returns, finished_lengths):
-        """Records one env step; returns the step's validity mask [num_envs]."""
-        valid = ~self.resetting
-        self.returns += np.where(valid, raw_rewards, 0.0)
-        self.lengths += valid
-        done = np.logical_or(terminations, truncations)
-        finished_returns.extend(self.returns[done].tolist())
-        finished_lengths.extend(self.lengths[done].tolist())
-        self.returns[done] = 0.0
-        self.lengths[done] = 0
-        self.resetting = done
-        return valid
 
 
 class Pipeline:
@@ -263,7 +160,7 @@ class Pipeline:
         env_ids = self.thread_env_offset(thread_index) + np.arange(sizes.envs_per_thread)
         env_ids = env_ids.astype(np.int32)
         env_ids_on_device = jax.device_put(env_ids, device)
-        tracker = _EpisodeTracker(sizes.envs_per_thread)
+        tracker = EpisodeTracker(sizes.envs_per_thread)
         obs, _ = envs.reset()
         T = sizes.num_steps
         for update in range(first_update, sizes.num_updates + 1):
@@ -307,7 +204,7 @@ class Pipeline:
                     host_piece["env_ids"] = env_ids[columns]
                     piece = Rollout(**host_piece, policy_outputs=output_slices[i])
                     pieces.append(jax.device_put(piece, learner_device))
-            _put(
+            put_or_stop(
                 handoff,
                 ActorRollout(
                     update=update,
@@ -468,7 +365,7 @@ class Pipeline:
         try:
             for update in range(first_update, self.sizes.num_updates + 1):
                 wait_start = time.perf_counter()
-                actor_rollouts = [_get(q, control) for q in handoffs]
+                actor_rollouts = [get_or_stop(q, control) for q in handoffs]
                 rollout_wait_s = time.perf_counter() - wait_start
                 expected = required_policy_version(update, self.policy_lag)
                 for r in actor_rollouts:
@@ -492,9 +389,7 @@ class Pipeline:
                             actor_policy_version=expected,
                             learner_policy_version=update + 1,
                             rollout_wait_s=rollout_wait_s,
-                            params_wait_s=float(
-                                np.mean([r.params_wait_s for r in actor_rollouts])
-                            ),
+                            params_wait_s=float(np.mean([r.params_wait_s for r in actor_rollouts])),
                             episode_returns=[x for r in actor_rollouts for x in r.episode_returns],
                             episode_lengths=[x for r in actor_rollouts for x in r.episode_lengths],
                             agent_metrics=metrics,

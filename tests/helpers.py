@@ -16,7 +16,7 @@ def agent_config(agent_module, **overrides):
     for dotted, value in overrides.items():
         section, _, field = dotted.rpartition("__")
         target = config[section] if section else config
-        target[field] = value
+        target[field] = tuple(value) if isinstance(value, list) else value
     return config
 
 

@@ -86,8 +86,13 @@ def test_rollout_is_sharded_over_learner_devices_without_gathering(tmp_path):
     setup = train.prepare(config)
     state = train.init_learner_state(setup)
     pipeline = Pipeline(
-        setup.agent, setup.layout, setup.sizes, setup.envs_per_thread,
-        seed=0, policy_lag=1, clip_rewards=False,
+        setup.agent,
+        setup.layout,
+        setup.sizes,
+        setup.envs_per_thread,
+        seed=0,
+        policy_lag=1,
+        clip_rewards=False,
     )
     struct = pipeline.rollout_struct(state)
     devices = jax.local_devices()
@@ -127,8 +132,13 @@ def _pipeline(config, wrap_envs=None):
     if wrap_envs is not None:
         envs = [wrap_envs(e) for e in envs]
     pipeline = Pipeline(
-        setup.agent, setup.layout, setup.sizes, envs,
-        seed=config.seed, policy_lag=1, clip_rewards=False,
+        setup.agent,
+        setup.layout,
+        setup.sizes,
+        envs,
+        seed=config.seed,
+        policy_lag=1,
+        clip_rewards=False,
     )
     return pipeline, train.init_learner_state(setup)
 
@@ -162,8 +172,13 @@ def test_learner_exception_stops_the_actors():
 
 
 def test_steady_state_never_recompiles_and_transfers_are_explicit():
-    config = agent_config(probe_agent, total_timesteps=8 * 4 * 8, pipeline__num_actor_threads=2,
-                          env__num_envs=4, mesh__learner_device_ids=[1, 2])
+    config = agent_config(
+        probe_agent,
+        total_timesteps=8 * 4 * 8,
+        pipeline__num_actor_threads=2,
+        env__num_envs=4,
+        mesh__learner_device_ids=[1, 2],
+    )
     pipeline, state = _pipeline(config)
     assert pipeline.transfer_guard == "disallow"  # The loop runs under jax.transfer_guard.
     compiles = []

@@ -1,0 +1,96 @@
+"""Thread coordination for the pipeline: stop flag, first error, versioned parameters.
+
+Every blocking wait polls the run's stop flag, so no thread can wait forever once any
+thread has failed.
+"""
+
+from __future__ import annotations
+
+import collections
+import queue
+import threading
+from typing import Any
+
+# How often blocked threads wake up to check whether the run is stopping.
+_POLL_S = 0.05
+
+
+class RunStopped(Exception):
+    """Raised inside a thread whose run was stopped by another thread's failure."""
+
+
+class RunControl:
+    """The stop flag and the first error of a run, shared by all its threads."""
+
+    def __init__(self):
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self.error: BaseException | None = None
+
+    def fail(self, error: BaseException) -> None:
+        with self._lock:
+            if self.error is None:
+                self.error = error
+        self._stop.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
+
+    def raise_if_stopped(self) -> None:
+        if self._stop.is_set():
+            raise RunStopped()
+
+
+class ParamsStore:
+    """The two newest parameter versions, one copy per actor device."""
+
+    def __init__(self, num_actor_devices: int, control: RunControl):
+        self._versions: collections.OrderedDict[int, list[Any]] = collections.OrderedDict()
+        self._cond = threading.Condition()
+        self._control = control
+        self._num_devices = num_actor_devices
+
+    def publish(self, version: int, params_per_device: list[Any]) -> None:
+        assert len(params_per_device) == self._num_devices
+        with self._cond:
+            self._versions[version] = params_per_device
+            while len(self._versions) > 2:
+                self._versions.popitem(last=False)
+            self._cond.notify_all()
+
+    def get(self, version: int, device_index: int) -> Any:
+        """Blocks until `version` is published; raises RunStopped if the run stops."""
+        with self._cond:
+            while version not in self._versions:
+                if self._versions and min(self._versions) > version:
+                    raise RuntimeError(f"policy version {version} was dropped before use")
+                self._control.raise_if_stopped()
+                self._cond.wait(_POLL_S)
+            return self._versions[version][device_index]
+
+
+def put_or_stop(q: queue.Queue, item: Any, control: RunControl) -> None:
+    """Puts `item` into the bounded queue, giving up with RunStopped if the run stops."""
+    while True:
+        control.raise_if_stopped()
+        try:
+            q.put(item, timeout=_POLL_S)
+            return
+        except queue.Full:
+            continue
+
+
+def get_or_stop(q: queue.Queue, control: RunControl) -> Any:
+    """Takes an item; re-raises another thread's error, or RunStopped if the run stops."""
+    while True:
+        if control.error is not None:
+            raise control.error
+        control.raise_if_stopped()
+        try:
+            return q.get(timeout=_POLL_S)
+        except queue.Empty:
+            continue

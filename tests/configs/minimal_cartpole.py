@@ -1,0 +1,16 @@
+"""The test-only minimal agent on CartPole, for command-line tests.
+
+`:probe` selects the probe agent that records behaviour policy versions.
+"""
+
+from sebulba.config import base_config
+from tests import minimal_agent, probe_agent
+
+
+def get_config(arg: str | None = None):
+    agent = probe_agent if arg == "probe" else minimal_agent
+    config = base_config(agent.get_config())
+    config.env.num_envs = 8
+    config.total_timesteps = 8 * config.agent.num_steps * 6
+    config.log.tensorboard = False
+    return config
