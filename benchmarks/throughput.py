@@ -1,0 +1,115 @@
+"""Throughput of the pipeline: env steps/s and where actors and learner wait.
+
+    python benchmarks/throughput.py              # CartPole + small Atari, lag 0 and 1
+    python benchmarks/throughput.py --only=cartpole
+
+Prints one row per run: steps/s (after the first, compiling update), and the fraction
+of wall time the learner waited for rollouts and the actors waited for parameters —
+the bottleneck diagnosis of the Cleanba paper. Numbers are for this machine's devices
+(on a CPU-only machine actors and learner share the same cores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+
+# Two virtual devices so actor and learner get separate devices, as on accelerators.
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
+
+import importlib.util  # noqa: E402
+
+from sebulba import train  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def load_config(name: str, arg: str | None = None):
+    path = os.path.join(ROOT, "configs", f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.get_config(arg)
+
+
+def measure(label: str, config) -> dict:
+    """Runs `config` and summarises steady-state throughput from metrics.jsonl."""
+    with tempfile.TemporaryDirectory() as workdir:
+        start = time.perf_counter()
+        train.train(config, workdir)
+        wall = time.perf_counter() - start
+        with open(os.path.join(workdir, "metrics.jsonl"), encoding="utf-8") as f:
+            lines = [json.loads(line) for line in f]
+    steady = lines[1:] or lines  # Update 1 includes compilation of the actor step.
+    seconds = steady[-1]["wall_time_s"] - (lines[0]["wall_time_s"] if len(lines) > 1 else 0.0)
+    steps = steady[-1]["global_step"] - (lines[0]["global_step"] if len(lines) > 1 else 0)
+    updates = len(steady)
+    per_update_s = seconds / max(updates, 1)
+    row = {
+        "run": label,
+        "policy_lag": config.pipeline.policy_lag,
+        "sps": steps / max(seconds, 1e-9),
+        "learner_wait_frac": sum(x["rollout_wait_s"] for x in steady) / max(seconds, 1e-9),
+        "actor_wait_frac": (
+            sum(x["params_wait_s"] for x in steady) / max(updates * per_update_s, 1e-9)
+        ),
+        "updates": lines[-1]["update"],
+        "wall_s": wall,
+    }
+    print(
+        f"{row['run']:<28} lag={row['policy_lag']} {row['sps']:>9,.0f} sps  "
+        f"learner waits {100 * row['learner_wait_frac']:5.1f}%  "
+        f"actors wait {100 * row['actor_wait_frac']:5.1f}%  "
+        f"({row['updates']} updates, {row['wall_s']:.1f}s)",
+        flush=True,
+    )
+    return row
+
+
+def cartpole(policy_lag: int):
+    config = load_config("ppo_cartpole")
+    config.total_timesteps = 8 * 128 * 40
+    config.mesh.actor_device_ids = (0,)
+    config.mesh.learner_device_ids = (1,)
+    config.pipeline.policy_lag = policy_lag
+    config.log.every_updates = 1
+    config.log.tensorboard = False
+    return config
+
+
+def atari(policy_lag: int, network: str):
+    config = load_config("ppo_atari", "smoke")
+    config.env.num_envs = 16
+    config.agent.num_steps = 32
+    config.agent.num_minibatches = 4
+    config.agent.update_epochs = 1
+    config.agent.network = network
+    config.total_timesteps = 16 * 32 * 6
+    config.mesh.actor_device_ids = (0,)
+    config.mesh.learner_device_ids = (1,)
+    config.pipeline.policy_lag = policy_lag
+    config.log.every_updates = 1
+    config.log.tensorboard = False
+    return config
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", choices=["cartpole", "atari"], default=None)
+    args = parser.parse_args()
+    rows = []
+    if args.only in (None, "cartpole"):
+        for lag in (0, 1):
+            rows.append(measure("ppo CartPole-v1 mlp", cartpole(lag)))
+    if args.only in (None, "atari"):
+        for network in ("nature_cnn", "impala_resnet"):
+            for lag in (0, 1):
+                rows.append(measure(f"ppo Breakout-v5 {network}", atari(lag, network)))
+    print(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
