@@ -39,6 +39,12 @@ def base_config(agent: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     config.log.every_updates = 1  # Write a metrics line every this many updates.
     config.log.tensorboard = True  # Write TensorBoard event files into the workdir.
 
+    config.ckpt = ml_collections.ConfigDict()
+    config.ckpt.every_updates = 100  # Save every this many updates (0: only at end/on SIGTERM).
+    config.ckpt.max_to_keep = 3  # Keep the newest this many checkpoints (older ones deleted).
+    config.ckpt.resume_from = ""  # Start from another run: its workdir, checkpoints/ or a step.
+    config.ckpt.async_save = True  # Write files in the background; the learner waits for D2H only.
+
     config.debug = ml_collections.ConfigDict()
     config.debug.learner_delay_s = 0.0  # Sleep before each update (reproducibility tests).
     config.debug.actor_delay_s = 0.0  # Sleep before each rollout (reproducibility tests).

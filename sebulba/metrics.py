@@ -14,6 +14,7 @@ import json
 import math
 import os
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -52,12 +53,39 @@ def write_json(path: str, payload: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+def truncate_metrics(workdir: str, last_update: int) -> None:
+    """Drops metrics lines after `last_update`, so a resumed run continues the file.
+
+    Lines written after the checkpoint a run resumes from (a crash between saves) would
+    otherwise appear twice; a line cut short by a crash is dropped too.
+    """
+    path = os.path.join(workdir, "metrics.jsonl")
+    if not os.path.exists(path):
+        return
+    kept = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                if json.loads(line)["update"] <= last_update:
+                    kept.append(line if line.endswith("\n") else line + "\n")
+            except (ValueError, KeyError, TypeError):
+                continue
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.writelines(kept)
+    os.replace(tmp, path)
+
+
 def _finite_or_none(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
 class MetricsLogger:
-    """Aggregates `UpdateReport`s and writes one metrics line every `every_updates`."""
+    """Aggregates `UpdateReport`s and writes one metrics line every `every_updates`.
+
+    A resumed run passes `first_update`, the episode statistics and the wall time of the
+    run so far (from its checkpoint), so lines, summary and step counts continue.
+    """
 
     def __init__(
         self,
@@ -68,6 +96,9 @@ class MetricsLogger:
         tensorboard: bool,
         is_main_process: bool,
         first_update: int = 1,
+        recent_returns: Sequence[float] = (),
+        episodes_finished: int = 0,
+        elapsed_s: float = 0.0,
     ):
         self.workdir = workdir
         self.sizes = sizes
@@ -75,9 +106,13 @@ class MetricsLogger:
         self.is_main_process = is_main_process
         self.start_time = time.perf_counter()
         self.first_update = first_update
-        self.recent_returns: collections.deque[float] = collections.deque(maxlen=100)
-        self.episodes_finished = 0
+        self.elapsed_before_s = elapsed_s
+        self.recent_returns: collections.deque[float] = collections.deque(
+            recent_returns, maxlen=100
+        )
+        self.episodes_finished = episodes_finished
         self.last_line: dict[str, Any] | None = None
+        self._last_report: UpdateReport | None = None
         self._window_reset(time.perf_counter(), (first_update - 1) * sizes.steps_per_update)
         self._writer = None
         if is_main_process and tensorboard:
@@ -102,6 +137,7 @@ class MetricsLogger:
     def record(self, report: UpdateReport, state: Any = None) -> None:
         """Accumulates one update; writes a line when the log interval is reached."""
         del state
+        self._last_report = report
         self.recent_returns.extend(report.episode_returns)
         self.episodes_finished += len(report.episode_returns)
         self._window_returns.extend(report.episode_returns)
@@ -112,6 +148,15 @@ class MetricsLogger:
         last = report.update == self.sizes.num_updates
         if report.update % self.every_updates == 0 or last:
             self._write_line(report)
+
+    def flush(self) -> None:
+        """Writes the updates recorded since the last line (a run stopping early)."""
+        if self._window_updates and self._last_report is not None:
+            self._write_line(self._last_report)
+
+    def wall_time_s(self) -> float:
+        """Wall time of the whole run, including earlier segments of a resumed run."""
+        return self.elapsed_before_s + time.perf_counter() - self.start_time
 
     def _write_line(self, report: UpdateReport) -> None:
         now = time.perf_counter()
@@ -131,7 +176,7 @@ class MetricsLogger:
             "learner_policy_version": report.learner_policy_version,
             "rollout_wait_s": self._window_rollout_wait / n,
             "params_wait_s": self._window_params_wait / n,
-            "wall_time_s": now - self.start_time,
+            "wall_time_s": self.elapsed_before_s + now - self.start_time,
         }
         for name, value in sorted(agent_metrics.items()):
             line[name] = _finite_or_none(float(value))
@@ -173,7 +218,7 @@ class MetricsLogger:
         return {
             "global_step": global_step,
             "updates": updates,
-            "wall_time_s": wall,
+            "wall_time_s": self.elapsed_before_s + wall,
             "sps": steps_this_run / max(wall, 1e-9),
             "mean_return": (float(np.mean(self.recent_returns)) if self.recent_returns else None),
             "episodes": self.episodes_finished,

@@ -1,0 +1,78 @@
+"""Minibatches that stay on their device and do not depend on the device layout.
+
+Inside the learner's jitted update the rollout is split along its env axis over the
+learner mesh. A flat shuffle of all samples (openai/baselines ppo2) would move data
+between devices (an all-to-all) and would make each minibatch depend on the number of
+devices. Both schemes here only permute *within* what one device holds, and key every
+permutation by the global env id, so a minibatch contains the same samples on 1, 2 or
+N learner devices, in any column order:
+
+* `time_shuffled`: each env column permutes its own T steps; minibatch j takes time
+  slots [j T/M, (j+1) T/M) of every column (every minibatch is stratified by env).
+* `env_groups`: envs with global ids g*M ... g*M+M-1 form a group; a per-group
+  permutation sends one of them to each of the M minibatches (whole trajectories, for
+  V-trace). Requires each device's env count to be a multiple of M.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+
+def _per_env_keys(key: jax.Array, ids: jax.Array) -> jax.Array:
+    return jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, ids)
+
+
+def time_shuffled(tree, key: jax.Array, env_ids: jax.Array, num_minibatches: int):
+    """Permutes every env column's time steps independently, then cuts M minibatches.
+
+    Args:
+      tree: pytree of [T, B, ...] arrays (sharded along B).
+      key: key of this update and epoch.
+      env_ids: [B] global env ids (sharded like B).
+      num_minibatches: M; must divide T.
+
+    Returns:
+      The pytree with leaves [M, T // M, B, ...]; [j] is minibatch j.
+    """
+    num_steps = jax.tree.leaves(tree)[0].shape[0]
+    # [B, T] permutations, one per env; the vmap keeps each column on its device.
+    perms = jax.vmap(lambda k: jax.random.permutation(k, num_steps))(_per_env_keys(key, env_ids))
+
+    def shuffle(x):
+        gathered = jax.vmap(lambda column, p: column[p], in_axes=(1, 0), out_axes=1)(x, perms)
+        return gathered.reshape(num_minibatches, num_steps // num_minibatches, *x.shape[1:])
+
+    return jax.tree.map(shuffle, tree)
+
+
+def env_groups(tree, key: jax.Array, env_ids: jax.Array, num_minibatches: int):
+    """Sends the M envs of every group of consecutive global ids to M minibatches.
+
+    Args:
+      tree: pytree of [T, B, ...] arrays (sharded along B). Column order must keep the
+        M envs of a group adjacent and in id order (true for rollouts the pipeline builds:
+        every device slice starts at a multiple of M when its size is).
+      key: key of this update and epoch.
+      env_ids: [B] global env ids.
+      num_minibatches: M; must divide the envs held by each device.
+
+    Returns:
+      The pytree with leaves [M, T, B // M, ...]; [j] is minibatch j.
+    """
+    num_envs = env_ids.shape[0]
+    num_groups = num_envs // num_minibatches
+    group_ids = env_ids.reshape(num_groups, num_minibatches)[:, 0] // num_minibatches
+    # [G, M]: which member of each group goes to minibatch j.
+    perms = jax.vmap(lambda k: jax.random.permutation(k, num_minibatches))(
+        _per_env_keys(key, group_ids)
+    )
+
+    def split(x):
+        grouped = x.reshape(x.shape[0], num_groups, num_minibatches, *x.shape[2:])
+        index = perms.reshape(1, num_groups, num_minibatches, *([1] * (x.ndim - 2)))
+        chosen = jnp.take_along_axis(grouped, index, axis=2)  # [T, G, M, ...]
+        return jnp.moveaxis(chosen, 2, 0)  # [M, T, G, ...]
+
+    return jax.tree.map(split, tree)

@@ -1,0 +1,414 @@
+"""Checkpoints, preemption-safe resume and layout-independent restore (orbax, tensorstore).
+
+Implements the checkpointing of DESIGN.md §6-7 on orbax's `CheckpointManager` with its
+tensorstore backend. Saving and restoring are collective: every process calls them with
+the same arguments; orbax coordinates, and process 0 writes the metadata. A checkpoint
+is the step directory `checkpoints/<update>/` holding three items:
+
+  state            the learner state pytree (parameters, optimizer state, counters);
+  previous_params  with policy_lag 1, the policy parameters the actors hold (version
+                   `update`), so the resumed lag schedule continues exactly;
+  meta             JSON: update, global step, schedule, episode statistics, and the
+                   SHA-256 checksum and leaf signature of the two trees above.
+
+No RNG state needs saving: every random key derives from the seed and layout-free
+indices (the update counter in the learner state, the step, the global env index).
+envpool cannot snapshot its envs, so a resumed run re-seeds them from the seed and the
+resume update (`env_seed_base`); docs/checkpointing.md states what that guarantees.
+
+Crash safety is orbax's: a save is written to `<update>.orbax-checkpoint-tmp-*` and
+renamed only when complete, so a killed save never looks finished. On top of that,
+`restore` skips, with a warning, any finished checkpoint whose data cannot be read or
+does not match its checksum.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import orbax.checkpoint as ocp
+from absl import logging
+from jax.experimental import multihost_utils
+from jax.sharding import PartitionSpec
+
+from sebulba.errors import ConfigError
+from sebulba.mesh import BATCH_AXIS, DeviceLayout
+
+CHECKPOINTS_DIRNAME = "checkpoints"
+# Unreadable checkpoints of a run are moved here (never deleted), so the run can save
+# that update again and `max_to_keep` counts only good checkpoints.
+SKIPPED_DIRNAME = "checkpoints_skipped"
+FORMAT_VERSION = 1
+_STATE, _PREVIOUS, _META = "state", "previous_params", "meta"
+_TMP_MARKER = ".orbax-checkpoint-tmp"  # orbax's suffix of a save in progress.
+
+
+class CheckpointMismatch(ConfigError):
+    """A readable checkpoint holds a run this config cannot continue."""
+
+
+def checkpoints_dir(workdir: str) -> str:
+    """Where a run in `workdir` keeps its checkpoints."""
+    return os.path.join(os.path.abspath(workdir), CHECKPOINTS_DIRNAME)
+
+
+def resolve_source(path: str) -> tuple[str, int | None]:
+    """Maps a workdir, a checkpoints directory or a step directory to (directory, step).
+
+    Raises:
+      ConfigError: `path` does not exist.
+    """
+    path = os.path.abspath(path)
+    if not os.path.isdir(path):
+        raise ConfigError(f"ckpt.resume_from {path!r} is not a directory")
+    if os.path.isdir(os.path.join(path, CHECKPOINTS_DIRNAME)):
+        return os.path.join(path, CHECKPOINTS_DIRNAME), None
+    name = os.path.basename(path)
+    if name.isdigit() and os.path.isdir(os.path.join(path, _META)):
+        return os.path.dirname(path), int(name)
+    return path, None
+
+
+def env_seed_base(seed: int, first_update: int) -> int:
+    """Seed of global env 0 for a run (segment) that starts at `first_update`.
+
+    A fresh run seeds env g with `seed + g`. A resumed run cannot restore the envs'
+    internal state, so it draws a new base from (seed, first_update): resuming the same
+    checkpoint twice gives the same envs, and no resume repeats the fresh run's episodes.
+    """
+    if first_update == 1:
+        return seed
+    entropy = np.random.SeedSequence([seed % 2**32, first_update]).generate_state(1)[0]
+    return int(entropy % 2**30)  # envpool seeds are C ints; leave room for + g.
+
+
+def tree_signature(tree: Any) -> list[str]:
+    """ "path shape dtype" of every leaf (arrays or ShapeDtypeStructs), flatten order."""
+    leaves, _ = jax.tree_util.tree_flatten_with_path(tree)
+    return [f"{jax.tree_util.keystr(p)} {tuple(x.shape)} {x.dtype}" for p, x in leaves]
+
+
+def tree_checksum(tree: Any) -> str | None:
+    """SHA-256 of every leaf's raw bytes (keys as key data); None if not replicated.
+
+    Only fully replicated trees have a layout-independent local copy to hash; the
+    learner state always is (the pipeline compiles the update with it replicated).
+    """
+    digest = hashlib.sha256()
+    for leaf in jax.tree.leaves(tree):
+        if isinstance(leaf, jax.Array):
+            if not leaf.sharding.is_fully_replicated:
+                return None
+            leaf = leaf.addressable_shards[0].data
+            if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+                leaf = jax.random.key_data(leaf)
+        digest.update(np.ascontiguousarray(jax.device_get(leaf)).tobytes())
+    return digest.hexdigest()
+
+
+def abstract_replicated(tree: Any, sharding: jax.sharding.Sharding) -> Any:
+    """ShapeDtypeStructs of `tree` (arrays or shapes) placed with `sharding`."""
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), tree)
+
+
+def _manager(
+    directory: str, *, create: bool = False, max_to_keep: int | None = None, async_save: bool = True
+) -> ocp.CheckpointManager:
+    options = ocp.CheckpointManagerOptions(
+        create=create,
+        max_to_keep=max_to_keep,
+        enable_async_checkpointing=async_save,
+        cleanup_tmp_directories=create,  # Only the writer removes interrupted saves.
+    )
+    handlers = {
+        _STATE: ocp.StandardCheckpointHandler(),
+        _PREVIOUS: ocp.StandardCheckpointHandler(),
+        _META: ocp.JsonCheckpointHandler(),
+    }
+    return ocp.CheckpointManager(directory, item_handlers=handlers, options=options)
+
+
+def interrupted_saves(directory: str) -> list[str]:
+    """Saves that never finished (their process died while writing)."""
+    if not os.path.isdir(directory):
+        return []
+    return sorted(name for name in os.listdir(directory) if _TMP_MARKER in name)
+
+
+def list_steps(directory: str) -> list[int]:
+    """Finished checkpoint steps in `directory`, oldest first (no data is read)."""
+    if not os.path.isdir(directory):
+        return []
+    return sorted(_manager(directory).all_steps())
+
+
+def _all_processes_ok(ok: bool, layout: DeviceLayout | None) -> bool:
+    return not any_process(not ok, layout) if layout is not None else ok
+
+
+def any_process(flag: bool, layout: DeviceLayout) -> bool:
+    """True on every process if `flag` is True on any (a collective over the learner mesh).
+
+    Multi-process runs must take the same decision at the same update (stopping on a
+    signal that reached one host first, skipping a checkpoint one host cannot read).
+    """
+    if jax.process_count() == 1:
+        return flag
+    local = np.full((len(layout.local_learner_devices),), flag, np.int32)
+    flags = jax.make_array_from_process_local_data(
+        layout.sharding(PartitionSpec(BATCH_AXIS)), local
+    )
+    result = jax.jit(jnp.max, out_shardings=layout.replicated)(flags)
+    return bool(np.asarray(result.addressable_shards[0].data))
+
+
+@dataclasses.dataclass
+class Restored:
+    """A checkpoint restored onto the current layout.
+
+    Attributes:
+      step: the update after which it was saved.
+      path: its step directory.
+      state: the learner state, with the target shardings.
+      previous_params: version `step` of the policy parameters (policy_lag 1), or None.
+      meta: its JSON metadata.
+    """
+
+    step: int
+    path: str
+    state: Any
+    previous_params: Any
+    meta: dict[str, Any]
+
+
+def _check_compatible(meta: dict, signature: list[str], expect: dict, path: str) -> None:
+    if meta.get("format") != FORMAT_VERSION:
+        raise ValueError(f"unknown format {meta.get('format')!r}")
+    for key, value in expect.items():
+        if meta.get(key) != value:
+            raise CheckpointMismatch(
+                f"checkpoint {path} was saved with {key}={meta.get(key)!r}, "
+                f"but this config has {key}={value!r}"
+            )
+    if meta["state_signature"] != signature:
+        saved = set(meta["state_signature"])
+        leaf = next((s for s in signature if s not in saved), signature[:1])
+        raise CheckpointMismatch(
+            f"checkpoint {path} holds a learner state this config does not build "
+            f"(e.g. leaf {leaf!r} differs): agent or network settings changed"
+        )
+
+
+def _skip(directory: str, step: int, problem: str, skipped_dir: str | None) -> None:
+    where = f"{directory}/{step}"
+    if skipped_dir is None:
+        logging.warning("skipping checkpoint %s: %s", where, problem)
+        return
+    target = os.path.join(skipped_dir, f"{step}-{time.strftime('%Y%m%dT%H%M%S')}")
+    logging.warning("skipping checkpoint %s: %s; moved to %s", where, problem, target)
+    if jax.process_index() == 0:
+        os.makedirs(skipped_dir, exist_ok=True)
+        os.rename(where, target)
+    if jax.process_count() > 1:
+        multihost_utils.sync_global_devices(f"sebulba:skip-checkpoint-{step}")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Request:
+    abstract_state: Any
+    abstract_previous: Any
+    expect: dict[str, Any]
+    layout: DeviceLayout | None
+
+    @property
+    def signature(self) -> list[str]:
+        return tree_signature({_STATE: self.abstract_state})
+
+
+def restore(
+    directory: str,
+    abstract_state: Any,
+    abstract_previous: Any = None,
+    *,
+    step: int | None = None,
+    expect: dict[str, Any] | None = None,
+    layout: DeviceLayout | None = None,
+    skipped_dir: str | None = None,
+) -> Restored | None:
+    """Restores the newest valid checkpoint in `directory`, or exactly `step`.
+
+    Arrays are placed with the shardings of `abstract_state` / `abstract_previous`, so a
+    checkpoint saved on one learner layout restores onto any other. A checkpoint whose
+    data cannot be read or fails its checksum is skipped with a warning (and moved to
+    `skipped_dir` if given); the next older one is tried. Never loads one silently.
+
+    Args:
+      directory: a checkpoints directory.
+      abstract_state: ShapeDtypeStructs (with shardings) of the learner state.
+      abstract_previous: the same for the policy parameters; None to not restore them.
+      step: restore this step only (an unreadable one is then an error).
+      expect: meta values that must match (e.g. steps_per_update).
+      layout: the learner layout; multi-process runs agree on every decision over it.
+      skipped_dir: where unreadable checkpoints are moved (a run's own checkpoints only).
+
+    Returns:
+      The restored checkpoint, or None if `directory` holds no valid checkpoint.
+
+    Raises:
+      CheckpointMismatch: a readable checkpoint cannot continue this config.
+      ValueError: `step` is given but missing or unreadable.
+    """
+    steps = list_steps(directory)
+    if step is not None:
+        if step not in steps:
+            raise ValueError(f"no finished checkpoint {step} in {directory} (found {steps})")
+        steps = [step]
+    if not steps:
+        return None
+    request = _Request(abstract_state, abstract_previous, expect or {}, layout)
+    manager = _manager(directory)
+    try:
+        for candidate in reversed(steps):
+            path = os.path.join(directory, str(candidate))
+            meta, trees, problem = _read(manager, candidate, path, request)
+            if problem is None:
+                return Restored(candidate, path, trees[_STATE], trees.get(_PREVIOUS), meta)
+            if step is not None:
+                raise ValueError(f"checkpoint {path} is not usable: {problem}")
+            _skip(directory, candidate, problem, skipped_dir)
+        return None
+    finally:
+        manager.close()
+
+
+def _read(manager: ocp.CheckpointManager, step: int, path: str, request: _Request):
+    """Reads one checkpoint; returns (meta, trees, problem), problem None if usable."""
+    meta, trees, problem = {}, {}, None
+    try:
+        meta = manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))[_META]
+        _check_compatible(meta, request.signature, request.expect, path)
+    except CheckpointMismatch:
+        raise
+    except Exception as error:  # noqa: BLE001 - any read failure makes it unusable.
+        problem = f"unreadable metadata ({type(error).__name__}: {error})"
+    # Processes agree before each (collective) restore, so none waits for the others.
+    if not _all_processes_ok(problem is None, request.layout):
+        return meta, trees, problem or "unreadable on another process"
+    items = {_STATE: ocp.args.StandardRestore(request.abstract_state)}
+    if request.abstract_previous is not None and meta["has_previous_params"]:
+        items[_PREVIOUS] = ocp.args.StandardRestore(request.abstract_previous)
+    try:
+        restored = manager.restore(step, args=ocp.args.Composite(**items))
+        for name in items:
+            trees[name] = restored[name]
+            expected = meta["checksums"][name]
+            if expected is not None and tree_checksum(trees[name]) != expected:
+                problem = f"{name} does not match its checksum"
+    except Exception as error:  # noqa: BLE001 - any read failure makes it unusable.
+        problem = f"unreadable data ({type(error).__name__}: {error})"
+    if not _all_processes_ok(problem is None, request.layout):
+        return meta, trees, problem or "unreadable on another process"
+    return meta, trees, None
+
+
+class Checkpointer:
+    """Saves a run's checkpoints into `workdir/checkpoints` (every process calls it).
+
+    Saves are asynchronous by default: `save` returns once the arrays are copied to host
+    memory (so the learner may donate them to the next update) and the files are written
+    in the background. Orbax keeps the newest `max_to_keep` checkpoints.
+    """
+
+    def __init__(self, workdir: str, *, max_to_keep: int, async_save: bool):
+        self.directory = checkpoints_dir(workdir)
+        for name in interrupted_saves(self.directory):
+            logging.warning(
+                "skipping unfinished checkpoint %s/%s: its save was interrupted; deleting it",
+                self.directory,
+                name,
+            )
+        self._manager = _manager(
+            self.directory, create=True, max_to_keep=max_to_keep, async_save=async_save
+        )
+        self.last_saved: int | None = self._manager.latest_step()
+        self.blocking_s: list[float] = []
+
+    def path(self, step: int) -> str:
+        return os.path.join(self.directory, str(step))
+
+    def save(self, update: int, state: Any, previous_params: Any, meta: dict[str, Any]) -> str:
+        """Saves the state after `update` with `previous_params` (or None); returns its path."""
+        start = time.perf_counter()
+        meta = {
+            **meta,
+            "format": FORMAT_VERSION,
+            "update": update,
+            "state_signature": tree_signature({_STATE: state}),
+            "has_previous_params": previous_params is not None,
+            "checksums": {
+                _STATE: tree_checksum(state),
+                _PREVIOUS: None if previous_params is None else tree_checksum(previous_params),
+            },
+        }
+        items = {_STATE: ocp.args.StandardSave(state), _META: ocp.args.JsonSave(meta)}
+        if previous_params is not None:
+            items[_PREVIOUS] = ocp.args.StandardSave(previous_params)
+        self._manager.save(update, args=ocp.args.Composite(**items), force=True)
+        self.blocking_s.append(time.perf_counter() - start)
+        self.last_saved = update
+        logging.info("checkpoint %d: learner blocked %.3fs", update, self.blocking_s[-1])
+        return self.path(update)
+
+    def wait(self) -> None:
+        """Blocks until every started save is finished on disk."""
+        self._manager.wait_until_finished()
+
+    def close(self) -> None:
+        self._manager.wait_until_finished()
+        self._manager.close()
+
+
+class StopSignals:
+    """Turns SIGTERM and SIGINT into a request to stop after the current update.
+
+    A second signal aborts at once (KeyboardInterrupt). Handlers can only be installed
+    from the main thread; elsewhere (a library user's thread) signals keep their
+    previous behaviour. The previous handlers are restored on exit.
+    """
+
+    def __init__(self):
+        self.received: str | None = None
+        self._previous: dict[int, Any] = {}
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        del frame
+        name = signal.Signals(signum).name
+        if self.received is not None:
+            raise KeyboardInterrupt(f"second {name}: stopping without a checkpoint")
+        self.received = name
+        print(
+            f"sebulba: {name} received: finishing the current update, then saving a "
+            "checkpoint (send it again to abort without saving)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def __enter__(self) -> StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)

@@ -1,0 +1,252 @@
+"""PPO: GAE and masks, layout-independent minibatches, sharded update, networks."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from sebulba.agents import minibatches, ppo
+from sebulba.agents.api import EnvSpec, Rollout, rollout_partition_specs
+from sebulba.agents.networks import make_network
+from sebulba.config import base_config
+from sebulba.errors import ConfigError
+from sebulba.sizes import derive_sizes
+
+T, B = 8, 8
+CARTPOLE = EnvSpec("CartPole-v1", (4,), "float32", 2, False)
+
+
+def ppo_config(**agent):
+    config = base_config(ppo.get_config())
+    config.agent.minibatch_loop = "scan"  # Compiles fastest; loops are compared below.
+    config.agent.num_steps = T
+    config.agent.num_minibatches = 2
+    config.agent.update_epochs = 2
+    config.total_timesteps = T * B * 10
+    config.env.num_envs = B
+    for name, value in agent.items():
+        config.agent[name] = value
+    return config
+
+
+def make_agent(**agent):
+    config = ppo_config(**agent)
+    return ppo.make(config, CARTPOLE, derive_sizes(config))
+
+
+def random_rollout(seed=0, num_envs=B):
+    rng = np.random.default_rng(seed)
+    return Rollout(
+        obs=rng.normal(size=(T + 1, num_envs, 4)).astype(np.float32),
+        actions=rng.integers(0, 2, size=(T, num_envs)).astype(np.int32),
+        rewards=rng.normal(size=(T, num_envs)).astype(np.float32),
+        terminations=rng.random((T, num_envs)) < 0.1,
+        truncations=rng.random((T, num_envs)) < 0.05,
+        valid=rng.random((T, num_envs)) > 0.1,
+        policy_outputs={
+            "logprob": np.log(rng.uniform(0.2, 0.8, size=(T + 1, num_envs))).astype(np.float32),
+            "value": rng.normal(size=(T + 1, num_envs)).astype(np.float32),
+        },
+        env_ids=np.arange(num_envs, dtype=np.int32),
+    )
+
+
+def mesh_of(n):
+    return Mesh(jax.devices()[:n], ("batch",))
+
+
+def jitted_update(agent, mesh, state, rollout):
+    replicated = NamedSharding(mesh, PartitionSpec())
+    state_sharding = jax.tree.map(lambda _: replicated, state)
+    rollout_sharding = jax.tree.map(
+        lambda spec: NamedSharding(mesh, spec), rollout_partition_specs(rollout)
+    )
+    return jax.jit(
+        agent.update,
+        in_shardings=(state_sharding, rollout_sharding),
+        out_shardings=(state_sharding, replicated),
+        donate_argnums=0,
+    )
+
+
+def run_update(agent, num_devices, rollout):
+    mesh = mesh_of(num_devices)
+    state = jax.jit(agent.init, out_shardings=NamedSharding(mesh, PartitionSpec()))(
+        jax.random.key(0)
+    )
+    step = jitted_update(agent, mesh, state, rollout)
+    return step(state, rollout), step, state
+
+
+def test_gae_hand_checked_terminations_truncations_and_lambda():
+    # One env, T=3, values v = [1, 2, 3, 4], rewards 1, gamma = lambda = 0.5.
+    rollout = Rollout(
+        obs=np.zeros((4, 1, 4), np.float32),
+        actions=np.zeros((3, 1), np.int32),
+        rewards=np.ones((3, 1), np.float32),
+        terminations=np.array([[False], [True], [False]]),
+        truncations=np.zeros((3, 1), bool),
+        valid=np.ones((3, 1), bool),
+        policy_outputs={
+            "logprob": np.zeros((4, 1), np.float32),
+            "value": np.array([[1.0], [2.0], [3.0], [4.0]], np.float32),
+        },
+        env_ids=np.zeros(1, np.int32),
+    )
+    delta0 = 1 + 0.5 * 2 - 1
+    delta1 = 1 + 0.0 - 2  # Terminal: no bootstrap.
+    delta2 = 1 + 0.5 * 4 - 3
+    expected = [delta0 + 0.25 * delta1, delta1, delta2]  # Trace cut after t=1.
+    advantages, returns = ppo.advantages_and_returns(rollout, 0.5, 0.5)
+    np.testing.assert_allclose(advantages[:, 0], expected, rtol=1e-6)
+    np.testing.assert_allclose(returns[:, 0], np.add(expected, [1, 2, 3]), rtol=1e-6)
+    # A truncation at t=1 bootstraps from v2 but still cuts the trace to t=0.
+    truncated = rollout.replace(
+        terminations=np.zeros((3, 1), bool), truncations=np.array([[False], [True], [False]])
+    )
+    advantages, _ = ppo.advantages_and_returns(truncated, 0.5, 0.5)
+    d1 = 1 + 0.5 * 3 - 2
+    np.testing.assert_allclose(advantages[:, 0], [delta0 + 0.25 * d1, d1, delta2], rtol=1e-6)
+
+
+def test_invalid_samples_carry_no_weight():
+    agent = make_agent()
+    rollout = random_rollout()
+    # Scrambling every invalid sample's data must not change the update.
+    scrambled = rollout.replace(
+        actions=np.where(rollout.valid, rollout.actions, 1 - rollout.actions),
+        policy_outputs={
+            "logprob": np.where(
+                np.concatenate([rollout.valid, np.ones((1, B), bool)]),
+                rollout.policy_outputs["logprob"],
+                -5.0,
+            ),
+            "value": rollout.policy_outputs["value"],
+        },
+    )
+    update = jax.jit(agent.update)
+    new_a, metrics = update(agent.init(jax.random.key(0)), rollout)
+    new_b, _ = update(agent.init(jax.random.key(0)), scrambled)
+    for a, b in zip(jax.tree.leaves(new_a.params), jax.tree.leaves(new_b.params), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+    assert np.isfinite(float(metrics["policy_loss"]))
+
+
+def _composition(batches_fn, num_devices, permutation, num_minibatches=2):
+    mesh = mesh_of(num_devices)
+    env_ids = np.arange(B, dtype=np.int32)[permutation]
+    time_index = np.broadcast_to(np.arange(T)[:, None], (T, B)).astype(np.int32)
+    tree = {"t": time_index, "env": np.broadcast_to(env_ids, (T, B)).astype(np.int32)}
+    sharding = NamedSharding(mesh, PartitionSpec(None, "batch"))
+    fn = jax.jit(
+        lambda tree, ids: batches_fn(tree, jax.random.key(3), ids, num_minibatches),
+        in_shardings=(sharding, NamedSharding(mesh, PartitionSpec("batch"))),
+    )
+    out = jax.device_get(fn(tree, env_ids))
+    hlo = fn.lower(tree, env_ids).compile().as_text()
+    return [
+        set(zip(out["t"][j].ravel(), out["env"][j].ravel(), strict=True))
+        for j in range(num_minibatches)
+    ], hlo
+
+
+@pytest.mark.parametrize("batches_fn", [minibatches.time_shuffled, minibatches.env_groups])
+def test_minibatch_composition_does_not_depend_on_layout(batches_fn):
+    reference, _ = _composition(batches_fn, 1, np.arange(B))
+    assert sum(len(m) for m in reference) == T * B  # Every sample exactly once.
+    for num_devices in (2, 4):
+        other, hlo = _composition(batches_fn, num_devices, np.arange(B))
+        assert other == reference
+        for collective in ("all-to-all", "all-gather", "collective-permute"):
+            assert collective not in hlo
+    # Column order must not matter either (pairs of adjacent columns swapped).
+    swapped = np.arange(B).reshape(-1, 2)[::-1].ravel()
+    other, _ = _composition(batches_fn, 2, swapped)
+    assert other == reference
+
+
+def test_update_agrees_across_learner_layouts_and_is_replicated():
+    agent = make_agent()
+    rollout = random_rollout()
+    results = {}
+    for n in (1, 2, 4):
+        (state, metrics), _, _ = run_update(agent, n, rollout)
+        results[n] = jax.device_get(state.params)
+        for leaf in jax.tree.leaves(state):
+            assert leaf.sharding.is_fully_replicated
+            assert leaf.sharding.device_set == set(jax.devices()[:n])
+    for n in (2, 4):
+        for a, b in zip(jax.tree.leaves(results[1]), jax.tree.leaves(results[n]), strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_compiled_update_moves_no_rollout_data_between_devices():
+    agent = make_agent()
+    rollout = random_rollout()
+    _, step, state = run_update(agent, 4, rollout)
+    state = jax.jit(agent.init, out_shardings=NamedSharding(mesh_of(4), PartitionSpec()))(
+        jax.random.key(0)
+    )
+    hlo = step.lower(state, rollout).compile().as_text()
+    assert "all-reduce" in hlo  # Gradients are averaged over the global batch...
+    for collective in ("all-to-all", "all-gather", "collective-permute"):
+        assert collective not in hlo  # ...and nothing else crosses devices.
+
+
+def test_scan_and_unrolled_loops_agree():
+    rollout = random_rollout()
+    out = {}
+    for loop in ("scan", "unrolled"):
+        agent = make_agent(minibatch_loop=loop)
+        state, _ = jax.jit(agent.update)(agent.init(jax.random.key(0)), rollout)
+        out[loop] = jax.device_get(state.params)
+    for a, b in zip(jax.tree.leaves(out["scan"]), jax.tree.leaves(out["unrolled"]), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_learning_rate_anneals_once_per_update():
+    agent = make_agent()
+    state = agent.init(jax.random.key(0))
+    rates = []
+    update = jax.jit(agent.update)
+    for _ in range(3):
+        state, metrics = update(state, random_rollout())
+        rates.append(float(metrics["learning_rate"]))
+    np.testing.assert_allclose(rates, [2.5e-4, 2.5e-4 * 0.9, 2.5e-4 * 0.8], rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "agent, field",
+    [
+        ({"num_minibatches": 3}, "agent.num_minibatches"),
+        ({"update_epochs": 0}, "agent.update_epochs"),
+        ({"minibatch_loop": "fast"}, "agent.minibatch_loop"),
+        ({"network": "transformer"}, "agent.network"),
+    ],
+)
+def test_bad_ppo_values_name_the_field(agent, field):
+    with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
+        make_agent(**agent)
+
+
+@pytest.mark.parametrize(
+    "name, obs_shape, dtype",
+    [
+        ("mlp", (4,), jnp.float32),
+        ("nature_cnn", (4, 84, 84), jnp.uint8),
+        ("impala_resnet", (4, 84, 84), jnp.uint8),
+    ],
+)
+def test_networks_map_observations_to_logits_and_values(name, obs_shape, dtype):
+    network = make_network(name, num_actions=18)
+    obs = jnp.full((2, *obs_shape), 7, dtype)
+    params = network.init(jax.random.key(0), obs)
+    again = network.init(jax.random.key(0), obs)
+    logits, value = network.apply(params, obs)
+    assert logits.shape == (2, 18) and value.shape == (2,)
+    assert logits.dtype == jnp.float32
+    for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(again), strict=True):
+        np.testing.assert_array_equal(a, b)
+    # baselines initialisation: the policy head starts near-uniform (gain 0.01).
+    assert float(jnp.max(jnp.abs(logits))) < 0.5
