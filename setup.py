@@ -18,6 +18,10 @@ INSTALL_REQUIRES = [
     "orbax-checkpoint>=0.12.0,<0.13",
     "tensorstore>=0.1.80,<0.2",
     "tensorboardX>=2.6,<3",
+    "matplotlib>=3.8,<4",
+    # Atari aggregate metrics in sebulba.plot; arch (under rliable) breaks on pandas 3.
+    "rliable>=1.2,<2",
+    "pandas>=2.0,<3",
 ]
 
 setup(

@@ -23,6 +23,8 @@ def get_config(arg: str | None = None):
     if arg == "smoke":
         config.total_timesteps = 8 * 16 * 4
         config.agent.num_steps = 16
+        config.agent.num_minibatches = 2
+        config.agent.update_epochs = 2
         config.log.every_updates = 1
     elif arg is not None:
         raise ValueError(f"unknown variant {arg!r} of ppo_cartpole (known: smoke)")

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import logging as py_logging
 import os
 import signal
 import sys
@@ -51,6 +52,16 @@ SKIPPED_DIRNAME = "checkpoints_skipped"
 FORMAT_VERSION = 1
 _STATE, _PREVIOUS, _META = "state", "previous_params", "meta"
 _TMP_MARKER = ".orbax-checkpoint-tmp"  # orbax's suffix of a save in progress.
+
+
+class _QuietOrbax(py_logging.Filter):
+    """Drops orbax's INFO chatter (dozens of lines per save); its warnings still show."""
+
+    def filter(self, record: py_logging.LogRecord) -> bool:
+        return record.levelno >= py_logging.WARNING or "/orbax/" not in record.pathname
+
+
+py_logging.getLogger("absl").addFilter(_QuietOrbax())
 
 
 class CheckpointMismatch(ConfigError):

@@ -149,9 +149,8 @@ def initialize(options: DistributedOptions) -> str:
             shutdown_timeout_seconds=options.shutdown_timeout_s,
         )
     except ValueError as error:
-        if options.auto_detect and "should be defined" in str(error) or "must be defined" in str(
-            error
-        ):
+        # JAX's message when nothing was detected: "... should/must be defined."
+        if options.auto_detect and "defined" in str(error):
             raise ConfigError(
                 "--distributed found no SLURM, Open MPI or Cloud TPU VM environment "
                 f"({error}); pass --coordinator_address, --num_processes and --process_id"

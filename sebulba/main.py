@@ -3,17 +3,27 @@
     python -m sebulba.main --config=configs/ppo_cartpole.py --workdir=runs/cartpole
     python -m sebulba.main --config=configs/ppo_atari.py:smoke --workdir=/tmp/x \
         --config.seed=2
+    # One process per host; SLURM, Open MPI and Cloud TPU VMs are detected:
+    python -m sebulba.main --config=... --workdir=... --distributed
+    # Any other cluster, or several local processes:
+    python -m sebulba.main --config=... --workdir=... \
+        --coordinator_address=HOST:PORT --num_processes=N --process_id=I
 
-A bad config exits with status 2 and one line naming the field.
+Bad flags or a bad config exit with status 2 and one line on stderr naming the field.
+See docs/multihost.md for multi-process runs and their failure behaviour.
 """
 
 from __future__ import annotations
 
+import difflib
+import logging as std_logging
+import re
 import sys
 
 from absl import app, flags, logging
-from ml_collections import config_flags
+from ml_collections import config_dict, config_flags
 
+from sebulba import distributed
 from sebulba.errors import ConfigError
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -21,42 +31,163 @@ _CONFIG = config_flags.DEFINE_config_file(
 )
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for metrics, summaries, checkpoints.")
 _DISTRIBUTED = flags.DEFINE_bool(
-    "distributed", False, "Call jax.distributed.initialize() with auto-detection."
+    "distributed",
+    False,
+    "Join a multi-process run found by jax.distributed auto-detection (SLURM, Open MPI, "
+    "Cloud TPU VM). Explicit flags below override what is detected.",
 )
 _COORDINATOR = flags.DEFINE_string(
     "coordinator_address", None, "HOST:PORT of process 0 for an explicit multi-process run."
 )
 _NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Processes in the run.")
 _PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's index.")
+_INIT_TIMEOUT = flags.DEFINE_integer(
+    "initialization_timeout_s", 300, "Fail if not every process has joined after this long."
+)
+_HEARTBEAT_TIMEOUT = flags.DEFINE_integer(
+    "heartbeat_timeout_s",
+    60,
+    "A process that sends no heartbeat for this long (dead, frozen, unreachable host) "
+    "fails the run on every other process.",
+)
+_SHUTDOWN_TIMEOUT = flags.DEFINE_integer(
+    "shutdown_timeout_s", 120, "How long a finished process waits for the others at exit."
+)
+_WATCHDOG_TIMEOUT = flags.DEFINE_float(
+    "watchdog_timeout_s",
+    600.0,
+    "Multi-process runs: exit if no learner update finishes for this long after the "
+    "first one (a hung peer). 0 disables.",
+)
 flags.mark_flags_as_required(["config", "workdir"])
 
+# The config override flags: --config.a.b=VALUE and --noconfig.a.b.
+_OVERRIDE = re.compile(r"^--?(?:no)?config\.([^=\s]+)")
 
-def _initialize_distributed() -> None:
-    import jax
 
-    if _COORDINATOR.value is not None:
-        jax.distributed.initialize(
-            coordinator_address=_COORDINATOR.value,
-            num_processes=_NUM_PROCESSES.value,
-            process_id=_PROCESS_ID.value,
-        )
-    elif _DISTRIBUTED.value:
-        jax.distributed.initialize()
+def _config_error(message: str) -> None:
+    print(f"sebulba: config error: {message}", file=sys.stderr, flush=True)
+    sys.exit(2)
+
+
+def _config_argument(argv: list[str]) -> str | None:
+    for i, arg in enumerate(argv):
+        if arg.startswith(("--config=", "-config=")):
+            return arg.split("=", 1)[1]
+        if arg in ("--config", "-config") and i + 1 < len(argv):
+            return argv[i + 1]
+    return None
+
+
+def _unknown_override(argv: list[str]) -> str | None:
+    """Describes the first `--config.KEY` override whose KEY is not in the config."""
+    path = _config_argument(argv)
+    if path is None:
+        return None
+    try:
+        config = flags.FLAGS["config"].parser.parse(path)
+    except Exception:  # noqa: BLE001 - the original parse error is reported instead.
+        return None
+    if not isinstance(config, config_dict.ConfigDict):
+        return None
+    for arg in argv[1:]:
+        match = _OVERRIDE.match(arg)
+        if match is None:
+            continue
+        node, walked = config, []
+        for key in match.group(1).split("."):
+            if isinstance(node, config_dict.ConfigDict) and key in node:
+                node = node[key]
+                walked.append(key)
+                continue
+            if not isinstance(node, config_dict.ConfigDict) or "[" in key:
+                break  # Indexing into a value: left to ml_collections.
+            close = difflib.get_close_matches(key, list(node.keys()), n=1)
+            hint = f' (did you mean "{".".join([*walked, close[0]])}"?)' if close else ""
+            return f"--config.{match.group(1)}: no such key{hint}"
+    return None
+
+
+def _one_line(error: BaseException) -> str:
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    if not lines:
+        return type(error).__name__
+    if "Error whilst parsing config file" in lines[0]:
+        return f"--config: get_config() raised {lines[-1]}"
+    if isinstance(error, ImportError):
+        return f"--config: cannot load the file: {lines[0]}"
+    if lines[0].startswith(("Failed loading config file", "Configuration is not available")):
+        return f"--config: cannot load the file: {lines[-1]}"
+    return lines[0]
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+    """absl flag parsing that reports any flag or config error in one stderr line."""
+    try:
+        remaining = flags.FLAGS(argv)
+        if not isinstance(_CONFIG.value, config_dict.ConfigDict):
+            _CONFIG.value.to_dict()  # Raises the deferred error of an unloadable file.
+    except SystemExit:
+        raise
+    except Exception as error:  # noqa: BLE001 - every parse error becomes one line.
+        _config_error(_unknown_override(argv) or _one_line(error))
+    return remaining
+
+
+def _distributed_options() -> distributed.DistributedOptions:
+    return distributed.DistributedOptions(
+        auto_detect=_DISTRIBUTED.value,
+        coordinator_address=_COORDINATOR.value,
+        num_processes=_NUM_PROCESSES.value,
+        process_id=_PROCESS_ID.value,
+        initialization_timeout_s=_INIT_TIMEOUT.value,
+        heartbeat_timeout_s=_HEARTBEAT_TIMEOUT.value,
+        shutdown_timeout_s=_SHUTDOWN_TIMEOUT.value,
+    )
 
 
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-    _initialize_distributed()
+        _config_error(f"unexpected arguments: {' '.join(argv[1:])}")
+    options = _distributed_options()
+    try:
+        source = distributed.initialize(options)
+    except ConfigError as error:
+        _config_error(str(error))
+    import jax
+
     from sebulba import train
 
+    if options.enabled:
+        distributed.log_process_start(source)
+    multi_process = jax.process_count() > 1
+    watchdog = distributed.Watchdog(
+        _WATCHDOG_TIMEOUT.value if multi_process else 0.0,
+        describe=lambda: f"process {jax.process_index()}/{jax.process_count()}",
+    ).start()
     try:
         train.train(_CONFIG.value, _WORKDIR.value)
     except ConfigError as error:
-        print(f"sebulba: config error: {error}", file=sys.stderr)
+        # Every process rejects the same config; exit without the shutdown barrier so a
+        # process that alone rejected it (e.g. fewer devices) cannot hold the others.
+        print(f"sebulba: config error: {error}", file=sys.stderr, flush=True)
+        if multi_process:
+            distributed.hard_exit(2)
         sys.exit(2)
+    except BaseException as error:  # noqa: BLE001 - see exit_after_failure.
+        if isinstance(error, SystemExit):
+            raise
+        distributed.exit_after_failure(error, multi_process)
+    finally:
+        watchdog.stop()
+    if options.enabled:
+        # Waits (up to --shutdown_timeout_s) until every process has finished.
+        jax.distributed.shutdown()
 
 
 if __name__ == "__main__":
+    # Backend probing logs "Unable to initialize backend 'tpu'" at INFO on every
+    # machine without a TPU; it would precede (and obscure) one-line config errors.
+    std_logging.getLogger("jax._src.xla_bridge").setLevel(std_logging.WARNING)
     logging.set_verbosity(logging.INFO)
-    app.run(main)
+    app.run(main, flags_parser=parse_flags)

@@ -1,7 +1,10 @@
 """`train(config, workdir)`: one training run, phase by phase.
 
-Everything that can reject the config (sizes, devices, env id, agent) runs before the
-workdir is touched, so a bad config leaves nothing behind.
+Everything that can reject the config (sizes, devices, env id, agent, an incompatible
+checkpoint) runs before the workdir is touched, so a bad config leaves nothing behind.
+A run resumes from the newest valid checkpoint in `workdir/checkpoints` (else from
+`ckpt.resume_from`) and stops cleanly, with a checkpoint, on SIGTERM or SIGINT; see
+`sebulba.checkpoint` and docs/checkpointing.md.
 """
 
 from __future__ import annotations
@@ -9,19 +12,21 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 import jax
 import ml_collections
 from absl import logging
 
+from sebulba import checkpoint as ckpt_lib
 from sebulba import envs as envs_lib
 from sebulba.agents import resolve_agent
 from sebulba.agents.api import Agent, EnvSpec
 from sebulba.errors import ConfigError
 from sebulba.mesh import DeviceLayout, build_layout
-from sebulba.metrics import MetricsLogger, params_checksum, write_json
-from sebulba.pipeline import Pipeline
+from sebulba.metrics import MetricsLogger, params_checksum, truncate_metrics, write_json
+from sebulba.pipeline import Pipeline, UpdateReport, required_policy_version
 from sebulba.sizes import Sizes, derive_sizes
 
 _TRANSFER_GUARD_LEVELS = ("allow", "log", "disallow", "log_explicit", "disallow_explicit")
@@ -62,17 +67,33 @@ def prepare(config: ml_collections.ConfigDict) -> RunSetup:
         )
     envs_lib.check_env_id(config.env.id)
     agent_module = resolve_agent(config.agent.name)
-    envs_per_thread = []
-    for thread_index in range(sizes.num_actor_threads):
-        first_env = (jax.process_index() * sizes.num_actor_threads + thread_index) * (
-            sizes.envs_per_thread
-        )
-        envs_per_thread.append(
-            envs_lib.make_envs(config.env, sizes.envs_per_thread, seed=config.seed + first_env)
-        )
+    _check_ckpt_config(config.ckpt)
+    envs_per_thread = make_env_pools(config, sizes, first_update=1)
     env_spec = envs_lib.env_spec_of(config.env, envs_per_thread[0])
     agent = agent_module.make(config, env_spec, sizes)
     return RunSetup(config, sizes, layout, envs_per_thread, env_spec, agent)
+
+
+def _check_ckpt_config(ckpt: ml_collections.ConfigDict) -> None:
+    for name, minimum in (("every_updates", 0), ("max_to_keep", 1)):
+        value = ckpt[name]
+        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+            raise ConfigError(f"ckpt.{name} must be an integer >= {minimum}, got {value!r}")
+
+
+def make_env_pools(config: ml_collections.ConfigDict, sizes: Sizes, first_update: int) -> list:
+    """One envpool pool per actor thread of this process; env g is seeded `base + g`.
+
+    `base` is the seed for a fresh run and is re-derived for a resumed one
+    (`checkpoint.env_seed_base`), since envpool cannot restore env state.
+    """
+    base = ckpt_lib.env_seed_base(config.seed, first_update)
+    pools = []
+    for thread_index in range(sizes.num_actor_threads):
+        threads_before = jax.process_index() * sizes.num_actor_threads + thread_index
+        first_env = threads_before * sizes.envs_per_thread
+        pools.append(envs_lib.make_envs(config.env, sizes.envs_per_thread, seed=base + first_env))
+    return pools
 
 
 def init_learner_state(setup: RunSetup):
@@ -95,68 +116,265 @@ def _log_compiled(compiled) -> None:
         )
 
 
-def train(config: ml_collections.ConfigDict, workdir: str):
+@dataclasses.dataclass
+class StartPoint:
+    """Where a run (segment) starts: from scratch, or after a restored checkpoint.
+
+    Attributes:
+      state: learner state (version `first_update`), replicated on the learner mesh.
+      first_update: the first update to run.
+      previous_params: policy parameters of version `first_update - 1` (policy_lag 1).
+      meta: the restored checkpoint's metadata (empty for a fresh run).
+    """
+
+    state: Any
+    first_update: int = 1
+    previous_params: Any = None
+    meta: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+def schedule_meta(config: ml_collections.ConfigDict, sizes: Sizes) -> dict[str, Any]:
+    """Values a resumed run must share with its checkpoint, so its schedule continues."""
+    return {
+        "agent": config.agent.name,
+        "env_id": config.env.id,
+        "policy_lag": config.pipeline.policy_lag,
+        "steps_per_update": sizes.steps_per_update,
+    }
+
+
+def restore_or_init(setup: RunSetup, workdir: str) -> StartPoint:
+    """Restores the run's own newest valid checkpoint, else `ckpt.resume_from`, else inits.
+
+    Restored arrays take the shardings of the current layout, whatever layout saved them.
+    Reads only; unreadable checkpoints of this run are moved aside with a warning.
+
+    Raises:
+      ConfigError: `ckpt.resume_from` holds no usable checkpoint, or a checkpoint holds a
+        run this config cannot continue.
+    """
+    config, layout = setup.config, setup.layout
+    shapes = jax.eval_shape(setup.agent.init, jax.random.key(config.seed))
+    abstract = ckpt_lib.abstract_replicated(shapes, layout.replicated)
+    abstract_previous = None
+    if config.pipeline.policy_lag:
+        params = jax.eval_shape(setup.agent.policy_params, shapes)
+        abstract_previous = ckpt_lib.abstract_replicated(params, layout.replicated)
+    kwargs = dict(expect=schedule_meta(config, setup.sizes), layout=layout)
+    restored = ckpt_lib.restore(
+        ckpt_lib.checkpoints_dir(workdir),
+        abstract,
+        abstract_previous,
+        skipped_dir=os.path.join(os.path.abspath(workdir), ckpt_lib.SKIPPED_DIRNAME),
+        **kwargs,
+    )
+    if restored is None and config.ckpt.resume_from:
+        directory, step = ckpt_lib.resolve_source(config.ckpt.resume_from)
+        try:
+            restored = ckpt_lib.restore(directory, abstract, abstract_previous, step=step, **kwargs)
+        except ValueError as error:
+            raise ConfigError(f"ckpt.resume_from: {error}") from None
+        if restored is None:
+            raise ConfigError(f"ckpt.resume_from {directory!r} holds no valid checkpoint")
+    if restored is None:
+        return StartPoint(init_learner_state(setup))
+    logging.info("resuming after update %d from %s", restored.step, restored.path)
+    return StartPoint(restored.state, restored.step + 1, restored.previous_params, restored.meta)
+
+
+class RunCheckpoints:
+    """The checkpoint side of the learner loop: when to save, what, and stopping.
+
+    Saves after every `ckpt.every_updates`-th update, after the last one, and after the
+    update during which SIGTERM/SIGINT arrived (then asks the pipeline to stop). With
+    policy_lag 1 it keeps a copy of the policy parameters the actors hold: the previous
+    update donated the state they came from.
+    """
+
+    def __init__(
+        self,
+        setup: RunSetup,
+        workdir: str,
+        metrics: MetricsLogger,
+        signals: ckpt_lib.StopSignals,
+        start: StartPoint,
+    ):
+        self.setup, self.metrics, self.signals = setup, metrics, signals
+        self.saver = ckpt_lib.Checkpointer(
+            workdir,
+            max_to_keep=setup.config.ckpt.max_to_keep,
+            async_save=setup.config.ckpt.async_save,
+        )
+        self.stopping = False
+        self.last_update = start.first_update - 1
+        self.saved_path: str | None = None
+        self._previous = None
+        if setup.config.pipeline.policy_lag:
+            self._previous = start.previous_params
+            if start.first_update == 1:
+                self._previous = self._copy(setup.agent.policy_params(start.state))
+
+    def _copy(self, params):
+        # A real copy: the next update donates the state these parameters belong to.
+        return jax.device_put(params, self.setup.layout.replicated, may_alias=False)
+
+    def on_update(self, report: UpdateReport, state) -> None:
+        """Records metrics, then saves if due; runs on the learner thread after each update."""
+        config, sizes = self.setup.config, self.setup.sizes
+        self.metrics.record(report)
+        self.last_update = report.update
+        # Every process must stop after the same update: the update is a collective.
+        self.stopping = ckpt_lib.any_process(self.signals.received is not None, self.setup.layout)
+        every = config.ckpt.every_updates
+        last = report.update == sizes.num_updates
+        if self.stopping or last or (every and report.update % every == 0):
+            if self.stopping and not last:
+                self.metrics.flush()
+            self.saved_path = self.saver.save(
+                report.update, state, self._previous, self._meta(report)
+            )
+        if self._previous is not None:
+            self._previous = self._copy(self.setup.agent.policy_params(state))
+
+    def should_stop(self) -> bool:
+        return self.stopping
+
+    def _meta(self, report: UpdateReport) -> dict[str, Any]:
+        config, sizes = self.setup.config, self.setup.sizes
+        return {
+            **schedule_meta(config, sizes),
+            "global_step": report.global_step,
+            "num_updates": sizes.num_updates,
+            "seed": config.seed,
+            "num_processes": sizes.num_processes,
+            "num_envs": sizes.num_envs,
+            "layout": self.setup.layout.describe(),
+            "learner_policy_version": report.learner_policy_version,
+            "actor_policy_version": required_policy_version(
+                report.update + 1, config.pipeline.policy_lag
+            ),
+            "recent_returns": list(self.metrics.recent_returns),
+            "episodes_finished": self.metrics.episodes_finished,
+            "wall_time_s": self.metrics.wall_time_s(),
+            "rng": "none saved: keys derive from seed, update counter, step and env index",
+            "jax_version": jax.__version__,
+            "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
+
+
+def _summary_extra(config, layout) -> dict[str, Any]:
+    return {
+        "policy_lag": config.pipeline.policy_lag,
+        "layout": layout.describe(),
+        "jax_version": jax.__version__,
+        "agent": config.agent.name,
+        "env_id": config.env.id,
+    }
+
+
+def train(
+    config: ml_collections.ConfigDict,
+    workdir: str,
+    on_update: Callable[[UpdateReport, Any], None] | None = None,
+):
     """Trains the configured agent; returns the final learner state.
 
     Writes (process 0 only) `config.json`, `metrics.jsonl`, TensorBoard events and
-    `summary.json` into `workdir`.
+    `summary.json` into `workdir`; every process takes part in writing `checkpoints/`.
+    Resumes from the newest valid checkpoint in `workdir/checkpoints`, else from
+    `ckpt.resume_from`. On SIGTERM or SIGINT it saves after the current update and
+    returns that state without writing `summary.json`; calling it again resumes.
+    `on_update(report, state)`, if given, runs on the learner thread after each update
+    (e.g. a watchdog's heartbeat).
     """
-    setup = prepare(config)
-    sizes, layout = setup.sizes, setup.layout
-    is_main_process = jax.process_index() == 0
-    logging.info(
-        "process %d/%d: %s; %d envs, %d updates of %d steps",
-        jax.process_index(),
-        jax.process_count(),
-        layout.describe(),
-        sizes.num_envs,
-        sizes.num_updates,
-        sizes.steps_per_update,
-    )
-    state = init_learner_state(setup)
-    pipeline = Pipeline(
-        setup.agent,
-        layout,
-        sizes,
-        setup.envs_per_thread,
-        seed=config.seed,
-        policy_lag=config.pipeline.policy_lag,
-        clip_rewards=config.env.clip_rewards,
-        learner_delay_s=config.debug.learner_delay_s,
-        actor_delay_s=config.debug.actor_delay_s,
-        transfer_guard=config.debug.transfer_guard,
-    )
-    _log_compiled(pipeline.compile_update(state))
+    with ckpt_lib.StopSignals() as signals:
+        setup = prepare(config)
+        sizes, layout = setup.sizes, setup.layout
+        is_main_process = jax.process_index() == 0
+        start = restore_or_init(setup, workdir)
+        if start.first_update > sizes.num_updates:
+            if is_main_process:
+                done = f"{start.first_update - 1}/{sizes.num_updates}"
+                print(f"sebulba: nothing to do, {workdir} is complete at update {done}")
+            return start.state
+        if start.first_update > 1:
+            for pool in setup.envs_per_thread:
+                pool.close()
+            setup.envs_per_thread = make_env_pools(config, sizes, start.first_update)
+        logging.info(
+            "process %d/%d: %s; %d envs, updates %d..%d of %d steps",
+            jax.process_index(),
+            jax.process_count(),
+            layout.describe(),
+            sizes.num_envs,
+            start.first_update,
+            sizes.num_updates,
+            sizes.steps_per_update,
+        )
+        pipeline = Pipeline(
+            setup.agent,
+            layout,
+            sizes,
+            setup.envs_per_thread,
+            seed=config.seed,
+            policy_lag=config.pipeline.policy_lag,
+            clip_rewards=config.env.clip_rewards,
+            learner_delay_s=config.debug.learner_delay_s,
+            actor_delay_s=config.debug.actor_delay_s,
+            transfer_guard=config.debug.transfer_guard,
+        )
+        _log_compiled(pipeline.compile_update(start.state))
 
-    if is_main_process:
-        os.makedirs(workdir, exist_ok=True)
-        write_json(os.path.join(workdir, "config.json"), config.to_dict())
-    metrics = MetricsLogger(
-        workdir,
-        sizes,
-        every_updates=config.log.every_updates,
-        tensorboard=config.log.tensorboard,
-        is_main_process=is_main_process,
-    )
-    start = time.perf_counter()
-    try:
-        state = pipeline.run(state, on_update=metrics.record)
-    finally:
-        metrics.close()
-    last = metrics.last_line or {}
+        if is_main_process:
+            os.makedirs(workdir, exist_ok=True)
+            write_json(os.path.join(workdir, "config.json"), config.to_dict())
+            truncate_metrics(workdir, start.first_update - 1)
+        metrics = MetricsLogger(
+            workdir,
+            sizes,
+            every_updates=config.log.every_updates,
+            tensorboard=config.log.tensorboard,
+            is_main_process=is_main_process,
+            first_update=start.first_update,
+            recent_returns=start.meta.get("recent_returns", ()),
+            episodes_finished=start.meta.get("episodes_finished", 0),
+            elapsed_s=start.meta.get("wall_time_s", 0.0),
+        )
+        checkpoints = RunCheckpoints(setup, workdir, metrics, signals, start)
+
+        def after_update(report: UpdateReport, state) -> None:
+            checkpoints.on_update(report, state)
+            if on_update is not None:
+                on_update(report, state)
+
+        try:
+            state = pipeline.run(
+                start.state,
+                first_update=start.first_update,
+                previous_params=start.previous_params,
+                on_update=after_update,
+                should_stop=checkpoints.should_stop,
+            )
+        finally:
+            metrics.close()
+            checkpoints.saver.close()  # Waits for the last save to reach the disk.
+    if checkpoints.last_update < sizes.num_updates:
+        message = (
+            f"sebulba: stopped by {signals.received} after update {checkpoints.last_update}/"
+            f"{sizes.num_updates}; checkpoint saved to {checkpoints.saved_path} "
+            "(run the same command again to resume)"
+        )
+        logging.info(message)
+        if is_main_process:
+            print(message, flush=True)
+        return state
     summary = metrics.summary(
-        global_step=last.get("global_step", 0),
-        updates=last.get("update", 0),
+        global_step=sizes.num_updates * sizes.steps_per_update,
+        updates=sizes.num_updates,
         checksum=params_checksum(setup.agent.policy_params(state)),
-        extra={
-            "policy_lag": config.pipeline.policy_lag,
-            "layout": layout.describe(),
-            "jax_version": jax.__version__,
-            "agent": config.agent.name,
-            "env_id": config.env.id,
-        },
+        extra=_summary_extra(config, layout),
     )
     if is_main_process:
         write_json(os.path.join(workdir, "summary.json"), summary)
-        logging.info("finished in %.1fs: %s", time.perf_counter() - start, summary)
+        logging.info("finished: %s; checkpoint %s", summary, checkpoints.saved_path)
     return state

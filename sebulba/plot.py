@@ -1,0 +1,219 @@
+"""Learning curves from run directories.
+
+    python -m sebulba.plot runs/ppo_s1 runs/ppo_s2 runs/impala_s1 --out=curves.png
+
+Runs whose configs differ only by `seed` are one curve: their mean and a 95% bootstrap
+confidence band, against env steps and against wall-clock time. When the runs cover two
+or more Atari-57 games, a third panel aggregates human-normalized final scores per agent
+(median and interquartile mean with stratified bootstrap confidence intervals, via
+rliable; Agarwal et al. 2021).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+
+from sebulba.atari_scores import human_normalized_score
+
+# Config sections that change how a run is logged or saved, not what it learns.
+_NOT_EXPERIMENT_KEYS = ("seed", "log", "ckpt")
+_GRID_POINTS = 200
+_BOOTSTRAP_SAMPLES = 1000
+
+
+@dataclass
+class Run:
+    """One run directory: its config and its (step, wall time, return) series."""
+
+    path: str
+    config: dict
+    steps: np.ndarray
+    wall_times: np.ndarray
+    returns: np.ndarray
+
+    @property
+    def final_return(self) -> float:
+        summary_path = os.path.join(self.path, "summary.json")
+        if os.path.exists(summary_path):
+            with open(summary_path, encoding="utf-8") as f:
+                value = json.load(f).get("mean_return")
+            if value is not None:
+                return float(value)
+        return float(np.mean(self.returns[-10:]))
+
+
+def load_run(path: str) -> Run:
+    """Reads `config.json` and `metrics.jsonl` of a run; raises ValueError if unusable."""
+    config_path = os.path.join(path, "config.json")
+    metrics_path = os.path.join(path, "metrics.jsonl")
+    for required in (config_path, metrics_path):
+        if not os.path.exists(required):
+            raise ValueError(f"{path} is not a run directory: {os.path.basename(required)} missing")
+    with open(config_path, encoding="utf-8") as f:
+        config = json.load(f)
+    points = []
+    with open(metrics_path, encoding="utf-8") as f:
+        for line in f:
+            record = json.loads(line)
+            if record.get("episodic_return") is not None:
+                points.append(
+                    (
+                        record["global_step"],
+                        record.get("wall_time_s", 0.0),
+                        record["episodic_return"],
+                    )
+                )
+    if not points:
+        raise ValueError(f"{path} has no finished episodes in metrics.jsonl yet")
+    steps, wall, returns = (np.asarray(c, float) for c in zip(*points, strict=True))
+    return Run(path, config, steps, wall, returns)
+
+
+def group_by_config(runs: list[Run]) -> dict[str, list[Run]]:
+    """Groups runs whose configs are equal but for seed and logging; keys are labels."""
+    groups: dict[str, list[Run]] = collections.OrderedDict()
+    labels: dict[str, str] = {}
+    for run in runs:
+        key = json.dumps(
+            {k: v for k, v in run.config.items() if k not in _NOT_EXPERIMENT_KEYS}, sort_keys=True
+        )
+        if key not in labels:
+            base = (
+                f"{run.config['agent']['name']} {run.config['env']['id']} "
+                f"lag={run.config['pipeline']['policy_lag']}"
+            )
+            taken = sum(label.startswith(base) for label in labels.values())
+            labels[key] = base if not taken else f"{base} ({taken + 1})"
+        groups.setdefault(labels[key], []).append(run)
+    return groups
+
+
+def mean_and_band(xs: list[np.ndarray], ys: list[np.ndarray], seed: int = 0):
+    """Interpolates runs on a common grid; returns grid, mean and 95% bootstrap band."""
+    end = min(x[-1] for x in xs)
+    start = max(x[0] for x in xs)
+    grid = np.linspace(start, end, _GRID_POINTS) if end > start else np.array([end])
+    curves = np.stack([np.interp(grid, x, y) for x, y in zip(xs, ys, strict=True)])
+    mean = curves.mean(axis=0)
+    if len(curves) == 1:
+        return grid, mean, mean, mean
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, len(curves), size=(_BOOTSTRAP_SAMPLES, len(curves)))
+    boot_means = curves[picks].mean(axis=1)
+    low, high = np.percentile(boot_means, [2.5, 97.5], axis=0)
+    return grid, mean, low, high
+
+
+def atari_aggregates(groups: dict[str, list[Run]]) -> dict[str, dict[str, tuple]]:
+    """Median and IQM of human-normalized scores per agent, with 95% stratified CIs.
+
+    Returns {agent label: {"median": (point, low, high), "iqm": (...)}} for agents with
+    runs on at least two Atari-57 games; {} otherwise.
+    """
+    per_agent: dict[str, dict[str, list[float]]] = collections.defaultdict(dict)
+    for runs in groups.values():
+        for run in runs:
+            env_id = run.config["env"]["id"]
+            score = human_normalized_score(env_id, run.final_return)
+            if score is None:
+                continue
+            agent = f"{run.config['agent']['name']} lag={run.config['pipeline']['policy_lag']}"
+            per_agent[agent].setdefault(env_id, []).append(score)
+    scores = {}
+    for agent, games in per_agent.items():
+        if len(games) < 2:
+            continue
+        num_runs = min(len(v) for v in games.values())  # rliable needs a full matrix.
+        scores[agent] = np.array([v[:num_runs] for v in games.values()]).T  # [runs, games]
+    if not scores:
+        return {}
+    from rliable import library, metrics
+
+    def aggregate(matrix):
+        return np.array([metrics.aggregate_median(matrix), metrics.aggregate_iqm(matrix)])
+
+    points, intervals = library.get_interval_estimates(scores, aggregate, reps=2000)
+    return {
+        agent: {
+            name: (
+                float(points[agent][i]),
+                float(intervals[agent][0][i]),
+                float(intervals[agent][1][i]),
+            )
+            for i, name in enumerate(("median", "iqm"))
+        }
+        for agent in scores
+    }
+
+
+def plot(run_dirs: list[str], out: str) -> dict:
+    """Draws the learning curves (and Atari aggregates) of `run_dirs` into `out`."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = group_by_config([load_run(d) for d in run_dirs])
+    aggregates = atari_aggregates(groups)
+    panels = 3 if aggregates else 2
+    fig, axes = plt.subplots(1, panels, figsize=(6 * panels, 4.5))
+    for label, runs in groups.items():
+        for ax, xs in ((axes[0], [r.steps for r in runs]), (axes[1], [r.wall_times for r in runs])):
+            grid, mean, low, high = mean_and_band(xs, [r.returns for r in runs])
+            line = ax.plot(grid, mean, label=f"{label} (n={len(runs)})")[0]
+            if len(runs) > 1:
+                ax.fill_between(grid, low, high, color=line.get_color(), alpha=0.2)
+    axes[0].set_xlabel("env steps")
+    axes[1].set_xlabel("wall-clock time (s)")
+    for ax in axes[:2]:
+        ax.set_ylabel("episodic return")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    if aggregates:
+        ax = axes[2]
+        for row, values in enumerate(aggregates.values()):
+            for col, name in enumerate(("median", "iqm")):
+                point, low, high = values[name]
+                y = row + 0.2 * col
+                ax.errorbar(
+                    point,
+                    y,
+                    xerr=[[point - low], [high - point]],
+                    fmt="o",
+                    label=name if row == 0 else None,
+                    color=f"C{col}",
+                )
+        ax.set_yticks(range(len(aggregates)), list(aggregates))
+        ax.set_xlabel("human-normalized score (95% stratified bootstrap CI)")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return {"curves": {k: len(v) for k, v in groups.items()}, "atari_aggregates": aggregates}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m sebulba.plot", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("run_dirs", nargs="+", help="run directories (--workdir of each run)")
+    parser.add_argument("--out", required=True, help="output image, e.g. curves.png")
+    args = parser.parse_args(argv)
+    try:
+        result = plot(args.run_dirs, args.out)
+    except ValueError as error:
+        print(f"sebulba.plot: error: {error}", file=sys.stderr)
+        return 2
+    print(json.dumps({"out": args.out, **result}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,261 @@
+"""Checkpoints: preemption and resume, exact lag schedule, layouts, crash safety."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import pytest
+
+from sebulba import checkpoint, train
+from sebulba.errors import ConfigError
+from tests import minimal_agent, probe_agent
+from tests.helpers import agent_config, read_metrics, read_summary
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TEST_CONFIG = os.path.join(ROOT, "tests", "configs", "minimal_cartpole.py")
+STEPS_PER_UPDATE = 8 * 16  # minimal_cartpole: 8 envs x 16 steps.
+
+# Runs sebulba.main with orbax's final commit of every save after the first hanging
+# (after writing a marker file), so the test can SIGKILL it in the middle of a save.
+_HANG_IN_SAVE = """
+import asyncio, os, runpy, sys
+from orbax.checkpoint._src.path import atomicity
+original = atomicity.AtomicRenameTemporaryPath.finalize
+async def finalize(self):
+    if self.get_final().name.isdigit() and self.get_final().name != "2":
+        with open(os.environ["SEBULBA_TEST_MARKER"], "w") as f:
+            f.write(str(self.get()))
+        await asyncio.sleep(3600)
+    return await original(self)
+atomicity.AtomicRenameTemporaryPath.finalize = finalize
+sys.argv = ["sebulba.main", *sys.argv[1:]]
+runpy.run_module("sebulba.main", run_name="__main__")
+"""
+
+
+def _cli(workdir, *overrides, script=None, env_extra=None):
+    """Starts `python -m sebulba.main` (or `script` with the same flags) on 2 devices."""
+    env = dict(os.environ)
+    env.update(env_extra or {})
+    env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+    env["JAX_PLATFORMS"] = "cpu"
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    program = ["-c", script] if script else ["-m", "sebulba.main"]
+    args = [f"--config={TEST_CONFIG}", f"--workdir={workdir}", *overrides]
+    return subprocess.Popen(
+        [sys.executable, *program, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env=env,
+    )
+
+
+def _wait_for(predicate, timeout=90.0):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def _metric_lines(workdir):
+    path = os.path.join(workdir, "metrics.jsonl")
+    return read_metrics(workdir) if os.path.exists(path) else []
+
+
+def _assert_continuous(lines, num_updates):
+    assert [line["update"] for line in lines] == list(range(1, num_updates + 1))
+    assert [line["global_step"] for line in lines] == [
+        k * STEPS_PER_UPDATE for k in range(1, num_updates + 1)
+    ]
+
+
+def test_sigterm_saves_and_the_same_command_resumes_to_completion(tmp_path):
+    workdir = str(tmp_path / "run")
+    flags = ["--config.total_timesteps=1536", "--config.ckpt.every_updates=4"]
+    slow = ["--config.debug.learner_delay_s=0.25"]  # Time to signal mid-run.
+    first = _cli(workdir, *flags, *slow)
+    _wait_for(lambda: len(_metric_lines(workdir)) >= 2)
+    first.send_signal(signal.SIGTERM)
+    out, err = first.communicate(timeout=60)
+    assert first.returncode == 0, err[-2000:]
+    stopped = _metric_lines(workdir)[-1]["update"]
+    assert 2 <= stopped < 12
+    saved = os.path.join(workdir, "checkpoints", str(stopped))
+    assert f"stopped by SIGTERM after update {stopped}/12" in out
+    assert f"checkpoint saved to {saved}" in out
+    assert checkpoint.list_steps(os.path.join(workdir, "checkpoints"))[-1] == stopped
+    assert not os.path.exists(os.path.join(workdir, "summary.json"))
+
+    second = _cli(workdir, *flags, *slow)
+    out, err = second.communicate(timeout=90)
+    assert second.returncode == 0, err[-2000:]
+    assert out.splitlines()[0].startswith(f"update {stopped + 1}/12 ")
+    _assert_continuous(read_metrics(workdir), 12)
+    summary = read_summary(workdir)
+    assert summary["updates"] == 12 and summary["global_step"] == 12 * STEPS_PER_UPDATE
+
+
+def test_sigint_finishes_the_current_update_then_saves(tmp_path):
+    config = agent_config(minimal_agent, total_timesteps=STEPS_PER_UPDATE * 8)
+    previous_handler = signal.getsignal(signal.SIGINT)
+
+    def interrupt_at_update_3(report, state):
+        if report.update == 3:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    # The signal lands during update 4's bookkeeping: that update finishes, then saves.
+    state = train.train(config, str(tmp_path), on_update=interrupt_at_update_3)
+    assert int(state.updates) == 4
+    assert checkpoint.list_steps(checkpoint.checkpoints_dir(str(tmp_path))) == [4]
+    _assert_continuous(read_metrics(str(tmp_path)), 4)
+    assert not os.path.exists(tmp_path / "summary.json")
+    assert signal.getsignal(signal.SIGINT) is previous_handler
+
+
+@pytest.fixture(scope="module")
+def saved_run(tmp_path_factory):
+    """A 6-update run on learner devices [1, 2] with checkpoints after updates 3 and 6."""
+    workdir = str(tmp_path_factory.mktemp("saved") / "run")
+    config = agent_config(minimal_agent, mesh__learner_device_ids=[1, 2], ckpt__every_updates=3)
+    state = train.train(config, workdir)
+    return workdir, jax.device_get(state)
+
+
+def _resume(tmp_path, name, source, **overrides):
+    config = agent_config(minimal_agent, ckpt__resume_from=source, **overrides)
+    workdir = str(tmp_path / name)
+    return workdir, train.train(config, workdir)
+
+
+def test_two_resumes_of_one_checkpoint_agree(saved_run, tmp_path):
+    workdir, _ = saved_run
+    source = os.path.join(workdir, "checkpoints", "3")
+    a, _ = _resume(tmp_path, "a", source, mesh__learner_device_ids=[1, 2])
+    b, _ = _resume(tmp_path, "b", source, mesh__learner_device_ids=[1, 2])
+    assert read_summary(a)["params_checksum"] == read_summary(b)["params_checksum"]
+    assert [line["update"] for line in read_metrics(a)] == [4, 5, 6]
+    assert read_summary(a)["updates"] == 6
+    # The resumed envs are re-seeded (envpool cannot snapshot them), so the result is
+    # not the uninterrupted run's; equality here would mean the resume was ignored.
+    assert read_summary(a)["params_checksum"] != read_summary(workdir)["params_checksum"]
+
+
+@pytest.mark.parametrize("policy_lag", [0, 1])
+def test_resumed_lag_schedule_continues_exactly(tmp_path, policy_lag):
+    kwargs = dict(pipeline__policy_lag=policy_lag, ckpt__every_updates=3)
+    train.train(agent_config(probe_agent, **kwargs), str(tmp_path / "first"))
+    source = str(tmp_path / "first" / "checkpoints" / "3")
+    train.train(agent_config(probe_agent, ckpt__resume_from=source, **kwargs), str(tmp_path / "b"))
+    lines = read_metrics(str(tmp_path / "b"))
+    assert [line["update"] for line in lines] == [4, 5, 6]
+    for line in lines:
+        k = line["update"]
+        # Rollout k is collected by version max(1, k - lag), from the restored params.
+        assert line["behaviour_version_min"] == line["behaviour_version_max"] == k - policy_lag
+        assert line["learner_version_in"] == k
+        assert line["actor_policy_version"] == k - policy_lag
+
+
+@pytest.mark.parametrize("learner_ids", [[0], [0, 1, 2, 3]], ids=["1-device", "4-devices"])
+def test_checkpoint_restores_onto_another_learner_layout(saved_run, tmp_path, learner_ids):
+    workdir, saved_state = saved_run
+    config = agent_config(
+        minimal_agent, mesh__learner_device_ids=learner_ids, ckpt__resume_from=workdir
+    )
+    setup = train.prepare(config)
+    start = train.restore_or_init(setup, str(tmp_path / "new"))
+    assert start.first_update == 7
+    devices = set(setup.layout.learner_mesh.devices.flat)
+    assert len(devices) == len(learner_ids)
+    for restored, saved in zip(
+        jax.tree.leaves(start.state), jax.tree.leaves(saved_state), strict=True
+    ):
+        assert restored.sharding.device_set == devices
+        assert restored.sharding.is_fully_replicated
+        np.testing.assert_array_equal(jax.device_get(restored), saved)  # Bit-exact.
+    for restored in jax.tree.leaves(start.previous_params):
+        assert restored.sharding.device_set == devices
+
+
+def test_resume_on_another_layout_runs_to_completion(saved_run, tmp_path):
+    workdir, _ = saved_run
+    source = os.path.join(workdir, "checkpoints", "3")
+    two, two_state = _resume(tmp_path, "two", source, mesh__learner_device_ids=[1, 2])
+    four, four_state = _resume(tmp_path, "four", source, mesh__learner_device_ids=[0, 1, 2, 3])
+    assert read_summary(four)["updates"] == 6
+    for a, b in zip(jax.tree.leaves(two_state), jax.tree.leaves(four_state), strict=True):
+        np.testing.assert_allclose(jax.device_get(a), jax.device_get(b), rtol=1e-5, atol=1e-7)
+
+
+def test_sigkill_during_a_save_leaves_the_previous_checkpoint(tmp_path):
+    workdir = str(tmp_path / "run")
+    marker = str(tmp_path / "saving")
+    flags = ["--config.ckpt.every_updates=2"]
+    killed = _cli(workdir, *flags, script=_HANG_IN_SAVE, env_extra={"SEBULBA_TEST_MARKER": marker})
+    try:
+        _wait_for(lambda: os.path.exists(marker))
+        killed.send_signal(signal.SIGKILL)
+    finally:
+        killed.communicate(timeout=30)
+    directory = os.path.join(workdir, "checkpoints")
+    assert checkpoint.interrupted_saves(directory)  # Update 4's save, never committed.
+    assert checkpoint.list_steps(directory) == [2]
+
+    resumed = _cli(workdir, *flags)
+    out, err = resumed.communicate(timeout=90)
+    assert resumed.returncode == 0, err[-2000:]
+    assert "skipping unfinished checkpoint" in err
+    assert out.splitlines()[0].startswith("update 3/6 ")
+    _assert_continuous(read_metrics(workdir), 6)  # Lines of the killed run were dropped.
+    assert not checkpoint.interrupted_saves(directory)
+    assert checkpoint.list_steps(directory) == [2, 4, 6]
+
+
+def _truncate_state_files(step_dir):
+    for root, _, files in os.walk(os.path.join(step_dir, "state")):
+        for name in files:
+            with open(os.path.join(root, name), "r+b") as f:
+                f.truncate(0)
+
+
+def _tamper_checksum(step_dir):
+    path = os.path.join(step_dir, "meta", "metadata")
+    with open(path, encoding="utf-8") as f:
+        meta = json.load(f)
+    meta["checksums"]["state"] = "0" * 64
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(meta, f)
+
+
+@pytest.mark.parametrize("corrupt", [_truncate_state_files, _tamper_checksum])
+def test_corrupt_checkpoint_is_skipped_with_a_warning(saved_run, tmp_path, caplog, corrupt):
+    workdir = str(tmp_path / "run")
+    shutil.copytree(saved_run[0], workdir)
+    corrupt(os.path.join(workdir, "checkpoints", "6"))
+    config = agent_config(minimal_agent, mesh__learner_device_ids=[1, 2], ckpt__every_updates=3)
+    train.train(config, workdir)
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any("skipping checkpoint" in w and "/checkpoints/6" in w for w in warnings), warnings
+    assert os.listdir(os.path.join(workdir, checkpoint.SKIPPED_DIRNAME))[0].startswith("6-")
+    lines = read_metrics(workdir)
+    _assert_continuous(lines, 6)  # Resumed after update 3: lines 4-6 were rewritten.
+    assert read_summary(workdir)["updates"] == 6
+
+
+def test_incompatible_or_missing_checkpoint_is_a_config_error(saved_run, tmp_path):
+    workdir, _ = saved_run
+    other = agent_config(minimal_agent, ckpt__resume_from=workdir, agent__num_steps=8)
+    with pytest.raises(ConfigError, match="steps_per_update=128.*steps_per_update=64"):
+        train.train(other, str(tmp_path / "a"))
+    missing = agent_config(minimal_agent, ckpt__resume_from=str(tmp_path / "nowhere"))
+    with pytest.raises(ConfigError, match="ckpt.resume_from"):
+        train.train(missing, str(tmp_path / "b"))
+    assert not os.path.exists(tmp_path / "a") and not os.path.exists(tmp_path / "b")

@@ -1,0 +1,90 @@
+"""End to end: PPO learns CartPole; Atari runs through the whole pipeline."""
+
+import importlib.util
+import os
+
+import jax
+import numpy as np
+import pytest
+
+from sebulba import train
+from sebulba.pipeline import Pipeline
+from tests.helpers import read_metrics, read_summary
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def load_config(name, arg=None):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "configs", f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.get_config(arg)
+
+
+@pytest.mark.slow
+def test_ppo_learns_cartpole_with_the_default_config(tmp_path):
+    # The README's default run: 500k steps, ~40-50 s on 2 CPU cores.
+    config = load_config("ppo_cartpole")
+    config.log.tensorboard = False
+    train.train(config, str(tmp_path))
+    summary = read_summary(str(tmp_path))
+    assert summary["global_step"] >= 490_000
+    assert summary["mean_return"] >= 450, summary
+
+
+def test_ppo_cartpole_smoke_config_runs(tmp_path):
+    config = load_config("ppo_cartpole", "smoke")
+    config.log.tensorboard = False
+    train.train(config, str(tmp_path))
+    lines = read_metrics(str(tmp_path))
+    assert [line["update"] for line in lines] == [1, 2, 3, 4]
+    for name in ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac"):
+        assert all(np.isfinite(line[name]) for line in lines)
+
+
+@pytest.mark.parametrize("network", ["nature_cnn", "impala_resnet"])
+def test_atari_end_to_end(tmp_path, network):
+    config = load_config("ppo_atari", "smoke")
+    config.agent.network = network
+    config.mesh.learner_device_ids = (1, 2)
+    config.log.tensorboard = False
+    setup = train.prepare(config)
+    assert setup.env_spec.obs_shape == (4, 84, 84) and setup.env_spec.num_actions == 18
+    state = train.init_learner_state(setup)
+    pipeline = Pipeline(
+        setup.agent,
+        setup.layout,
+        setup.sizes,
+        setup.envs_per_thread,
+        seed=config.seed,
+        policy_lag=1,
+        clip_rewards=True,
+    )
+    seen = []
+
+    def on_update(report, new_state):
+        seen.append(jax.device_get(report.agent_metrics))
+
+    observed = {}
+    original_assemble = pipeline._assemble
+
+    def assemble_and_inspect(actor_rollouts):
+        rollout = original_assemble(actor_rollouts)
+        observed.setdefault("obs", jax.device_get(rollout.obs))
+        observed.setdefault("rewards", jax.device_get(rollout.rewards))
+        return rollout
+
+    pipeline._assemble = assemble_and_inspect
+    final = pipeline.run(state, on_update=on_update)
+    assert len(seen) == setup.sizes.num_updates == 2
+    obs = observed["obs"]
+    assert obs.dtype == np.uint8 and obs.shape == (9, 4, 4, 84, 84)
+    assert obs.max() > 0 and obs.std() > 0  # Real frames, not zeros.
+    assert set(np.unique(observed["rewards"])) <= {-1.0, 0.0, 1.0}  # Clipped for learning.
+    for metrics in seen:
+        assert all(np.isfinite(v) for v in metrics.values())
+    before = jax.device_get(setup.agent.policy_params(train.init_learner_state(setup)))
+    after = jax.device_get(setup.agent.policy_params(final))
+    assert any(
+        not np.allclose(a, b) for a, b in zip(jax.tree.leaves(before), jax.tree.leaves(after))
+    )
