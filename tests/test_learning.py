@@ -85,6 +85,5 @@ def test_atari_end_to_end(tmp_path, network):
         assert all(np.isfinite(v) for v in metrics.values())
     before = jax.device_get(setup.agent.policy_params(train.init_learner_state(setup)))
     after = jax.device_get(setup.agent.policy_params(final))
-    assert any(
-        not np.allclose(a, b) for a, b in zip(jax.tree.leaves(before), jax.tree.leaves(after))
-    )
+    pairs = zip(jax.tree.leaves(before), jax.tree.leaves(after), strict=True)
+    assert any(not np.allclose(a, b) for a, b in pairs)
