@@ -1,25 +1,21 @@
 """Checkpoints, preemption-safe resume and layout-independent restore (orbax, tensorstore).
 
-Implements the checkpointing of DESIGN.md §6-7 on orbax's `CheckpointManager` with its
-tensorstore backend. Saving and restoring are collective: every process calls them with
-the same arguments; orbax coordinates, and process 0 writes the metadata. A checkpoint
-is the step directory `checkpoints/<update>/` holding three items:
+Implements DESIGN.md §6-7 on orbax's `CheckpointManager` (tensorstore backend). Saving
+and restoring are collective: every process calls them alike, orbax coordinates and
+process 0 writes the metadata. Checkpoint `checkpoints/<update>/` holds three items:
 
   state            the learner state pytree (parameters, optimizer state, counters);
-  previous_params  with policy_lag 1, the policy parameters the actors hold (version
-                   `update`), so the resumed lag schedule continues exactly;
+  previous_params  policy_lag 1: the parameters the actors hold (version `update`),
+                   so the resumed lag schedule continues exactly;
   meta             JSON: update, global step, schedule, episode statistics, and the
-                   SHA-256 checksum and leaf signature of the two trees above.
+                   SHA-256 checksum and leaf signature of the trees above.
 
-No RNG state needs saving: every random key derives from the seed and layout-free
-indices (the update counter in the learner state, the step, the global env index).
-envpool cannot snapshot its envs, so a resumed run re-seeds them from the seed and the
-resume update (`env_seed_base`); docs/checkpointing.md states what that guarantees.
-
-Crash safety is orbax's: a save is written to `<update>.orbax-checkpoint-tmp-*` and
-renamed only when complete, so a killed save never looks finished. On top of that,
-`restore` skips, with a warning, any finished checkpoint whose data cannot be read or
-does not match its checksum.
+No RNG state is saved: every key derives from the seed and layout-free indices (update
+counter, step, global env index). envpool cannot snapshot envs, so a resume re-seeds
+them from (seed, resume update); docs/checkpointing.md says what that guarantees.
+A save is written to `<update>.orbax-checkpoint-tmp` and renamed when complete (orbax),
+so a killed save never looks finished; `restore` also skips, with a warning, finished
+checkpoints whose data cannot be read or fails its checksum.
 """
 
 from __future__ import annotations
@@ -104,7 +100,7 @@ def env_seed_base(seed: int, first_update: int) -> int:
 
 
 def tree_signature(tree: Any) -> list[str]:
-    """ "path shape dtype" of every leaf (arrays or ShapeDtypeStructs), flatten order."""
+    """Describes each leaf (array or ShapeDtypeStruct) as "path shape dtype"."""
     leaves, _ = jax.tree_util.tree_flatten_with_path(tree)
     return [f"{jax.tree_util.keystr(p)} {tuple(x.shape)} {x.dtype}" for p, x in leaves]
 
@@ -163,6 +159,9 @@ def list_steps(directory: str) -> list[int]:
     return sorted(_manager(directory).all_steps())
 
 
+_max = jax.jit(jnp.max)
+
+
 def _all_processes_ok(ok: bool, layout: DeviceLayout | None) -> bool:
     return not any_process(not ok, layout) if layout is not None else ok
 
@@ -179,8 +178,7 @@ def any_process(flag: bool, layout: DeviceLayout) -> bool:
     flags = jax.make_array_from_process_local_data(
         layout.sharding(PartitionSpec(BATCH_AXIS)), local
     )
-    result = jax.jit(jnp.max, out_shardings=layout.replicated)(flags)
-    return bool(np.asarray(result.addressable_shards[0].data))
+    return bool(np.asarray(_max(flags).addressable_shards[0].data))  # Replicated result.
 
 
 @dataclasses.dataclass
@@ -234,18 +232,6 @@ def _skip(directory: str, step: int, problem: str, skipped_dir: str | None) -> N
         multihost_utils.sync_global_devices(f"sebulba:skip-checkpoint-{step}")
 
 
-@dataclasses.dataclass(frozen=True)
-class _Request:
-    abstract_state: Any
-    abstract_previous: Any
-    expect: dict[str, Any]
-    layout: DeviceLayout | None
-
-    @property
-    def signature(self) -> list[str]:
-        return tree_signature({_STATE: self.abstract_state})
-
-
 def restore(
     directory: str,
     abstract_state: Any,
@@ -258,10 +244,9 @@ def restore(
 ) -> Restored | None:
     """Restores the newest valid checkpoint in `directory`, or exactly `step`.
 
-    Arrays are placed with the shardings of `abstract_state` / `abstract_previous`, so a
-    checkpoint saved on one learner layout restores onto any other. A checkpoint whose
-    data cannot be read or fails its checksum is skipped with a warning (and moved to
-    `skipped_dir` if given); the next older one is tried. Never loads one silently.
+    Arrays take the shardings of the abstract trees, so a checkpoint saved on one learner
+    layout restores onto any other. One that cannot be read or fails its checksum is
+    skipped with a warning (moved to `skipped_dir` if given) for the next older one.
 
     Args:
       directory: a checkpoints directory.
@@ -286,12 +271,42 @@ def restore(
         steps = [step]
     if not steps:
         return None
-    request = _Request(abstract_state, abstract_previous, expect or {}, layout)
+    signature = tree_signature({_STATE: abstract_state})
     manager = _manager(directory)
+
+    def read(candidate: int, path: str) -> tuple[dict, dict, str | None]:
+        meta, trees, problem = {}, {}, None
+        try:
+            args = ocp.args.Composite(meta=ocp.args.JsonRestore())
+            meta = manager.restore(candidate, args=args)[_META]
+            _check_compatible(meta, signature, expect or {}, path)
+        except CheckpointMismatch:
+            raise
+        except Exception as error:  # noqa: BLE001 - any read failure makes it unusable.
+            problem = f"unreadable metadata ({type(error).__name__}: {error})"
+        # Processes agree before each (collective) restore, so none waits for the others.
+        if not _all_processes_ok(problem is None, layout):
+            return meta, trees, problem or "unreadable on another process"
+        items = {_STATE: ocp.args.StandardRestore(abstract_state)}
+        if abstract_previous is not None and meta["has_previous_params"]:
+            items[_PREVIOUS] = ocp.args.StandardRestore(abstract_previous)
+        try:
+            restored = manager.restore(candidate, args=ocp.args.Composite(**items))
+            for name in items:
+                trees[name] = restored[name]
+                expected = meta["checksums"][name]
+                if expected is not None and tree_checksum(trees[name]) != expected:
+                    problem = f"{name} does not match its checksum"
+        except Exception as error:  # noqa: BLE001 - any read failure makes it unusable.
+            problem = f"unreadable data ({type(error).__name__}: {error})"
+        if not _all_processes_ok(problem is None, layout):
+            return meta, trees, problem or "unreadable on another process"
+        return meta, trees, None
+
     try:
         for candidate in reversed(steps):
             path = os.path.join(directory, str(candidate))
-            meta, trees, problem = _read(manager, candidate, path, request)
+            meta, trees, problem = read(candidate, path)
             if problem is None:
                 return Restored(candidate, path, trees[_STATE], trees.get(_PREVIOUS), meta)
             if step is not None:
@@ -302,42 +317,11 @@ def restore(
         manager.close()
 
 
-def _read(manager: ocp.CheckpointManager, step: int, path: str, request: _Request):
-    """Reads one checkpoint; returns (meta, trees, problem), problem None if usable."""
-    meta, trees, problem = {}, {}, None
-    try:
-        meta = manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))[_META]
-        _check_compatible(meta, request.signature, request.expect, path)
-    except CheckpointMismatch:
-        raise
-    except Exception as error:  # noqa: BLE001 - any read failure makes it unusable.
-        problem = f"unreadable metadata ({type(error).__name__}: {error})"
-    # Processes agree before each (collective) restore, so none waits for the others.
-    if not _all_processes_ok(problem is None, request.layout):
-        return meta, trees, problem or "unreadable on another process"
-    items = {_STATE: ocp.args.StandardRestore(request.abstract_state)}
-    if request.abstract_previous is not None and meta["has_previous_params"]:
-        items[_PREVIOUS] = ocp.args.StandardRestore(request.abstract_previous)
-    try:
-        restored = manager.restore(step, args=ocp.args.Composite(**items))
-        for name in items:
-            trees[name] = restored[name]
-            expected = meta["checksums"][name]
-            if expected is not None and tree_checksum(trees[name]) != expected:
-                problem = f"{name} does not match its checksum"
-    except Exception as error:  # noqa: BLE001 - any read failure makes it unusable.
-        problem = f"unreadable data ({type(error).__name__}: {error})"
-    if not _all_processes_ok(problem is None, request.layout):
-        return meta, trees, problem or "unreadable on another process"
-    return meta, trees, None
-
-
 class Checkpointer:
     """Saves a run's checkpoints into `workdir/checkpoints` (every process calls it).
 
-    Saves are asynchronous by default: `save` returns once the arrays are copied to host
-    memory (so the learner may donate them to the next update) and the files are written
-    in the background. Orbax keeps the newest `max_to_keep` checkpoints.
+    With `async_save`, `save` returns once the arrays are in host memory (the learner may
+    then donate them) and orbax writes the files in the background.
     """
 
     def __init__(self, workdir: str, *, max_to_keep: int, async_save: bool):
@@ -351,11 +335,6 @@ class Checkpointer:
         self._manager = _manager(
             self.directory, create=True, max_to_keep=max_to_keep, async_save=async_save
         )
-        self.last_saved: int | None = self._manager.latest_step()
-        self.blocking_s: list[float] = []
-
-    def path(self, step: int) -> str:
-        return os.path.join(self.directory, str(step))
 
     def save(self, update: int, state: Any, previous_params: Any, meta: dict[str, Any]) -> str:
         """Saves the state after `update` with `previous_params` (or None); returns its path."""
@@ -375,16 +354,11 @@ class Checkpointer:
         if previous_params is not None:
             items[_PREVIOUS] = ocp.args.StandardSave(previous_params)
         self._manager.save(update, args=ocp.args.Composite(**items), force=True)
-        self.blocking_s.append(time.perf_counter() - start)
-        self.last_saved = update
-        logging.info("checkpoint %d: learner blocked %.3fs", update, self.blocking_s[-1])
-        return self.path(update)
-
-    def wait(self) -> None:
-        """Blocks until every started save is finished on disk."""
-        self._manager.wait_until_finished()
+        logging.info("checkpoint %d: learner blocked %.3fs", update, time.perf_counter() - start)
+        return os.path.join(self.directory, str(update))
 
     def close(self) -> None:
+        """Waits until every started save is on disk, then releases orbax's threads."""
         self._manager.wait_until_finished()
         self._manager.close()
 

@@ -1,24 +1,25 @@
-"""Multi-process start-up on JAX's multi-controller runtime (`jax.distributed`).
+"""Multi-process runs on JAX's multi-controller runtime (`jax.distributed`).
 
-One process runs per host (TPU VM worker, SLURM node, MPI rank) and sees all of that
-host's accelerators; the learner mesh then spans every process (Hessel et al. 2021,
-"Podracer architectures for scalable reinforcement learning"). This module:
+One process runs per host (TPU VM worker, SLURM node, MPI rank) and owns all of that
+host's accelerators; the learner mesh spans every process (the Sebulba layout of Hessel
+et al. 2021, "Podracer architectures for scalable reinforcement learning"). This module:
 
 * starts `jax.distributed` from explicit flags or by JAX's own auto-detection (SLURM,
-  Open MPI, Cloud TPU VM), with bounded start-up, heartbeat and shutdown timeouts;
-* logs, on every process, its index, host and local devices, and tags every later log
-  line with the process index so interleaved logs stay readable;
-* keeps a failure from becoming a hang: a process whose run fails exits at once instead
-  of waiting in the runtime's shutdown barrier for peers that are blocked waiting for
-  it, and a watchdog ends a process whose learner stops making progress.
+  Open MPI, Cloud TPU VM) with bounded start-up, heartbeat and shutdown timeouts;
+* logs on every process its index, host and local devices, and tags every later log
+  line with the process index, so interleaved logs stay readable;
+* turns a failure anywhere into a prompt, explained exit everywhere (`RunMonitor`);
+* gathers the episode statistics of all processes for the metrics (`EpisodeGatherer`).
 
 How a failure reaches the other processes:
-  * a peer that dies closes its gloo/NCCL connections: the next collective of every
-    other process fails within seconds and `exit_after_failure` ends it;
-  * a peer that freezes (or whose host disappears) stops sending heartbeats: after
-    `heartbeat_timeout_s` the coordination service fails every other process;
-  * a peer whose Python code hangs keeps heartbeating, but no process finishes another
-    update: the `Watchdog` of every process fires after `watchdog_timeout_s`.
+  * a process whose run raises posts its error to the coordination service's key-value
+    store and exits at once; every other process sees the post within a second;
+  * a process that dies closes its collective connections (the next collective of
+    every other process fails) and stops heartbeating;
+  * a process that freezes, or whose host disappears, stops heartbeating: after
+    `heartbeat_timeout_s` the runtime terminates every other process;
+  * a process whose Python code hangs keeps heartbeating, but no process finishes
+    another update: every watchdog fires `watchdog_timeout_s` after the last update.
 """
 
 from __future__ import annotations
@@ -31,16 +32,20 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
+import numpy as np
 from absl import logging
 
 from sebulba.errors import ConfigError
 
-# Exit status of a process that ends because its run failed or a peer failed.
+# Exit status of a process whose run failed, or that stopped because a peer failed.
 EXIT_FAILURE = 1
-# Exit status of a process ended by its watchdog (no learner progress).
+# Exit status of a process stopped by its watchdog: no learner progress.
 EXIT_STALLED = 3
+# Key-value store directory where a failing process posts its one-line error.
+_FAILED_DIR = "sebulba/failed/"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,8 +54,8 @@ class DistributedOptions:
 
     Attributes:
       auto_detect: let `jax.distributed.initialize()` find the cluster (SLURM, Open
-        MPI, Cloud TPU VM). Explicit values below still take precedence.
-      coordinator_address: HOST:PORT of process 0's coordination service.
+        MPI, Cloud TPU VM); explicit values below take precedence over detected ones.
+      coordinator_address: HOST:PORT of the coordination service (on process 0).
       num_processes: processes in the run.
       process_id: this process's index in [0, num_processes).
       initialization_timeout_s: how long to wait for every process to join.
@@ -80,7 +85,7 @@ class DistributedOptions:
             "--process_id": self.process_id,
         }
         missing = [name for name, value in explicit.items() if value is None]
-        if not self.auto_detect and len(missing) not in (0, len(explicit)):
+        if not self.auto_detect and missing and len(missing) < len(explicit):
             raise ConfigError(
                 f"{', '.join(missing)} missing: pass all of --coordinator_address, "
                 "--num_processes and --process_id, or --distributed to auto-detect them"
@@ -101,27 +106,28 @@ class DistributedOptions:
                 )
         for name in ("initialization_timeout_s", "heartbeat_timeout_s", "shutdown_timeout_s"):
             if getattr(self, name) < 1:
-                raise ConfigError(f"--{name} must be >= 1 second, got {getattr(self, name)}")
+                raise ConfigError(f"--{name} must be >= 1, got {getattr(self, name)}")
 
 
 def detect_cluster() -> str:
-    """Names the cluster environment `jax.distributed.initialize()` will detect.
+    """Names the cluster `jax.distributed.initialize()` will detect, for the start log.
 
-    Mirrors the environment variables JAX's own detectors read; Cloud TPU VMs are
-    detected by JAX from the GCE metadata server, which is not queried here.
+    Reads the variables JAX's SLURM and Open MPI detectors read; Cloud TPU VMs are
+    recognised by JAX from the GCE metadata server, which is not queried here.
     """
     if all(v in os.environ for v in ("SLURM_JOB_ID", "SLURM_PROCID", "SLURM_NTASKS")):
         return "SLURM"
     if "OMPI_MCA_orte_hnp_uri" in os.environ:
         return "Open MPI"
-    return "JAX auto-detection (Cloud TPU VM metadata or another supported cluster)"
+    return "JAX auto-detection (Cloud TPU VM or another supported cluster)"
 
 
 def initialize(options: DistributedOptions) -> str:
     """Joins the multi-process run described by `options`; returns how it was found.
 
-    Must run before anything touches a JAX backend. Every process then sees all of its
-    host's devices (one process per host), unless `JAX_LOCAL_DEVICE_IDS` restricts them.
+    Must run before anything touches a JAX backend. Every process keeps all of its
+    host's devices visible (one process per host) unless `JAX_LOCAL_DEVICE_IDS` says
+    otherwise.
 
     Raises:
       ConfigError: the options are inconsistent, or auto-detection found no cluster.
@@ -134,9 +140,18 @@ def initialize(options: DistributedOptions) -> str:
     # CPU collectives across processes (tests, CPU-only clusters) go over gloo.
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     source = detect_cluster() if options.auto_detect else "explicit flags"
-    # JAX's SLURM / Open MPI detectors default to one visible GPU per process (the
-    # task's local rank); sebulba runs one process per host that owns every local
-    # device. An empty list keeps them all visible; JAX_LOCAL_DEVICE_IDS still wins.
+    logging.info(
+        "joining a multi-process run via %s (coordinator %s, process %s of %s); waiting "
+        "up to %ds for every process",
+        source,
+        options.coordinator_address or "auto",
+        "auto" if options.process_id is None else options.process_id,
+        options.num_processes or "auto",
+        options.initialization_timeout_s,
+    )
+    # JAX's SLURM and Open MPI detectors make one GPU (the task's local rank) visible
+    # per process; a sebulba process owns every local device. An empty list keeps them
+    # all visible; JAX_LOCAL_DEVICE_IDS, if set, is read by JAX instead.
     local_device_ids = None if os.environ.get("JAX_LOCAL_DEVICE_IDS") else []
     try:
         jax.distributed.initialize(
@@ -149,37 +164,14 @@ def initialize(options: DistributedOptions) -> str:
             shutdown_timeout_seconds=options.shutdown_timeout_s,
         )
     except ValueError as error:
-        # JAX's message when nothing was detected: "... should/must be defined."
+        # JAX's words when nothing was detected: "... should be / must be defined."
         if options.auto_detect and "defined" in str(error):
             raise ConfigError(
-                "--distributed found no SLURM, Open MPI or Cloud TPU VM environment "
+                f"--distributed found no SLURM, Open MPI or Cloud TPU VM environment "
                 f"({error}); pass --coordinator_address, --num_processes and --process_id"
             ) from None
         raise
     return source
-
-
-def log_process_start(source: str) -> None:
-    """Logs this process's index, host and local devices; tags later log lines."""
-    import jax
-
-    index, count = jax.process_index(), jax.process_count()
-    if count > 1:
-        tag_log_lines(f"process {index}/{count}")
-    devices = jax.local_devices()
-    logging.info(
-        "process %d/%d on host %s (pid %d) via %s: %d local %s device(s) %s; "
-        "%d device(s) in the run",
-        index,
-        count,
-        socket.gethostname(),
-        os.getpid(),
-        source,
-        len(devices),
-        devices[0].platform,
-        [f"{i}:{d}" for i, d in enumerate(devices)],
-        jax.device_count(),
-    )
 
 
 class _TaggedFormatter(logging.PythonFormatter):
@@ -201,31 +193,30 @@ def tag_log_lines(tag: str) -> None:
     logging.get_absl_handler().setFormatter(_TaggedFormatter(tag))
 
 
-def exit_after_failure(error: BaseException, multi_process: bool) -> None:
-    """Ends a failed run.
-
-    A single process re-raises (a normal traceback). In a multi-process run the process
-    logs the error and exits at once: the normal interpreter exit would wait in the
-    runtime's shutdown barrier for peers that are themselves blocked in a collective
-    waiting for this process, so nobody would exit until the heartbeat timeout.
-    """
-    if not multi_process:
-        raise error
+def log_process_start(source: str) -> None:
+    """Tags this process's log lines and logs its host and local devices."""
     import jax
 
-    logging.exception(
-        "process %d/%d failed: %s: %s. The other processes stop at their next "
-        "collective; see their logs for their own errors.",
-        jax.process_index(),
-        jax.process_count(),
-        type(error).__name__,
-        error,
+    tag_log_lines(f"process {jax.process_index()}/{jax.process_count()}")
+    devices = jax.local_devices()
+    logging.info(
+        "started on host %s (pid %d) via %s: local devices %s (platform %s); "
+        "%d devices in the run",
+        socket.gethostname(),
+        os.getpid(),
+        source,
+        ", ".join(f"{i}={d}" for i, d in enumerate(devices)),
+        devices[0].platform,
+        jax.device_count(),
     )
-    hard_exit(EXIT_FAILURE)
 
 
 def hard_exit(status: int) -> None:
-    """Flushes output and exits without running exit handlers (no shutdown barrier)."""
+    """Flushes output and exits now, skipping exit handlers.
+
+    The normal interpreter exit would run JAX's `distributed.shutdown()`, whose barrier
+    waits for peers that are themselves blocked in a collective waiting for this process.
+    """
     logging.flush()
     for stream in (sys.stdout, sys.stderr):
         try:
@@ -235,70 +226,203 @@ def hard_exit(status: int) -> None:
     os._exit(status)
 
 
-class Watchdog:
-    """Ends the process when the learner stops finishing updates.
+def _coordination_client() -> Any:
+    # The runtime's key-value store has no public accessor; orbax reads it the same way.
+    from jax._src import distributed as jax_distributed
 
-    A hung peer keeps heartbeating, so the runtime never declares it dead, and every
-    other process blocks in the next collective. The watchdog arms on the first
-    `beat()` (compilation before the first update may legitimately take long) and from
-    then on exits the process with `EXIT_STALLED` if `timeout_s` pass without a beat.
+    return jax_distributed.global_state.client
+
+
+def _exit_with_message(status: int, message: str) -> None:
+    logging.error("%s", message)
+    print(f"sebulba: {message}", file=sys.stderr, flush=True)
+    hard_exit(status)
+
+
+class RunMonitor:
+    """Stops this process promptly when the run cannot go on.
+
+    A background thread polls, every `poll_s`:
+      * the coordination service's key-value store, where a failing process posts its
+        error (`report_failure`): every other process exits with that error named;
+      * the time since the learner last finished an update (`beat`): a peer that hangs
+        in Python keeps heartbeating, so the runtime never declares it dead, yet every
+        process blocks in the next collective. The watchdog arms on the first beat
+        (compiling before the first update may legitimately take long).
 
     Args:
-      timeout_s: longest allowed time between two finished updates; 0 disables.
-      describe: returns the process description used in the exit message.
-      on_stall: called instead of exiting (tests).
+      process_index / process_count: this process and the run's size.
+      watchdog_timeout_s: longest allowed time between two finished updates; 0 disables.
+      client: the coordination service client (None: no failure posts, single process).
+      poll_s: polling period.
+      on_exit: `(status, message) -> None`; defaults to logging and exiting (tests
+        replace it).
     """
 
     def __init__(
         self,
-        timeout_s: float,
-        describe: Callable[[], str] = lambda: "this process",
-        on_stall: Callable[[str], None] | None = None,
+        process_index: int,
+        process_count: int,
+        watchdog_timeout_s: float,
+        client: Any = None,
+        poll_s: float = 1.0,
+        on_exit: Callable[[int, str], None] = _exit_with_message,
     ):
-        self.timeout_s = timeout_s
-        self._describe = describe
-        self._on_stall = on_stall
-        self._last_beat: float | None = None
-        self._beats = 0
+        self.process_index, self.process_count = process_index, process_count
+        self.watchdog_timeout_s = watchdog_timeout_s
+        self._client = client
+        self._poll_s = poll_s
+        self._on_exit = on_exit
         self._lock = threading.Lock()
+        self._last_beat: float | None = None
+        self._last_update: int | None = None
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def start(self) -> Watchdog:
-        if self.timeout_s > 0 and self._thread is None:
-            self._thread = threading.Thread(
-                target=self._watch, name="sebulba-watchdog", daemon=True
-            )
-            self._thread.start()
+    @property
+    def name(self) -> str:
+        return f"process {self.process_index}/{self.process_count}"
+
+    def start(self) -> RunMonitor:
+        global _ACTIVE_MONITOR
+        _ACTIVE_MONITOR = self
+        self._thread = threading.Thread(target=self._watch, name="sebulba-monitor", daemon=True)
+        self._thread.start()
         return self
 
-    def beat(self, *unused_args) -> None:
-        """Records progress; accepts (and ignores) any callback arguments."""
+    def stop(self) -> None:
+        global _ACTIVE_MONITOR
+        if _ACTIVE_MONITOR is self:
+            _ACTIVE_MONITOR = None
+        self._stopped.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+        self._thread = None
+
+    def beat(self, update: int) -> None:
+        """Records that the learner finished `update`."""
         with self._lock:
             self._last_beat = time.monotonic()
-            self._beats += 1
+            self._last_update = update
 
-    def stop(self) -> None:
-        self._stopped.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+    def report_failure(self, message: str) -> None:
+        """Posts this process's failure where every other process will see it."""
+        if self._client is None:
+            return
+        try:
+            self._client.key_value_set(
+                f"{_FAILED_DIR}{self.process_index}", message, allow_overwrite=True
+            )
+        except Exception as error:  # noqa: BLE001 - the service may be gone already.
+            logging.warning("could not post the failure to the other processes: %s", error)
+
+    def check(self) -> tuple[int, str] | None:
+        """One poll: the exit (status, message) due now, or None."""
+        if self._client is not None:
+            try:
+                posts = self._client.key_value_dir_get(_FAILED_DIR)
+            except Exception:  # noqa: BLE001 - service unreachable: heartbeats handle it.
+                posts = []
+            for key, message in sorted(posts):
+                failed = key.rsplit("/", 1)[-1]
+                if failed != str(self.process_index):
+                    return EXIT_FAILURE, (
+                        f"{self.name}: stopping because process {failed} failed: {message}"
+                    )
+        with self._lock:
+            last_beat, last_update = self._last_beat, self._last_update
+        if (
+            self.watchdog_timeout_s > 0
+            and last_beat is not None
+            and time.monotonic() - last_beat > self.watchdog_timeout_s
+        ):
+            return EXIT_STALLED, (
+                f"{self.name}: no learner update finished within {self.watchdog_timeout_s:g}s "
+                f"after update {last_update}; a process has hung or died (see the logs of "
+                "every process). Exiting."
+            )
+        return None
 
     def _watch(self) -> None:
-        poll_s = min(1.0, self.timeout_s / 4)
-        while not self._stopped.wait(poll_s):
-            with self._lock:
-                last, beats = self._last_beat, self._beats
-            if last is None or time.monotonic() - last < self.timeout_s:
-                continue
-            message = (
-                f"{self._describe()}: no learner update finished in the last "
-                f"{self.timeout_s:.0f}s (after update {beats}); another process has "
-                "probably hung or died, see its log. Exiting."
-            )
-            if self._on_stall is not None:
-                self._on_stall(message)
+        while not self._stopped.wait(self._poll_s):
+            due = self.check()
+            if due is not None:
+                status, message = due
+                if status == EXIT_STALLED:
+                    self.report_failure(message)
+                self._on_exit(status, message)
                 return
-            logging.error("%s", message)
-            print(f"sebulba: {message}", file=sys.stderr, flush=True)
-            hard_exit(EXIT_STALLED)
+
+
+_ACTIVE_MONITOR: RunMonitor | None = None
+
+
+def report_progress(update: int) -> None:
+    """Tells this process's `RunMonitor` (if any) that the learner finished `update`.
+
+    Called by the training loop on the learner thread after every update.
+    """
+    monitor = _ACTIVE_MONITOR
+    if monitor is not None:
+        monitor.beat(update)
+
+
+def start_monitor(watchdog_timeout_s: float) -> RunMonitor:
+    """Starts the `RunMonitor` of a multi-process run (after `initialize`)."""
+    import jax
+
+    return RunMonitor(
+        jax.process_index(),
+        jax.process_count(),
+        watchdog_timeout_s,
+        client=_coordination_client(),
+    ).start()
+
+
+class EpisodeGatherer:
+    """Collects the episodes finished on every process, in global env order.
+
+    Each process only sees its own envs' episodes; the metrics (process 0) need all of
+    them. One small all-gather over the learner mesh per update, issued by the learner
+    thread like every collective. Returns keep all 64 bits (sent as two 32-bit words),
+    so a 2-process run reports exactly the episodes of the equivalent single process.
+
+    Args:
+      layout: the run's device layout (`sebulba.mesh.DeviceLayout`).
+      capacity: most episodes one process can finish in one rollout (its envs x steps).
+    """
+
+    def __init__(self, layout, capacity: int):
+        import jax
+        from jax.sharding import PartitionSpec
+
+        from sebulba.mesh import BATCH_AXIS
+
+        self._local_devices = len(layout.local_learner_devices)
+        # Rows per process: a multiple of its learner devices, which hold equal slices.
+        self._rows = -(-max(capacity, 1) // self._local_devices) * self._local_devices
+        self._sharding = layout.sharding(PartitionSpec(BATCH_AXIS))
+        self._gather = jax.jit(lambda x: x, out_shardings=layout.replicated)
+
+    def __call__(
+        self, returns: Sequence[float], lengths: Sequence[int]
+    ) -> tuple[list[float], list[int]]:
+        """Every process's (returns, lengths), process 0's first; a collective."""
+        import jax
+
+        if len(returns) != len(lengths) or len(returns) > self._rows:
+            raise ValueError(
+                f"{len(returns)} returns and {len(lengths)} lengths for {self._rows} slots"
+            )
+        # Row: return as two uint32 words, length, 1 if the slot holds an episode.
+        local = np.zeros((self._rows, 4), np.uint32)
+        n = len(returns)
+        local[:n, :2] = np.asarray(returns, np.float64).view(np.uint32).reshape(n, 2)
+        local[:n, 2] = np.asarray(lengths, np.int64).astype(np.uint32)
+        local[:n, 3] = 1
+        sharded = jax.make_array_from_process_local_data(self._sharding, local)
+        gathered = self._gather(sharded)
+        rows = np.asarray(jax.device_get(gathered.addressable_shards[0].data))
+        rows = rows[rows[:, 3] == 1]
+        all_returns = np.ascontiguousarray(rows[:, :2]).view(np.float64).reshape(-1)
+        return all_returns.tolist(), rows[:, 2].astype(np.int64).tolist()

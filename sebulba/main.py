@@ -146,6 +146,13 @@ def _distributed_options() -> distributed.DistributedOptions:
     )
 
 
+def _fail_multi_process(monitor: distributed.RunMonitor, status: int, message: str) -> None:
+    """Ends this process of a multi-process run and tells the others why, at once."""
+    print(f"sebulba: {message}", file=sys.stderr, flush=True)
+    monitor.report_failure(message)
+    distributed.hard_exit(status)
+
+
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         _config_error(f"unexpected arguments: {' '.join(argv[1:])}")
@@ -157,30 +164,29 @@ def main(argv: list[str]) -> None:
     import jax
 
     from sebulba import train
+    from sebulba.metrics import params_checksum
 
+    monitor = None
     if options.enabled:
         distributed.log_process_start(source)
-    multi_process = jax.process_count() > 1
-    watchdog = distributed.Watchdog(
-        _WATCHDOG_TIMEOUT.value if multi_process else 0.0,
-        describe=lambda: f"process {jax.process_index()}/{jax.process_count()}",
-    ).start()
+        monitor = distributed.start_monitor(_WATCHDOG_TIMEOUT.value)
     try:
-        train.train(_CONFIG.value, _WORKDIR.value)
+        state = train.train(_CONFIG.value, _WORKDIR.value)
     except ConfigError as error:
-        # Every process rejects the same config; exit without the shutdown barrier so a
-        # process that alone rejected it (e.g. fewer devices) cannot hold the others.
-        print(f"sebulba: config error: {error}", file=sys.stderr, flush=True)
-        if multi_process:
-            distributed.hard_exit(2)
-        sys.exit(2)
-    except BaseException as error:  # noqa: BLE001 - see exit_after_failure.
-        if isinstance(error, SystemExit):
+        if monitor is None:
+            _config_error(str(error))
+        _fail_multi_process(monitor, 2, f"config error: {error}")
+    except Exception as error:
+        if monitor is None:
             raise
-        distributed.exit_after_failure(error, multi_process)
-    finally:
-        watchdog.stop()
-    if options.enabled:
+        logging.exception("this process failed")
+        name = f"process {jax.process_index()}/{jax.process_count()}"
+        message = " ".join(f"{type(error).__name__}: {error}".split())
+        _fail_multi_process(monitor, distributed.EXIT_FAILURE, f"{name} failed: {message}")
+    if monitor is not None:
+        monitor.stop()
+        # Equal on every process: the learner state is replicated over all of them.
+        logging.info("finished; learner state checksum %s", params_checksum(state))
         # Waits (up to --shutdown_timeout_s) until every process has finished.
         jax.distributed.shutdown()
 

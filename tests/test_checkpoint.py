@@ -120,6 +120,13 @@ def test_sigint_finishes_the_current_update_then_saves(tmp_path):
     assert signal.getsignal(signal.SIGINT) is previous_handler
 
 
+def test_resumed_env_seeds_follow_seed_and_resume_update():
+    assert checkpoint.env_seed_base(7, 1) == 7  # A fresh run: env g gets seed + g.
+    bases = {checkpoint.env_seed_base(seed, k) for seed in (7, 8) for k in (2, 3, 50)}
+    assert len(bases) == 6 and all(0 <= b < 2**30 for b in bases)
+    assert checkpoint.env_seed_base(7, 3) == checkpoint.env_seed_base(7, 3)
+
+
 @pytest.fixture(scope="module")
 def saved_run(tmp_path_factory):
     """A 6-update run on learner devices [1, 2] with checkpoints after updates 3 and 6."""

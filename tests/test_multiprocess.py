@@ -1,0 +1,268 @@
+"""Multi-process runs: local processes joined by `jax.distributed` over gloo.
+
+Each process gets two virtual CPU devices (actor device 0, learner device 1), so two
+processes have the global env count and learner device count of one process with two
+actor threads and two learner devices; the runs must agree up to float reduction order.
+Failures are injected by killing, stopping or hanging one process.
+"""
+
+import dataclasses
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import pytest
+
+from sebulba import distributed
+from sebulba.errors import ConfigError
+from sebulba.mesh import build_layout
+from tests.helpers import read_metrics, read_summary
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TEST_CONFIG = os.path.join(ROOT, "tests", "configs", "minimal_cartpole.py")
+# 16 global envs x 16 steps x 6 updates (the probe agent's rollouts are 4 steps long).
+GLOBAL_ENVS = 16
+UPDATES = 6
+# Short runtime timeouts keep the failure tests fast; they are flags, not test hooks.
+FAST_TIMEOUTS = ("--heartbeat_timeout_s=10", "--initialization_timeout_s=60")
+# Each process: actor device 0, learner device 1.
+TWO_PROCESS_LAYOUT = (
+    "--config.mesh.actor_device_ids=(0,)",
+    "--config.mesh.learner_device_ids=(1,)",
+    "--config.pipeline.num_actor_threads=1",
+    f"--config.env.num_envs={GLOBAL_ENVS // 2}",
+)
+# One process: actor device 0, learner devices 1 and 2, one actor thread per old process.
+ONE_PROCESS_LAYOUT = (
+    "--config.mesh.actor_device_ids=(0,)",
+    "--config.mesh.learner_device_ids=(1,2)",
+    "--config.pipeline.num_actor_threads=2",
+    f"--config.env.num_envs={GLOBAL_ENVS // 2}",
+)
+# A learner that hangs in Python on SIGUSR1 while the runtime's threads keep going.
+HANG_ON_SIGUSR1 = (
+    "import runpy, signal, time\n"
+    "signal.signal(signal.SIGUSR1, lambda *_: time.sleep(10**6))\n"
+    "runpy.run_module('sebulba.main', run_name='__main__', alter_sys=True)\n"
+)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclasses.dataclass
+class Process:
+    index: int
+    popen: subprocess.Popen
+    stdout_path: str
+    stderr_path: str
+
+    @property
+    def stdout(self) -> str:
+        with open(self.stdout_path, encoding="utf-8") as f:
+            return f.read()
+
+    @property
+    def stderr(self) -> str:
+        with open(self.stderr_path, encoding="utf-8") as f:
+            return f.read()
+
+
+def launch(
+    tmp_path,
+    name,
+    *args,
+    num_processes=2,
+    devices=2,
+    per_process=None,
+    python_code=None,
+    config=TEST_CONFIG,
+):
+    """Starts `num_processes` CLI processes of one run (explicit coordinator if > 1)."""
+    workdir = tmp_path / name
+    logs = tmp_path / f"{name}-logs"
+    logs.mkdir()
+    port = free_port()
+    env = dict(os.environ)
+    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    env["JAX_PLATFORMS"] = "cpu"
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    processes = []
+    for i in range(num_processes):
+        flags = [f"--config={config}", f"--workdir={workdir}", *args]
+        if num_processes > 1:
+            flags += [
+                f"--coordinator_address=127.0.0.1:{port}",
+                f"--num_processes={num_processes}",
+                f"--process_id={i}",
+                *FAST_TIMEOUTS,
+            ]
+        flags += list((per_process or {}).get(i, ()))
+        code = (python_code or {}).get(i)
+        command = [sys.executable, *(["-c", code] if code else ["-m", "sebulba.main"]), *flags]
+        out, err = str(logs / f"p{i}.out"), str(logs / f"p{i}.err")
+        with open(out, "w") as stdout, open(err, "w") as stderr:
+            popen = subprocess.Popen(command, cwd=ROOT, env=env, stdout=stdout, stderr=stderr)
+        processes.append(Process(i, popen, out, err))
+    return workdir, processes
+
+
+def wait_all(processes, timeout):
+    """Return codes of all processes; kills them all and fails after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    try:
+        for p in processes:
+            p.popen.wait(timeout=max(deadline - time.monotonic(), 0.1))
+    except subprocess.TimeoutExpired:
+        pytest.fail(
+            f"processes still running after {timeout}s:\n"
+            + "\n".join(f"--- p{p.index} stderr:\n{p.stderr[-3000:]}" for p in processes)
+        )
+    finally:
+        for p in processes:
+            if p.popen.poll() is None:
+                p.popen.kill()
+                p.popen.wait()
+    return [p.popen.returncode for p in processes]
+
+
+def wait_until(predicate, timeout, processes):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline or any(p.popen.poll() is not None for p in processes):
+            wait_all(processes, 0.1)
+            pytest.fail("the run did not reach the awaited state:\n" + processes[0].stderr[-3000:])
+        time.sleep(0.2)
+
+
+def state_checksum(process):
+    found = re.findall(r"finished; learner state checksum ([0-9a-f]{64})", process.stderr)
+    assert len(found) == 1, process.stderr[-3000:]
+    return found[0]
+
+
+def saved_state(workdir, update):
+    """The learner state a run saved after `update`, as numpy arrays."""
+    import orbax.checkpoint as ocp
+
+    path = os.path.join(workdir, "checkpoints", str(update), "state")
+    checkpointer = ocp.PyTreeCheckpointer()
+    tree = checkpointer.metadata(path).item_metadata.tree
+    as_numpy = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree)
+    return checkpointer.restore(path, restore_args=as_numpy)
+
+
+def assert_all_succeeded(processes, timeout=180):
+    codes = wait_all(processes, timeout)
+    for p, code in zip(processes, codes, strict=True):
+        assert code == 0, f"p{p.index} exited {code}:\n{p.stderr[-3000:]}"
+
+
+# ----- two processes against one --------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def minimal_runs(tmp_path_factory):
+    """The minimal agent on 2 processes x 1 learner and on 1 process x 2 learners."""
+    tmp_path = tmp_path_factory.mktemp("minimal")
+    total = f"--config.total_timesteps={GLOBAL_ENVS * 16 * UPDATES}"
+    two, processes = launch(tmp_path, "two", *TWO_PROCESS_LAYOUT, total)
+    one, reference = launch(
+        tmp_path, "one", *ONE_PROCESS_LAYOUT, total, num_processes=1, devices=3
+    )
+    assert_all_succeeded(processes)
+    assert_all_succeeded(reference)
+    return two, processes, one
+
+
+def test_every_process_logs_its_index_and_local_devices(minimal_runs):
+    _, processes, _ = minimal_runs
+    for p in processes:
+        started = [line for line in p.stderr.splitlines() if "started on host" in line]
+        assert len(started) == 1, p.stderr[-3000:]
+        assert f"[process {p.index}/2]" in started[0]
+        # Two local CPU devices, listed by their local index.
+        assert re.search(r"local devices 0=\S+, 1=\S+ \(platform cpu\)", started[0])
+        assert "4 devices in the run" in started[0]
+
+
+def test_two_processes_match_one_process_with_two_learner_devices(minimal_runs):
+    two, _, one = minimal_runs
+    lines, reference = read_metrics(two), read_metrics(one)
+    # Process 0 alone writes: one line per update, not one per process.
+    assert [line["update"] for line in lines] == list(range(1, UPDATES + 1))
+    assert [line["update"] for line in reference] == list(range(1, UPDATES + 1))
+    for line, ref in zip(lines, reference, strict=True):
+        assert line["global_step"] == ref["global_step"] == line["update"] * GLOBAL_ENVS * 16
+        # Same data, same parameters: only the float reduction order differs. The loss
+        # is a mean of O(1) terms that nearly cancel, hence the absolute tolerance.
+        np.testing.assert_allclose(line["loss"], ref["loss"], rtol=1e-5, atol=1e-6)
+    assert len({line["loss"] for line in lines}) == UPDATES  # The parameters do change.
+    final, final_ref = saved_state(two, UPDATES), saved_state(one, UPDATES)
+    assert final["updates"] == final_ref["updates"] == UPDATES
+    initial = np.zeros_like(final["params"]["b"])  # b starts at zero: it must have moved.
+    assert np.abs(final["params"]["b"] - initial).max() > 1e-4
+    for a, b in zip(jax.tree.leaves(final), jax.tree.leaves(final_ref), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+    summary = read_summary(two)
+    assert summary["updates"] == UPDATES
+    assert summary["layout"].startswith("processes=2")
+
+
+def test_both_processes_end_with_the_same_parameters(minimal_runs):
+    _, processes, _ = minimal_runs
+    assert state_checksum(processes[0]) == state_checksum(processes[1])
+
+
+def test_metrics_count_the_episodes_of_every_process(minimal_runs):
+    # Process 0 writes the metrics, but half of the envs step on process 1.
+    two, one = minimal_runs[0], minimal_runs[2]
+    summary, reference = read_summary(two), read_summary(one)
+    assert summary["episodes"] == reference["episodes"] > 0
+    assert summary["mean_return"] == pytest.approx(reference["mean_return"], rel=1e-12)
+    for line, ref in zip(read_metrics(two), read_metrics(one), strict=True):
+        assert line["episodic_return"] == pytest.approx(ref["episodic_return"], rel=1e-12)
+
+
+def test_lag_schedule_holds_across_processes(tmp_path):
+    total = f"--config.total_timesteps={GLOBAL_ENVS * 4 * UPDATES}"
+    # A slow learner on process 0 and a slow actor on process 1 change only the speed.
+    probe = f"{TEST_CONFIG}:probe"
+    _, processes = launch(
+        tmp_path,
+        "two",
+        *TWO_PROCESS_LAYOUT,
+        total,
+        config=probe,
+        per_process={
+            0: ["--config.debug.learner_delay_s=0.05"],
+            1: ["--config.debug.actor_delay_s=0.05"],
+        },
+    )
+    _, reference = launch(
+        tmp_path, "one", *ONE_PROCESS_LAYOUT, total, config=probe, num_processes=1, devices=3
+    )
+    assert_all_succeeded(processes)
+    assert_all_succeeded(reference)
+    lines, ref_lines = read_metrics(tmp_path / "two"), read_metrics(tmp_path / "one")
+    assert [line["update"] for line in lines] == list(range(1, UPDATES + 1))
+    for line, ref in zip(lines, ref_lines, strict=True):
+        k = line["update"]
+        # The min and max run over the global rollout: both processes' data.
+        assert line["behaviour_version_min"] == line["behaviour_version_max"] == max(1, k - 1)
+        assert line["actor_policy_version"] == max(1, k - 1)
+        assert line["learner_version_in"] == k
+        assert line["learner_policy_version"] == k + 1
+        # Env seeds and sampling keys follow the global env index: identical rewards.
+        assert line["reward_sum"] == ref["reward_sum"]
+    assert state_checksum(processes[0]) == state_checksum(processes[1])
