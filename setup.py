@@ -35,5 +35,7 @@ setup(
     install_requires=INSTALL_REQUIRES,
     extras_require={
         "test": ["pytest>=8", "ruff>=0.6"],
+        # Optional Weights & Biases logging (log.wandb); never needed by the tests.
+        "wandb": ["wandb>=0.17"],
     },
 )

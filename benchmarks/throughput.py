@@ -43,26 +43,27 @@ def measure(label: str, config) -> dict:
         wall = time.perf_counter() - start
         with open(os.path.join(workdir, "metrics.jsonl"), encoding="utf-8") as f:
             lines = [json.loads(line) for line in f]
-    steady = lines[1:] or lines  # Update 1 includes compilation of the actor step.
-    seconds = steady[-1]["wall_time_s"] - (lines[0]["wall_time_s"] if len(lines) > 1 else 0.0)
-    steps = steady[-1]["global_step"] - (lines[0]["global_step"] if len(lines) > 1 else 0)
-    updates = len(steady)
-    per_update_s = seconds / max(updates, 1)
+        with open(os.path.join(workdir, "summary.json"), encoding="utf-8") as f:
+            bottleneck = json.load(f)["bottleneck"]
+    # Update 1 includes compilation of the actor step; the bottleneck report skips it too.
+    first, last = (lines[0], lines[-1]) if len(lines) > 1 else ({}, lines[-1])
+    seconds = last["wall_time_s"] - first.get("wall_time_s", 0.0)
+    steps = last["global_step"] - first.get("global_step", 0)
     row = {
         "run": label,
         "policy_lag": config.pipeline.policy_lag,
         "sps": steps / max(seconds, 1e-9),
-        "learner_wait_frac": sum(x["rollout_wait_s"] for x in steady) / max(seconds, 1e-9),
-        "actor_wait_frac": (
-            sum(x["params_wait_s"] for x in steady) / max(updates * per_update_s, 1e-9)
-        ),
-        "updates": lines[-1]["update"],
+        "learner_wait_frac": bottleneck.get("learner_wait_fraction", float("nan")),
+        "actor_wait_frac": bottleneck.get("actor_wait_fraction", float("nan")),
+        "limited_by": bottleneck["limited_by"],
+        "updates": last["update"],
         "wall_s": wall,
     }
     print(
         f"{row['run']:<28} lag={row['policy_lag']} {row['sps']:>9,.0f} sps  "
         f"learner waits {100 * row['learner_wait_frac']:5.1f}%  "
         f"actors wait {100 * row['actor_wait_frac']:5.1f}%  "
+        f"limited by {row['limited_by']:<8} "
         f"({row['updates']} updates, {row['wall_s']:.1f}s)",
         flush=True,
     )

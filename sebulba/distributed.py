@@ -200,8 +200,7 @@ def log_process_start(source: str) -> None:
     tag_log_lines(f"process {jax.process_index()}/{jax.process_count()}")
     devices = jax.local_devices()
     logging.info(
-        "started on host %s (pid %d) via %s: local devices %s (platform %s); "
-        "%d devices in the run",
+        "started on host %s (pid %d) via %s: local devices %s (platform %s); %d devices in the run",
         socket.gethostname(),
         os.getpid(),
         source,

@@ -3,3 +3,10 @@
 
 class ConfigError(ValueError):
     """A config value is invalid; the message names the field and the numbers."""
+
+
+class TrainingDivergedError(FloatingPointError):
+    """A loss became NaN or infinite; the message names the update and the losses.
+
+    The run stops before saving a checkpoint, so the last checkpoint holds finite values.
+    """

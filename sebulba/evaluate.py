@@ -12,7 +12,7 @@ its first complete episode only, so short episodes are not over-represented.
 
 Writes `DIR/eval.json` with mean, std (population), min and max return and the episode
 count; for Atari also the human-normalized score (score - random) / (human - random)
-of Mnih et al. (2015), with the Atari-57 reference scores below.
+of Mnih et al. (2015), with the Atari-57 reference scores of `sebulba.atari_scores`.
 """
 
 from __future__ import annotations
@@ -30,76 +30,10 @@ from absl import app, flags
 from sebulba import checkpoint as ckpt_lib
 from sebulba import envs as envs_lib
 from sebulba.agents import resolve_agent
+from sebulba.atari_scores import RANDOM_AND_HUMAN_SCORES, human_normalized_score
 from sebulba.errors import ConfigError
 from sebulba.metrics import write_json
 from sebulba.sizes import derive_sizes
-
-# Random-agent and professional-human-tester scores (random, human) of the Atari-57
-# benchmark, keyed by envpool task name. Source: DeepMind's DQN Zoo
-# (github.com/google-deepmind/dqn_zoo, dqn_zoo/atari_data.py), which collects the
-# values of Mnih et al. (2015, Nature) and, for the games added later, the DeepMind
-# papers that extended the suite; Badia et al. (2020, Agent57) use the same table.
-# Those scores were measured with up to 30 no-op starts, not sticky actions, so
-# normalized scores here compare under a slightly different protocol.
-ATARI_REFERENCE_SCORES: dict[str, tuple[float, float]] = {
-    "Alien": (227.8, 7127.7),
-    "Amidar": (5.8, 1719.5),
-    "Assault": (222.4, 742.0),
-    "Asterix": (210.0, 8503.3),
-    "Asteroids": (719.1, 47388.7),
-    "Atlantis": (12850.0, 29028.1),
-    "BankHeist": (14.2, 753.1),
-    "BattleZone": (2360.0, 37187.5),
-    "BeamRider": (363.9, 16926.5),
-    "Berzerk": (123.7, 2630.4),
-    "Bowling": (23.1, 160.7),
-    "Boxing": (0.1, 12.1),
-    "Breakout": (1.7, 30.5),
-    "Centipede": (2090.9, 12017.0),
-    "ChopperCommand": (811.0, 7387.8),
-    "CrazyClimber": (10780.5, 35829.4),
-    "Defender": (2874.5, 18688.9),
-    "DemonAttack": (152.1, 1971.0),
-    "DoubleDunk": (-18.6, -16.4),
-    "Enduro": (0.0, 860.5),
-    "FishingDerby": (-91.7, -38.7),
-    "Freeway": (0.0, 29.6),
-    "Frostbite": (65.2, 4334.7),
-    "Gopher": (257.6, 2412.5),
-    "Gravitar": (173.0, 3351.4),
-    "Hero": (1027.0, 30826.4),
-    "IceHockey": (-11.2, 0.9),
-    "Jamesbond": (29.0, 302.8),
-    "Kangaroo": (52.0, 3035.0),
-    "Krull": (1598.0, 2665.5),
-    "KungFuMaster": (258.5, 22736.3),
-    "MontezumaRevenge": (0.0, 4753.3),
-    "MsPacman": (307.3, 6951.6),
-    "NameThisGame": (2292.3, 8049.0),
-    "Phoenix": (761.4, 7242.6),
-    "Pitfall": (-229.4, 6463.7),
-    "Pong": (-20.7, 14.6),
-    "PrivateEye": (24.9, 69571.3),
-    "Qbert": (163.9, 13455.0),
-    "Riverraid": (1338.5, 17118.0),
-    "RoadRunner": (11.5, 7845.0),
-    "Robotank": (2.2, 11.9),
-    "Seaquest": (68.4, 42054.7),
-    "Skiing": (-17098.1, -4336.9),
-    "Solaris": (1236.3, 12326.7),
-    "SpaceInvaders": (148.0, 1668.7),
-    "StarGunner": (664.0, 10250.0),
-    "Surround": (-10.0, 6.5),
-    "Tennis": (-23.8, -8.3),
-    "TimePilot": (3568.0, 5229.2),
-    "Tutankham": (11.4, 167.6),
-    "UpNDown": (533.4, 11693.2),
-    "Venture": (0.0, 1187.5),
-    "VideoPinball": (16256.9, 17667.9),
-    "WizardOfWor": (563.5, 4756.5),
-    "YarsRevenge": (3092.9, 54576.9),
-    "Zaxxon": (32.5, 9173.3),
-}
 
 # Evaluation's random streams, kept apart from training's (env seeds and action keys).
 _EVAL_STREAM = 2
@@ -107,15 +41,6 @@ _EVAL_STREAM = 2
 
 class EvaluationError(Exception):
     """The workdir cannot be evaluated; the message says why in one line."""
-
-
-def human_normalized_score(env_id: str, score: float) -> float | None:
-    """(score - random) / (human - random) for an Atari-57 game, else None."""
-    game = env_id.removesuffix("-v5")
-    if game not in ATARI_REFERENCE_SCORES:
-        return None
-    random_score, human_score = ATARI_REFERENCE_SCORES[game]
-    return (score - random_score) / (human_score - random_score)
 
 
 def load_config(workdir: str) -> ml_collections.ConfigDict:
@@ -248,9 +173,7 @@ def evaluate(
     normalized = human_normalized_score(config.env.id, result["mean_return"])
     if normalized is not None:
         result["human_normalized_score"] = normalized
-        result["random_score"], result["human_score"] = ATARI_REFERENCE_SCORES[
-            config.env.id.removesuffix("-v5")
-        ]
+        result["random_score"], result["human_score"] = RANDOM_AND_HUMAN_SCORES[config.env.id]
     if animation is not None:
         save_animation(frames, animation)
         result["animation"] = os.path.abspath(animation)

@@ -24,7 +24,7 @@ from absl import app, flags, logging
 from ml_collections import config_dict, config_flags
 
 from sebulba import distributed
-from sebulba.errors import ConfigError
+from sebulba.errors import ConfigError, TrainingDivergedError
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Config file, optionally with an argument: FILE[:ARG].", lock_config=True
@@ -61,6 +61,8 @@ _WATCHDOG_TIMEOUT = flags.DEFINE_float(
 )
 flags.mark_flags_as_required(["config", "workdir"])
 
+# Errors of a cross-process collective, whose usual cause is a dead peer.
+_COLLECTIVE = re.compile(r"gloo|nccl|collective|all-?reduce|all-?gather", re.IGNORECASE)
 # The config override flags: --config.a.b=VALUE and --noconfig.a.b.
 _OVERRIDE = re.compile(r"^--?(?:no)?config\.([^=\s]+)")
 
@@ -176,12 +178,21 @@ def main(argv: list[str]) -> None:
         if monitor is None:
             _config_error(str(error))
         _fail_multi_process(monitor, 2, f"config error: {error}")
+    except TrainingDivergedError as error:
+        if monitor is None:
+            print(f"sebulba: training diverged: {error}", file=sys.stderr, flush=True)
+            sys.exit(distributed.EXIT_FAILURE)
+        _fail_multi_process(monitor, distributed.EXIT_FAILURE, f"training diverged: {error}")
     except Exception as error:
         if monitor is None:
             raise
         logging.exception("this process failed")
         name = f"process {jax.process_index()}/{jax.process_count()}"
         message = " ".join(f"{type(error).__name__}: {error}".split())
+        if isinstance(error, jax.errors.JaxRuntimeError) or _COLLECTIVE.search(message):
+            message += (
+                " (a collective failed: another process has probably died; its log has the cause)"
+            )
         _fail_multi_process(monitor, distributed.EXIT_FAILURE, f"{name} failed: {message}")
     if monitor is not None:
         monitor.stop()

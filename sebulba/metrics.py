@@ -20,7 +20,9 @@ from typing import Any
 import jax
 import numpy as np
 
+from sebulba.errors import TrainingDivergedError
 from sebulba.pipeline import UpdateReport
+from sebulba.progress import ConsoleProgress, progress_line
 from sebulba.sizes import Sizes
 
 # Namespaces of the TensorBoard tags, by metrics.jsonl key.
@@ -28,8 +30,11 @@ _TB_NAMESPACE = {
     "episodic_return": "charts",
     "episodic_length": "charts",
     "sps": "perf",
+    "wall_time_s": "perf",
     "rollout_wait_s": "pipeline",
     "params_wait_s": "pipeline",
+    "learner_wait_fraction": "pipeline",
+    "actor_wait_fraction": "pipeline",
     "actor_policy_version": "pipeline",
     "learner_policy_version": "pipeline",
 }
@@ -80,11 +85,92 @@ def _finite_or_none(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
+def check_finite_losses(update: int, agent_metrics: dict[str, Any]) -> None:
+    """Raises TrainingDivergedError if a metric named like a loss is NaN or infinite."""
+    values = jax.device_get({k: v for k, v in agent_metrics.items() if "loss" in k})
+    bad = {name: float(value) for name, value in values.items() if not np.isfinite(value)}
+    if bad:
+        listed = ", ".join(f"{name}={value}" for name, value in sorted(bad.items()))
+        raise TrainingDivergedError(
+            f"non-finite loss at update {update}: {listed}; the run stopped before saving it "
+            "(lower agent.learning_rate, or check rewards and observations)"
+        )
+
+
+# Below this wait fraction on both sides, neither actors nor learner idle noticeably.
+_BALANCED_WAIT_FRACTION = 0.05
+
+
+def diagnose_bottleneck(learner_wait_s: float, actor_wait_s: float, wall_s: float) -> dict:
+    """Which side limited throughput, from the Cleanba paper's pair of wait times.
+
+    A learner that waits for rollouts is starved by its actors; actors that wait for
+    parameters are held back by the learner. Args are totals over the same updates.
+    """
+    if wall_s <= 0:
+        return {"limited_by": "unknown", "detail": "no steady-state update was measured"}
+    learner = min(learner_wait_s / wall_s, 1.0)
+    actors = min(actor_wait_s / wall_s, 1.0)
+    waits = (
+        f"the learner waited for rollouts {100 * learner:.0f}% of the time, "
+        f"the actors waited for parameters {100 * actors:.0f}%"
+    )
+    if max(learner, actors) < _BALANCED_WAIT_FRACTION:
+        limited_by, advice = "neither", "both sides stayed busy"
+    elif learner >= actors:
+        limited_by = "actors"
+        advice = "more actor threads, envs or actor devices would raise throughput"
+    else:
+        limited_by = "learner"
+        advice = "more learner devices or fewer epochs/minibatches would raise throughput"
+    return {
+        "limited_by": limited_by,
+        "learner_wait_fraction": learner,
+        "actor_wait_fraction": actors,
+        "detail": f"{waits}; {advice}",
+    }
+
+
+class _WandbSink:
+    """Optional Weights & Biases logging of the metrics lines (process 0, opt-in)."""
+
+    def __init__(self, config: Any, workdir: str, first_update: int):
+        import wandb
+
+        self._wandb = wandb
+        workdir = os.path.abspath(workdir)
+        # One wandb run per workdir: a resumed run continues the same curves.
+        run_id = hashlib.sha256(workdir.encode()).hexdigest()[:16]
+        self._run = wandb.init(
+            project=config.log.wandb_project,
+            entity=config.log.wandb_entity or None,
+            name=os.path.basename(workdir),
+            id=run_id,
+            resume="allow" if first_update > 1 else None,
+            dir=workdir,
+            config=config.to_dict(),
+        )
+
+    def log(self, line: dict[str, Any]) -> None:
+        scalars = {
+            f"{_TB_NAMESPACE.get(name, 'losses')}/{name}": value
+            for name, value in line.items()
+            if value is not None and name not in ("global_step", "update")
+        }
+        self._run.log(scalars, step=line["global_step"])
+
+    def close(self) -> None:
+        self._run.finish()
+
+
 class MetricsLogger:
     """Aggregates `UpdateReport`s and writes one metrics line every `every_updates`.
 
-    A resumed run passes `first_update`, the episode statistics and the wall time of the
-    run so far (from its checkpoint), so lines, summary and step counts continue.
+    Every update: checks the losses are finite and redraws the console bar. Every log
+    step: a line in metrics.jsonl, TensorBoard scalars (x-axis: env steps), optional
+    wandb scalars and a console progress line. A resumed run passes `first_update`, the
+    episode statistics and the wall time of the run so far (from its checkpoint), so
+    lines, summary and step counts continue.
     """
 
     def __init__(
@@ -95,6 +181,8 @@ class MetricsLogger:
         every_updates: int,
         tensorboard: bool,
         is_main_process: bool,
+        console: str = "auto",
+        wandb_config: Any = None,
         first_update: int = 1,
         recent_returns: Sequence[float] = (),
         episodes_finished: int = 0,
@@ -113,16 +201,24 @@ class MetricsLogger:
         self.episodes_finished = episodes_finished
         self.last_line: dict[str, Any] | None = None
         self._last_report: UpdateReport | None = None
-        self._window_reset(time.perf_counter(), (first_update - 1) * sizes.steps_per_update)
-        self._writer = None
-        if is_main_process and tensorboard:
+        first_step = (first_update - 1) * sizes.steps_per_update
+        self._window_reset(time.perf_counter(), first_step)
+        # Steady-state totals for the bottleneck report; the first update of a run
+        # includes compilation and the first rollout, so it is left out.
+        self._last_record_time: float | None = None
+        self._steady_s = self._steady_rollout_wait = self._steady_params_wait = 0.0
+        self._writer = self._jsonl = self._wandb = self._console = None
+        if not is_main_process:
+            return
+        if tensorboard:
             from tensorboardX import SummaryWriter
 
             self._writer = SummaryWriter(workdir, flush_secs=10)
-        self._jsonl = (
-            open(os.path.join(workdir, "metrics.jsonl"), "a", encoding="utf-8")
-            if is_main_process
-            else None
+        self._jsonl = open(os.path.join(workdir, "metrics.jsonl"), "a", encoding="utf-8")
+        if wandb_config is not None:
+            self._wandb = _WandbSink(wandb_config, workdir, first_update)
+        self._console = ConsoleProgress(
+            sizes.global_steps, sizes.num_updates, mode=console, first_step=first_step
         )
 
     def _window_reset(self, now: float, global_step: int) -> None:
@@ -135,8 +231,19 @@ class MetricsLogger:
         self._window_params_wait = 0.0
 
     def record(self, report: UpdateReport, state: Any = None) -> None:
-        """Accumulates one update; writes a line when the log interval is reached."""
+        """Accumulates one update; writes a line when the log interval is reached.
+
+        Raises:
+          TrainingDivergedError: a loss of this update is not finite (its line is
+            written first, so the metrics show where it happened).
+        """
         del state
+        now = time.perf_counter()
+        if self._last_record_time is not None:
+            self._steady_s += now - self._last_record_time
+            self._steady_rollout_wait += report.rollout_wait_s
+            self._steady_params_wait += report.params_wait_s
+        self._last_record_time = now
         self._last_report = report
         self.recent_returns.extend(report.episode_returns)
         self.episodes_finished += len(report.episode_returns)
@@ -145,6 +252,13 @@ class MetricsLogger:
         self._window_updates += 1
         self._window_rollout_wait += report.rollout_wait_s
         self._window_params_wait += report.params_wait_s
+        try:
+            check_finite_losses(report.update, report.agent_metrics)
+        except TrainingDivergedError:
+            self._write_line(report)
+            raise
+        if self._console is not None:
+            self._console.on_update(report.update, report.global_step)
         last = report.update == self.sizes.num_updates
         if report.update % self.every_updates == 0 or last:
             self._write_line(report)
@@ -162,10 +276,11 @@ class MetricsLogger:
         now = time.perf_counter()
         agent_metrics = jax.device_get(report.agent_metrics)
         n = max(self._window_updates, 1)
+        window_s = max(now - self._window_start, 1e-9)
         line: dict[str, Any] = {
             "global_step": report.global_step,
             "update": report.update,
-            "sps": (report.global_step - self._window_step) / max(now - self._window_start, 1e-9),
+            "sps": (report.global_step - self._window_step) / window_s,
             "episodic_return": (
                 float(np.mean(self._window_returns)) if self._window_returns else None
             ),
@@ -176,6 +291,8 @@ class MetricsLogger:
             "learner_policy_version": report.learner_policy_version,
             "rollout_wait_s": self._window_rollout_wait / n,
             "params_wait_s": self._window_params_wait / n,
+            "learner_wait_fraction": min(self._window_rollout_wait / window_s, 1.0),
+            "actor_wait_fraction": min(self._window_params_wait / window_s, 1.0),
             "wall_time_s": self.elapsed_before_s + now - self.start_time,
         }
         for name, value in sorted(agent_metrics.items()):
@@ -192,23 +309,16 @@ class MetricsLogger:
                     continue
                 tag = f"{_TB_NAMESPACE.get(name, 'losses')}/{name}"
                 self._writer.add_scalar(tag, value, report.global_step)
-        print(self._console_line(line), flush=True)
+        if self._wandb is not None:
+            self._wandb.log(line)
+        self._console.write_line(
+            progress_line(line, self.sizes.global_steps, self.sizes.num_updates)
+        )
 
-    def _console_line(self, line: dict[str, Any]) -> str:
-        total = self.sizes.global_steps
-        done = line["global_step"]
-        sps = line["sps"]
-        eta_s = (total - done) / sps if sps > 0 else float("inf")
-        eta = time.strftime("%H:%M:%S", time.gmtime(eta_s)) if math.isfinite(eta_s) else "?"
-        ret = line["episodic_return"]
-        return (
-            f"update {line['update']}/{self.sizes.num_updates} "
-            f"step {done:,}/{total:,} ({100 * done / total:.0f}%) "
-            f"{sps:,.0f} sps ETA {eta} "
-            f"return {'-' if ret is None else f'{ret:.1f}'} "
-            f"versions actor={line['actor_policy_version']} "
-            f"learner={line['learner_policy_version']} "
-            f"wait learner={line['rollout_wait_s']:.3f}s actor={line['params_wait_s']:.3f}s"
+    def bottleneck(self) -> dict[str, Any]:
+        """`diagnose_bottleneck` over this run's updates after its first."""
+        return diagnose_bottleneck(
+            self._steady_rollout_wait, self._steady_params_wait, self._steady_s
         )
 
     def summary(self, global_step: int, updates: int, checksum: str, extra: dict) -> dict:
@@ -223,11 +333,21 @@ class MetricsLogger:
             "mean_return": (float(np.mean(self.recent_returns)) if self.recent_returns else None),
             "episodes": self.episodes_finished,
             "params_checksum": checksum,
+            "bottleneck": self.bottleneck(),
             **extra,
         }
 
+    def print(self, text: str) -> None:
+        """A console line on process 0 (kept clear of the progress bar)."""
+        if self._console is not None:
+            self._console.write_line(text)
+
     def close(self) -> None:
+        if self._console is not None:
+            self._console.close()
         if self._writer is not None:
             self._writer.close()
         if self._jsonl is not None:
             self._jsonl.close()
+        if self._wandb is not None:
+            self._wandb.close()

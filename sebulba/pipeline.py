@@ -30,6 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from sebulba.agents.api import Agent, Rollout, rollout_partition_specs
+from sebulba.distributed import EpisodeGatherer
 from sebulba.envs import EpisodeTracker, learning_rewards
 from sebulba.handoff import ParamsStore, RunControl, RunStopped, get_or_stop, put_or_stop
 from sebulba.mesh import DeviceLayout
@@ -341,6 +342,12 @@ class Pipeline:
         if self._compiled_update is None:
             self.compile_update(state)
         control = RunControl()
+        # Episodes end on every process; the metrics need all of them, in env order.
+        gather_episodes = None
+        if jax.process_count() > 1:
+            sizes = self.sizes
+            capacity = sizes.num_actor_threads * sizes.envs_per_thread * sizes.num_steps
+            gather_episodes = EpisodeGatherer(self.layout, capacity)
         store = ParamsStore(len(self.layout.actor_devices), control)
         handoffs = [queue.Queue(maxsize=1) for _ in self.envs_per_thread]
         if required_policy_version(first_update, self.policy_lag) < first_update:
@@ -381,6 +388,12 @@ class Pipeline:
                     state, metrics = self._compiled_update(state, rollout)
                     del rollout
                     self._publish(store, update + 1, self.agent.policy_params(state))
+                episode_returns = [x for r in actor_rollouts for x in r.episode_returns]
+                episode_lengths = [x for r in actor_rollouts for x in r.episode_lengths]
+                if gather_episodes is not None:
+                    episode_returns, episode_lengths = gather_episodes(
+                        episode_returns, episode_lengths
+                    )
                 if on_update is not None:
                     on_update(
                         UpdateReport(
@@ -390,8 +403,8 @@ class Pipeline:
                             learner_policy_version=update + 1,
                             rollout_wait_s=rollout_wait_s,
                             params_wait_s=float(np.mean([r.params_wait_s for r in actor_rollouts])),
-                            episode_returns=[x for r in actor_rollouts for x in r.episode_returns],
-                            episode_lengths=[x for r in actor_rollouts for x in r.episode_lengths],
+                            episode_returns=episode_returns,
+                            episode_lengths=episode_lengths,
                             agent_metrics=metrics,
                         ),
                         state,

@@ -10,6 +10,7 @@ A run resumes from the newest valid checkpoint in `workdir/checkpoints` (else fr
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import os
 import time
 from collections.abc import Callable
@@ -20,6 +21,7 @@ import ml_collections
 from absl import logging
 
 from sebulba import checkpoint as ckpt_lib
+from sebulba import distributed
 from sebulba import envs as envs_lib
 from sebulba.agents import resolve_agent
 from sebulba.agents.api import Agent, EnvSpec
@@ -27,6 +29,7 @@ from sebulba.errors import ConfigError
 from sebulba.mesh import DeviceLayout, build_layout
 from sebulba.metrics import MetricsLogger, params_checksum, truncate_metrics, write_json
 from sebulba.pipeline import Pipeline, UpdateReport, required_policy_version
+from sebulba.progress import CONSOLE_MODES
 from sebulba.sizes import Sizes, derive_sizes
 
 _TRANSFER_GUARD_LEVELS = ("allow", "log", "disallow", "log_explicit", "disallow_explicit")
@@ -56,8 +59,7 @@ def prepare(config: ml_collections.ConfigDict) -> RunSetup:
             f"debug.transfer_guard {config.debug.transfer_guard!r} must be one of "
             f"{', '.join(_TRANSFER_GUARD_LEVELS)}"
         )
-    if not isinstance(config.log.every_updates, int) or config.log.every_updates < 1:
-        raise ConfigError(f"log.every_updates must be >= 1, got {config.log.every_updates!r}")
+    _check_log_config(config.log)
     layout = build_layout(config.mesh)
     if sizes.num_actor_threads < len(layout.actor_devices):
         raise ConfigError(
@@ -72,6 +74,15 @@ def prepare(config: ml_collections.ConfigDict) -> RunSetup:
     env_spec = envs_lib.env_spec_of(config.env, envs_per_thread[0])
     agent = agent_module.make(config, env_spec, sizes)
     return RunSetup(config, sizes, layout, envs_per_thread, env_spec, agent)
+
+
+def _check_log_config(log: ml_collections.ConfigDict) -> None:
+    if not isinstance(log.every_updates, int) or log.every_updates < 1:
+        raise ConfigError(f"log.every_updates must be >= 1, got {log.every_updates!r}")
+    if log.console not in CONSOLE_MODES:
+        raise ConfigError(f"log.console {log.console!r} must be one of {', '.join(CONSOLE_MODES)}")
+    if log.wandb and importlib.util.find_spec("wandb") is None:
+        raise ConfigError("log.wandb is True but wandb is not installed: pip install wandb")
 
 
 def _check_ckpt_config(ckpt: ml_collections.ConfigDict) -> None:
@@ -221,6 +232,7 @@ class RunCheckpoints:
     def on_update(self, report: UpdateReport, state) -> None:
         """Records metrics, then saves if due; runs on the learner thread after each update."""
         config, sizes = self.setup.config, self.setup.sizes
+        distributed.report_progress(report.update)  # Feeds the multi-process watchdog.
         self.metrics.record(report)
         self.last_update = report.update
         # Every process must stop after the same update: the update is a collective.
@@ -270,6 +282,18 @@ def _summary_extra(config, layout) -> dict[str, Any]:
         "agent": config.agent.name,
         "env_id": config.env.id,
     }
+
+
+def _final_report(summary: dict[str, Any]) -> str:
+    mean_return = summary["mean_return"]
+    bottleneck = summary["bottleneck"]
+    return (
+        f"sebulba: done, {summary['global_step']:,} steps in {summary['wall_time_s']:.0f}s "
+        f"({summary['sps']:,.0f} sps), mean return of the last "
+        f"{min(summary['episodes'], 100)} episodes "
+        f"{'-' if mean_return is None else f'{mean_return:.1f}'}\n"
+        f"sebulba: throughput limited by: {bottleneck['limited_by']} ({bottleneck['detail']})"
+    )
 
 
 def train(
@@ -335,6 +359,8 @@ def train(
             every_updates=config.log.every_updates,
             tensorboard=config.log.tensorboard,
             is_main_process=is_main_process,
+            console=config.log.console,
+            wandb_config=config if config.log.wandb else None,
             first_update=start.first_update,
             recent_returns=start.meta.get("recent_returns", ()),
             episodes_finished=start.meta.get("episodes_finished", 0),
@@ -360,7 +386,8 @@ def train(
             checkpoints.saver.close()  # Waits for the last save to reach the disk.
     if checkpoints.last_update < sizes.num_updates:
         message = (
-            f"sebulba: stopped by {signals.received} after update {checkpoints.last_update}/"
+            f"sebulba: stopped by {signals.received or 'a signal to another process'} after "
+            f"update {checkpoints.last_update}/"
             f"{sizes.num_updates}; checkpoint saved to {checkpoints.saved_path} "
             "(run the same command again to resume)"
         )
@@ -377,4 +404,5 @@ def train(
     if is_main_process:
         write_json(os.path.join(workdir, "summary.json"), summary)
         logging.info("finished: %s; checkpoint %s", summary, checkpoints.saved_path)
+        print(_final_report(summary), flush=True)
     return state

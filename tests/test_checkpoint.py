@@ -4,6 +4,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -58,6 +59,17 @@ def _cli(workdir, *overrides, script=None, env_extra=None):
     )
 
 
+def _cli_processes(workdir, num_processes, *overrides):
+    """Starts one multi-process run of `sebulba.main`, one device pair per process."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    distributed = [f"--coordinator_address=127.0.0.1:{port}", f"--num_processes={num_processes}"]
+    return [
+        _cli(workdir, *overrides, *distributed, f"--process_id={i}") for i in range(num_processes)
+    ]
+
+
 def _wait_for(predicate, timeout=90.0):
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -103,8 +115,35 @@ def test_sigterm_saves_and_the_same_command_resumes_to_completion(tmp_path):
     assert summary["updates"] == 12 and summary["global_step"] == 12 * STEPS_PER_UPDATE
 
 
+def test_a_signal_to_one_process_stops_every_process_after_the_same_update(tmp_path):
+    workdir = str(tmp_path / "run")
+    flags = [
+        "--config.mesh.actor_device_ids=(0,)",
+        "--config.mesh.learner_device_ids=(1,)",
+        "--config.env.num_envs=4",  # 2 processes x 4 envs x 16 steps = 128 per update.
+        "--config.total_timesteps=1536",
+        "--config.ckpt.every_updates=5",
+    ]
+    slow = ["--config.debug.learner_delay_s=0.25"]
+    processes = _cli_processes(workdir, 2, *flags, *slow)
+    _wait_for(lambda: len(_metric_lines(workdir)) >= 2)
+    processes[1].send_signal(signal.SIGTERM)  # Not the process that writes metrics.
+    outputs = [p.communicate(timeout=60) for p in processes]
+    assert [p.returncode for p in processes] == [0, 0], outputs[0][1][-2000:]
+    stopped = _metric_lines(workdir)[-1]["update"]
+    assert 2 <= stopped < 12
+    assert f"stopped by a signal to another process after update {stopped}/12" in outputs[0][0]
+    assert checkpoint.list_steps(os.path.join(workdir, "checkpoints"))[-1] == stopped
+
+    processes = _cli_processes(workdir, 2, *flags)
+    outputs = [p.communicate(timeout=120) for p in processes]
+    assert [p.returncode for p in processes] == [0, 0], outputs[0][1][-2000:]
+    _assert_continuous(read_metrics(workdir), 12)
+    assert read_summary(workdir)["updates"] == 12
+
+
 def test_sigint_finishes_the_current_update_then_saves(tmp_path):
-    config = agent_config(minimal_agent, total_timesteps=STEPS_PER_UPDATE * 8)
+    config = agent_config(minimal_agent, total_timesteps=STEPS_PER_UPDATE * 8, log__every_updates=3)
     previous_handler = signal.getsignal(signal.SIGINT)
 
     def interrupt_at_update_3(report, state):
@@ -115,7 +154,8 @@ def test_sigint_finishes_the_current_update_then_saves(tmp_path):
     state = train.train(config, str(tmp_path), on_update=interrupt_at_update_3)
     assert int(state.updates) == 4
     assert checkpoint.list_steps(checkpoint.checkpoints_dir(str(tmp_path))) == [4]
-    _assert_continuous(read_metrics(str(tmp_path)), 4)
+    # Logged every 3 updates; the stop flushes update 4's line so none is lost.
+    assert [line["update"] for line in read_metrics(str(tmp_path))] == [3, 4]
     assert not os.path.exists(tmp_path / "summary.json")
     assert signal.getsignal(signal.SIGINT) is previous_handler
 
@@ -142,7 +182,7 @@ def _resume(tmp_path, name, source, **overrides):
     return workdir, train.train(config, workdir)
 
 
-def test_two_resumes_of_one_checkpoint_agree(saved_run, tmp_path):
+def test_two_resumes_of_one_checkpoint_agree(saved_run, tmp_path, capsys):
     workdir, _ = saved_run
     source = os.path.join(workdir, "checkpoints", "3")
     a, _ = _resume(tmp_path, "a", source, mesh__learner_device_ids=[1, 2])
@@ -153,6 +193,11 @@ def test_two_resumes_of_one_checkpoint_agree(saved_run, tmp_path):
     # The resumed envs are re-seeded (envpool cannot snapshot them), so the result is
     # not the uninterrupted run's; equality here would mean the resume was ignored.
     assert read_summary(a)["params_checksum"] != read_summary(workdir)["params_checksum"]
+    # Rerunning a finished run changes nothing.
+    capsys.readouterr()
+    _resume(tmp_path, "a", source, mesh__learner_device_ids=[1, 2])
+    assert "nothing to do" in capsys.readouterr().out
+    assert [line["update"] for line in read_metrics(a)] == [4, 5, 6]
 
 
 @pytest.mark.parametrize("policy_lag", [0, 1])

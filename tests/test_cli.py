@@ -102,6 +102,7 @@ def test_run_leaves_the_documented_workdir(tmp_path):
         ("--config.pipeline.policy_lag=2", "pipeline.policy_lag"),
         ("--config.pipeline.num_actor_threads=0", "pipeline.num_actor_threads"),
         ("--config.env.num_envs=banana", "env.num_envs"),
+        ("--config.log.console=sideways", "log.console"),
     ],
 )
 def test_bad_config_fails_in_one_line_before_any_work(tmp_path, override, field):

@@ -9,7 +9,7 @@ import sys
 import envpool
 import pytest
 
-from sebulba import evaluate, train
+from sebulba import atari_scores, evaluate, train
 from tests import minimal_agent
 from tests.helpers import agent_config
 
@@ -91,13 +91,13 @@ def test_evaluate_refuses_a_workdir_without_checkpoints(tmp_path):
 
 
 def test_atari_reference_scores_cover_atari_57():
-    table = evaluate.ATARI_REFERENCE_SCORES
+    table = atari_scores.RANDOM_AND_HUMAN_SCORES
     assert len(table) == 57
-    assert {f"{game}-v5" for game in table} <= set(envpool.list_all_envs())
-    assert evaluate.human_normalized_score("Pong-v5", -20.7) == 0.0
-    assert evaluate.human_normalized_score("Pong-v5", 14.6) == pytest.approx(1.0)
-    assert evaluate.human_normalized_score("Breakout-v5", 30.5) == pytest.approx(1.0)
-    assert evaluate.human_normalized_score("CartPole-v1", 500.0) is None
+    assert set(table) <= set(envpool.list_all_envs())
+    assert atari_scores.human_normalized_score("Pong-v5", -20.7) == 0.0
+    assert atari_scores.human_normalized_score("Pong-v5", 14.6) == pytest.approx(1.0)
+    assert atari_scores.human_normalized_score("Breakout-v5", 30.5) == pytest.approx(1.0)
+    assert atari_scores.human_normalized_score("CartPole-v1", 500.0) is None
 
 
 def test_atari_evaluation_reports_the_human_normalized_score(tmp_path):
@@ -106,7 +106,7 @@ def test_atari_evaluation_reports_the_human_normalized_score(tmp_path):
     config.log.tensorboard = False
     train.train(config, str(tmp_path))
     result = evaluate.evaluate(str(tmp_path), episodes=1, seed=0)
-    random_score, human_score = evaluate.ATARI_REFERENCE_SCORES["Breakout"]
+    random_score, human_score = atari_scores.RANDOM_AND_HUMAN_SCORES["Breakout-v5"]
     expected = (result["mean_return"] - random_score) / (human_score - random_score)
     assert result["human_normalized_score"] == pytest.approx(expected)
     assert result["lengths"][0] > 0

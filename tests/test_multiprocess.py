@@ -7,7 +7,6 @@ Failures are injected by killing, stopping or hanging one process.
 """
 
 import dataclasses
-import json
 import os
 import re
 import signal
@@ -168,6 +167,112 @@ def assert_all_succeeded(processes, timeout=180):
         assert code == 0, f"p{p.index} exited {code}:\n{p.stderr[-3000:]}"
 
 
+# ----- in-process units ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (dict(coordinator_address="h:1"), "--num_processes, --process_id missing"),
+        (dict(num_processes=2, process_id=0), "--coordinator_address missing"),
+        (dict(coordinator_address="h", num_processes=2, process_id=0), "must be HOST:PORT"),
+        (dict(coordinator_address="h:1", num_processes=2, process_id=2), "--process_id=2"),
+        (dict(coordinator_address="h:1", num_processes=0, process_id=0), "--num_processes"),
+        (dict(auto_detect=True, heartbeat_timeout_s=0), "--heartbeat_timeout_s"),
+    ],
+)
+def test_inconsistent_distributed_flags_are_rejected(options, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        distributed.DistributedOptions(**options).validate()
+
+
+def test_auto_detection_keeps_every_local_device_and_bounds_the_runtime(monkeypatch):
+    calls = []
+    monkeypatch.setattr(jax.distributed, "initialize", lambda **kw: calls.append(kw))
+    for name, value in {"SLURM_JOB_ID": "7", "SLURM_PROCID": "1", "SLURM_NTASKS": "2"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("JAX_LOCAL_DEVICE_IDS", raising=False)
+    options = distributed.DistributedOptions(
+        auto_detect=True, heartbeat_timeout_s=30, initialization_timeout_s=40
+    )
+    assert distributed.initialize(options) == "SLURM"
+    # JAX would otherwise show a one-task-per-node SLURM process only its first GPU.
+    assert calls[0]["local_device_ids"] == []
+    assert calls[0]["heartbeat_timeout_seconds"] == 30
+    assert calls[0]["initialization_timeout"] == 40
+    assert calls[0]["shutdown_timeout_seconds"] == options.shutdown_timeout_s
+    assert calls[0]["coordinator_address"] is None  # Left to JAX's SLURM detector.
+    monkeypatch.setenv("JAX_LOCAL_DEVICE_IDS", "0,1")
+    distributed.initialize(options)
+    assert calls[1]["local_device_ids"] is None  # JAX reads the variable itself.
+    assert distributed.initialize(distributed.DistributedOptions()) == "single process"
+    assert len(calls) == 2
+
+
+class FakeCoordinationClient:
+    """The two key-value calls RunMonitor makes, over a dict (one per run)."""
+
+    def __init__(self):
+        self.store = {}
+
+    def key_value_set(self, key, value, allow_overwrite=False):
+        self.store[key] = value
+
+    def key_value_dir_get(self, prefix):
+        return [(k, v) for k, v in self.store.items() if k.startswith(prefix)]
+
+
+def test_monitor_stops_a_process_when_another_posts_its_failure():
+    client = FakeCoordinationClient()
+    process0 = distributed.RunMonitor(0, 2, watchdog_timeout_s=0, client=client)
+    process1 = distributed.RunMonitor(1, 2, watchdog_timeout_s=0, client=client)
+    assert process0.check() is None
+    process1.report_failure("config error: env.num_envs (7) must be ...")
+    assert process1.check() is None  # Its own post does not stop the poster twice.
+    status, message = process0.check()
+    assert status == distributed.EXIT_FAILURE
+    assert message == (
+        "process 0/2: stopping because process 1 failed: config error: env.num_envs (7) must be ..."
+    )
+
+
+def test_watchdog_arms_on_the_first_update_and_fires_after_the_timeout():
+    exits = []
+    monitor = distributed.RunMonitor(
+        0, 2, watchdog_timeout_s=0.3, poll_s=0.05, on_exit=lambda *a: exits.append(a)
+    ).start()
+    try:
+        time.sleep(0.6)
+        assert exits == []  # Compiling before update 1 may take any time.
+        for update in range(1, 6):  # Steady progress keeps it quiet.
+            distributed.report_progress(update)
+            time.sleep(0.1)
+        assert exits == []
+        deadline = time.monotonic() + 5
+        while not exits and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        monitor.stop()
+    assert len(exits) == 1
+    status, message = exits[0]
+    assert status == distributed.EXIT_STALLED
+    assert "no learner update finished within 0.3s after update 5" in message
+    distributed.report_progress(6)  # No monitor any more: a no-op.
+
+
+def test_episode_gatherer_is_exact_and_keeps_the_order():
+    from ml_collections import ConfigDict
+
+    layout = build_layout(ConfigDict({"actor_device_ids": (0,), "learner_device_ids": (1, 2)}))
+    gather = distributed.EpisodeGatherer(layout, capacity=5)
+    returns, lengths = [0.1, -3.5, 1e300, 500.0, 2.0 / 3.0], [7, 1, 2**31 - 1, 500, 3]
+    with jax.transfer_guard("disallow"):  # The learner loop runs under this guard.
+        assert gather(returns, lengths) == (returns, lengths)
+        assert gather([], []) == ([], [])
+    with pytest.raises(ValueError, match="7 returns"):  # 5 slots, rounded up to 2 x 3.
+        gather([1.0] * 7, [1] * 7)
+
+
 # ----- two processes against one --------------------------------------------------
 
 
@@ -177,9 +282,7 @@ def minimal_runs(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("minimal")
     total = f"--config.total_timesteps={GLOBAL_ENVS * 16 * UPDATES}"
     two, processes = launch(tmp_path, "two", *TWO_PROCESS_LAYOUT, total)
-    one, reference = launch(
-        tmp_path, "one", *ONE_PROCESS_LAYOUT, total, num_processes=1, devices=3
-    )
+    one, reference = launch(tmp_path, "one", *ONE_PROCESS_LAYOUT, total, num_processes=1, devices=3)
     assert_all_succeeded(processes)
     assert_all_succeeded(reference)
     return two, processes, one
@@ -266,3 +369,90 @@ def test_lag_schedule_holds_across_processes(tmp_path):
         # Env seeds and sampling keys follow the global env index: identical rewards.
         assert line["reward_sum"] == ref["reward_sum"]
     assert state_checksum(processes[0]) == state_checksum(processes[1])
+
+
+# ----- failures -------------------------------------------------------------------
+
+
+def _endless_run(tmp_path, **kwargs):
+    """Two processes training "forever"; returns once process 0 logged update 3."""
+    _, processes = launch(
+        tmp_path, "endless", *TWO_PROCESS_LAYOUT, "--config.total_timesteps=1000000000", **kwargs
+    )
+    wait_until(lambda: "update 3/" in processes[0].stdout, 120, processes)
+    return processes
+
+
+@pytest.mark.parametrize("victim", [0, 1], ids=["coordinator-killed", "worker-killed"])
+def test_killing_one_process_makes_the_other_exit(tmp_path, victim):
+    processes = _endless_run(tmp_path)
+    survivor = processes[1 - victim]
+    processes[victim].popen.send_signal(signal.SIGKILL)
+    killed_at = time.monotonic()
+    code = wait_all([survivor], timeout=60)[0]
+    elapsed = time.monotonic() - killed_at
+    wait_all(processes, 10)
+    assert code != 0
+    # Its next collective fails at once; the heartbeat timeout (10s here) bounds the rest.
+    assert elapsed < 20, elapsed
+    lines = [line for line in survivor.stderr.splitlines() if line.startswith("sebulba: ")]
+    assert lines and f"process {1 - victim}/2 failed" in lines[-1], survivor.stderr[-3000:]
+    assert "another process" in lines[-1]
+
+
+def test_a_frozen_process_is_caught_by_the_heartbeat(tmp_path):
+    processes = _endless_run(tmp_path)
+    processes[1].popen.send_signal(signal.SIGSTOP)
+    stopped_at = time.monotonic()
+    try:
+        code = wait_all([processes[0]], timeout=60)[0]
+    finally:
+        processes[1].popen.send_signal(signal.SIGCONT)
+        wait_all(processes, 30)
+    elapsed = time.monotonic() - stopped_at
+    assert code != 0
+    assert elapsed < 10 + 10, elapsed  # --heartbeat_timeout_s=10, plus detection slack.
+    assert "another task died" in processes[0].stderr
+
+
+def test_a_hung_process_is_caught_by_the_watchdog(tmp_path):
+    # Process 1's learner hangs in Python: its runtime keeps heartbeating, so only the
+    # watchdogs (5s here) can end the run.
+    processes = _endless_run(
+        tmp_path,
+        per_process={0: ["--watchdog_timeout_s=5"], 1: ["--watchdog_timeout_s=5"]},
+        python_code={1: HANG_ON_SIGUSR1},
+    )
+    processes[1].popen.send_signal(signal.SIGUSR1)
+    hung_at = time.monotonic()
+    codes = wait_all(processes, timeout=60)
+    elapsed = time.monotonic() - hung_at
+    assert all(code != 0 for code in codes), codes
+    assert elapsed < 5 + 10, elapsed
+    # The healthy process names the stall, whichever watchdog fired first. (Process 1
+    # may instead be ended by the runtime when process 0, the coordinator, exits.)
+    assert "no learner update finished within 5s" in processes[0].stderr, processes[0].stderr
+
+
+def test_a_config_error_on_one_process_stops_every_process(tmp_path):
+    _, processes = launch(
+        tmp_path,
+        "bad",
+        *TWO_PROCESS_LAYOUT,
+        per_process={1: ["--config.mesh.learner_device_ids=(5,)"]},
+    )
+    start = time.monotonic()
+    codes = wait_all(processes, timeout=60)
+    elapsed = time.monotonic() - start
+    assert codes[1] == 2
+    assert codes[0] == distributed.EXIT_FAILURE
+    errors = [line for line in processes[1].stderr.splitlines() if "config error" in line]
+    assert errors == [
+        "sebulba: config error: mesh.learner_device_ids contains 5, but this process has "
+        "2 local device(s) (valid indices 0..1)"
+    ]
+    # Process 0 learns it from the coordination service, long before a heartbeat timeout.
+    assert "stopping because process 1 failed: config error: mesh.learner_device_ids" in (
+        processes[0].stderr
+    )
+    assert elapsed < 40, elapsed

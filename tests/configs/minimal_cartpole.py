@@ -1,14 +1,15 @@
 """The test-only minimal agent on CartPole, for command-line tests.
 
-`:probe` selects the probe agent that records behaviour policy versions.
+`:probe` selects the probe agent that records behaviour policy versions, `:diverging`
+the agent whose loss turns NaN at update 3.
 """
 
 from sebulba.config import base_config
-from tests import minimal_agent, probe_agent
+from tests import diverging_agent, minimal_agent, probe_agent
 
 
 def get_config(arg: str | None = None):
-    agent = probe_agent if arg == "probe" else minimal_agent
+    agent = {"probe": probe_agent, "diverging": diverging_agent}.get(arg, minimal_agent)
     config = base_config(agent.get_config())
     config.env.num_envs = 8
     config.total_timesteps = 8 * config.agent.num_steps * 6

@@ -1,0 +1,165 @@
+"""What a researcher watches: console progress, TensorBoard tags, the bottleneck report,
+a diverging run stopping itself, and the optional wandb sink."""
+
+import glob
+import importlib.machinery
+import io
+import os
+import re
+import struct
+import sys
+import types
+
+import pytest
+from tensorboardX.proto import event_pb2
+
+from sebulba import checkpoint, train
+from sebulba.errors import ConfigError, TrainingDivergedError
+from sebulba.progress import ConsoleProgress
+from tests import diverging_agent, minimal_agent
+from tests.helpers import agent_config, read_metrics, read_summary
+from tests.test_cli import TEST_CONFIG, run_cli
+
+PROGRESS_LINE = re.compile(
+    r"^update (\d+)/6 step ([\d,]+)/768 \(\d+%\) [\d,]+ sps ETA (\d+:\d\d:\d\d|\?) "
+    r"return (-|[\d.]+) versions actor=\d+ learner=\d+ waiting learner=\d+% actors=\d+%$"
+)
+
+
+def test_progress_is_plain_lines_when_not_a_terminal(tmp_path):
+    result = run_cli(tmp_path / "run")  # stdout is a pipe, as in CI or under SLURM.
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "\r" not in result.stdout and "\x1b" not in result.stdout
+    updates = [
+        int(match.group(1))
+        for match in map(PROGRESS_LINE.match, result.stdout.splitlines())
+        if match
+    ]
+    assert updates == [1, 2, 3, 4, 5, 6]
+    assert "throughput limited by:" in result.stdout.splitlines()[-1]
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_a_terminal_gets_a_live_bar_that_lines_do_not_overwrite():
+    terminal = _Terminal()
+    progress = ConsoleProgress(total_steps=400, num_updates=4, mode="auto", stream=terminal)
+    progress.on_update(1, 100)
+    progress.write_line("update 1/4 ...")
+    progress.on_update(2, 200)
+    progress.close()
+    out = terminal.getvalue()
+    assert out.startswith("\r\x1b[K[######------------------]  25% update 1/4")
+    # The bar is erased before a line is printed, then redrawn below it.
+    assert "\r\x1b[Kupdate 1/4 ...\n\r\x1b[K[############------------]  50% update 2/4" in out
+    assert out.endswith("\n")
+
+    pipe = io.StringIO()
+    progress = ConsoleProgress(total_steps=400, num_updates=4, mode="auto", stream=pipe)
+    progress.on_update(1, 100)
+    progress.write_line("update 1/4 ...")
+    progress.close()
+    assert pipe.getvalue() == "update 1/4 ...\n"
+
+
+def _tensorboard_scalars(workdir):
+    """{tag: [(step, value)]} read straight from the TFRecord event files."""
+    scalars = {}
+    for path in glob.glob(os.path.join(workdir, "events.out.tfevents.*")):
+        with open(path, "rb") as f:
+            data = f.read()
+        offset = 0
+        while offset < len(data):
+            (length,) = struct.unpack("<Q", data[offset : offset + 8])
+            event = event_pb2.Event.FromString(data[offset + 12 : offset + 12 + length])
+            offset += 12 + length + 4
+            for value in event.summary.value:
+                scalars.setdefault(value.tag, []).append((event.step, value.simple_value))
+    return scalars
+
+
+def test_tensorboard_tags_are_namespaced_with_env_steps_on_the_x_axis(tmp_path):
+    workdir = str(tmp_path / "run")
+    train.train(agent_config(minimal_agent, log__tensorboard=True), workdir)
+    scalars = _tensorboard_scalars(workdir)
+    for tag in (
+        "charts/episodic_return",
+        "charts/episodic_length",
+        "perf/sps",
+        "pipeline/rollout_wait_s",
+        "pipeline/params_wait_s",
+        "pipeline/learner_wait_fraction",
+        "pipeline/actor_policy_version",
+        "losses/loss",
+    ):
+        assert tag in scalars, sorted(scalars)
+    steps = [line["global_step"] for line in read_metrics(workdir)]
+    assert [step for step, _ in scalars["losses/loss"]] == steps
+    assert [v for _, v in scalars["pipeline/actor_policy_version"]] == [1, 1, 2, 3, 4, 5]
+
+
+@pytest.mark.parametrize(
+    "delay, limited_by", [("learner_delay_s", "learner"), ("actor_delay_s", "actors")]
+)
+def test_the_bottleneck_report_names_the_slow_side(tmp_path, delay, limited_by):
+    config = agent_config(minimal_agent, **{f"debug__{delay}": 0.3})
+    train.train(config, str(tmp_path))
+    bottleneck = read_summary(str(tmp_path))["bottleneck"]
+    assert bottleneck["limited_by"] == limited_by, bottleneck
+    waiting_side = "actor" if limited_by == "learner" else "learner"
+    assert bottleneck[f"{waiting_side}_wait_fraction"] > 0.5
+    lines = read_metrics(str(tmp_path))
+    assert all(0 <= line[f"{waiting_side}_wait_fraction"] <= 1 for line in lines)
+
+
+def test_a_non_finite_loss_stops_the_run_at_that_update(tmp_path):
+    config = agent_config(diverging_agent, ckpt__every_updates=1)
+    with pytest.raises(TrainingDivergedError, match="non-finite loss at update 3: loss=nan"):
+        train.train(config, str(tmp_path))
+    lines = read_metrics(str(tmp_path))
+    assert [line["update"] for line in lines] == [1, 2, 3]
+    assert lines[-1]["loss"] is None and lines[1]["loss"] is not None
+    # The NaN parameters never reach a checkpoint.
+    assert checkpoint.list_steps(os.path.join(tmp_path, "checkpoints")) == [1, 2]
+
+
+def test_a_diverging_run_exits_with_one_line(tmp_path):
+    result = run_cli(tmp_path / "run", config=f"{TEST_CONFIG}:diverging")
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("sebulba: training diverged: non-finite loss at update")
+    assert "Traceback" not in result.stderr
+
+
+def test_wandb_is_refused_with_one_line_when_not_installed(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "wandb", None)  # Makes the import fail.
+    monkeypatch.setattr("importlib.util.find_spec", lambda name, *a: None)
+    with pytest.raises(ConfigError, match="log.wandb is True but wandb is not installed"):
+        train.train(agent_config(minimal_agent, log__wandb=True), str(tmp_path / "run"))
+    assert not (tmp_path / "run").exists()
+
+
+def test_wandb_gets_the_metrics_lines_when_enabled(tmp_path, monkeypatch):
+    calls = []
+
+    class Run:
+        def log(self, scalars, step):
+            calls.append(("log", step, scalars))
+
+        def finish(self):
+            calls.append(("finish",))
+
+    fake = types.ModuleType("wandb")
+    fake.__spec__ = importlib.machinery.ModuleSpec("wandb", None)
+    fake.init = lambda **kwargs: calls.append(("init", kwargs)) or Run()
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    workdir = str(tmp_path / "run")
+    train.train(agent_config(minimal_agent, log__wandb=True, log__wandb_project="p"), workdir)
+    assert calls[0][0] == "init" and calls[0][1]["project"] == "p"
+    assert calls[-1] == ("finish",)
+    logged = [call for call in calls if call[0] == "log"]
+    assert [step for _, step, _ in logged] == [x["global_step"] for x in read_metrics(workdir)]
+    assert "charts/episodic_return" in logged[-1][2] and "losses/loss" in logged[-1][2]
