@@ -23,14 +23,17 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _FIELD = re.compile(r"^\s*config\.([\w.]+)\s*=\s*.*?#\s*(.+)$")
 
 
-def field_comments() -> dict[str, str]:
-    """Maps dotted keys to the comment beside their definition."""
+def field_comments(agent_name: str) -> dict[str, str]:
+    """Maps dotted keys to the comment beside their definition, for one agent's configs.
+
+    Agents share key names (`agent.num_minibatches`) whose meanings differ.
+    """
     comments = {}
     for match in map(_FIELD.match, inspect.getsource(base_config_module).splitlines()):
         if match:
             comments[match.group(1)] = match.group(2).strip()
-    for name in BUILTIN_AGENTS:
-        source = inspect.getsource(resolve_agent(name).get_config)
+    if agent_name in BUILTIN_AGENTS:
+        source = inspect.getsource(resolve_agent(agent_name).get_config)
         for match in map(_FIELD.match, source.splitlines()):
             if match:
                 comments[f"agent.{match.group(1)}"] = match.group(2).strip()
@@ -63,7 +66,6 @@ def load_config(path: str):
 
 def render() -> str:
     """The whole of docs/configuration.md."""
-    comments = field_comments()
     lines = [
         "# Configuration",
         "",
@@ -76,6 +78,7 @@ def render() -> str:
     ]
     for path in config_files():
         module, config = load_config(path)
+        comments = field_comments(config.agent.name)
         name = os.path.basename(path)
         doc = (inspect.getdoc(module) or "").split("\n\n")[0].replace("\n", " ")
         lines += [f"## `configs/{name}`", "", doc, "", "| key | value | meaning |", "|---|---|---|"]
@@ -88,10 +91,10 @@ def render() -> str:
 
 def undocumented_keys() -> list[str]:
     """Keys of any config that have no comment at their definition."""
-    comments = field_comments()
     missing = set()
     for path in config_files():
         _, config = load_config(path)
+        comments = field_comments(config.agent.name)
         missing |= {k for k in flatten(config.to_dict()) if k not in comments}
     return sorted(missing)
 

@@ -68,7 +68,7 @@ def prepare(config: ml_collections.ConfigDict) -> RunSetup:
             "every actor device needs a thread"
         )
     envs_lib.check_env_id(config.env.id)
-    agent_module = resolve_agent(config.agent.name)
+    agent_module = resolve_agent(config.agent.name, config.agent)
     _check_ckpt_config(config.ckpt)
     envs_per_thread = make_env_pools(config, sizes, first_update=1)
     env_spec = envs_lib.env_spec_of(config.env, envs_per_thread[0])

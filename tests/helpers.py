@@ -1,8 +1,13 @@
-"""Shared helpers for the tests: configs for the test agents and reading run outputs."""
+"""Shared helpers for the tests: configs, run outputs, and an agent's sharded update."""
 
 import json
 import os
 
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from sebulba.agents.api import rollout_partition_specs
 from sebulba.config import base_config
 
 
@@ -20,6 +25,30 @@ def agent_config(agent_module, **overrides):
     return config
 
 
+def small_update_config(agent_module, num_steps, num_envs, **agent):
+    """A config for unit tests of an agent's update: 10 updates of num_envs x num_steps."""
+    config = base_config(agent_module.get_config())
+    config.agent.minibatch_loop = "scan"  # Compiles fastest; the tests compare the loops.
+    config.agent.num_steps = num_steps
+    config.agent.num_minibatches = 2
+    config.total_timesteps = num_steps * num_envs * 10
+    config.env.num_envs = num_envs
+    for name, value in agent.items():
+        config.agent[name] = value
+    return config
+
+
+def logged_learning_rates(agent, rollouts):
+    """The `learning_rate` metric of successive jitted updates, one per rollout."""
+    state = agent.init(jax.random.key(0))
+    update = jax.jit(agent.update)
+    rates = []
+    for rollout in rollouts:
+        state, metrics = update(state, rollout)
+        rates.append(float(metrics["learning_rate"]))
+    return rates
+
+
 def read_metrics(workdir):
     with open(os.path.join(workdir, "metrics.jsonl"), encoding="utf-8") as f:
         return [json.loads(line) for line in f]
@@ -28,3 +57,53 @@ def read_metrics(workdir):
 def read_summary(workdir):
     with open(os.path.join(workdir, "summary.json"), encoding="utf-8") as f:
         return json.load(f)
+
+
+def mesh_of(n):
+    """A learner mesh over the first n devices."""
+    return Mesh(jax.devices()[:n], ("batch",))
+
+
+def run_update(agent, num_devices, rollout):
+    """Jits `agent.update` as the pipeline does; returns (its output, the jitted step)."""
+    mesh = mesh_of(num_devices)
+    replicated = NamedSharding(mesh, PartitionSpec())
+    state = jax.jit(agent.init, out_shardings=replicated)(jax.random.key(0))
+    state_sharding = jax.tree.map(lambda _: replicated, state)
+    rollout_sharding = jax.tree.map(
+        lambda spec: NamedSharding(mesh, spec), rollout_partition_specs(rollout)
+    )
+    step = jax.jit(
+        agent.update,
+        in_shardings=(state_sharding, rollout_sharding),
+        out_shardings=(state_sharding, replicated),
+        donate_argnums=0,
+    )
+    return step(state, rollout), step
+
+
+def assert_update_agrees_across_layouts(agent, rollout, device_counts=(1, 2, 4)):
+    """1, 2 and 4 learner devices give replicated states equal to float tolerance."""
+    results = {}
+    for n in device_counts:
+        (state, _), _ = run_update(agent, n, rollout)
+        results[n] = jax.device_get(state.params)
+        for leaf in jax.tree.leaves(state):
+            assert leaf.sharding.is_fully_replicated
+            assert leaf.sharding.device_set == set(jax.devices()[:n])
+    reference = jax.tree.leaves(results[device_counts[0]])
+    for n in device_counts[1:]:
+        for a, b in zip(reference, jax.tree.leaves(results[n]), strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def assert_update_moves_no_rollout_data(agent, rollout, num_devices=4):
+    """The compiled update all-reduces gradients, and no other data crosses devices."""
+    _, step = run_update(agent, num_devices, rollout)
+    state = jax.jit(agent.init, out_shardings=NamedSharding(mesh_of(num_devices), PartitionSpec()))(
+        jax.random.key(0)
+    )
+    hlo = step.lower(state, rollout).compile().as_text()
+    assert "all-reduce" in hlo
+    for collective in ("all-to-all", "all-gather", "collective-permute"):
+        assert collective not in hlo

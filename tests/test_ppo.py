@@ -4,34 +4,27 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from jax.sharding import NamedSharding, PartitionSpec
 
 from sebulba.agents import minibatches, ppo
-from sebulba.agents.api import EnvSpec, Rollout, rollout_partition_specs
+from sebulba.agents.api import EnvSpec, Rollout
 from sebulba.agents.networks import make_network
-from sebulba.config import base_config
 from sebulba.errors import ConfigError
 from sebulba.sizes import derive_sizes
+from tests.helpers import (
+    assert_update_agrees_across_layouts,
+    assert_update_moves_no_rollout_data,
+    logged_learning_rates,
+    mesh_of,
+    small_update_config,
+)
 
 T, B = 8, 8
 CARTPOLE = EnvSpec("CartPole-v1", (4,), "float32", 2, False)
 
 
-def ppo_config(**agent):
-    config = base_config(ppo.get_config())
-    config.agent.minibatch_loop = "scan"  # Compiles fastest; loops are compared below.
-    config.agent.num_steps = T
-    config.agent.num_minibatches = 2
-    config.agent.update_epochs = 2
-    config.total_timesteps = T * B * 10
-    config.env.num_envs = B
-    for name, value in agent.items():
-        config.agent[name] = value
-    return config
-
-
 def make_agent(**agent):
-    config = ppo_config(**agent)
+    config = small_update_config(ppo, T, B, **{"update_epochs": 2, **agent})
     return ppo.make(config, CARTPOLE, derive_sizes(config))
 
 
@@ -50,33 +43,6 @@ def random_rollout(seed=0, num_envs=B):
         },
         env_ids=np.arange(num_envs, dtype=np.int32),
     )
-
-
-def mesh_of(n):
-    return Mesh(jax.devices()[:n], ("batch",))
-
-
-def jitted_update(agent, mesh, state, rollout):
-    replicated = NamedSharding(mesh, PartitionSpec())
-    state_sharding = jax.tree.map(lambda _: replicated, state)
-    rollout_sharding = jax.tree.map(
-        lambda spec: NamedSharding(mesh, spec), rollout_partition_specs(rollout)
-    )
-    return jax.jit(
-        agent.update,
-        in_shardings=(state_sharding, rollout_sharding),
-        out_shardings=(state_sharding, replicated),
-        donate_argnums=0,
-    )
-
-
-def run_update(agent, num_devices, rollout):
-    mesh = mesh_of(num_devices)
-    state = jax.jit(agent.init, out_shardings=NamedSharding(mesh, PartitionSpec()))(
-        jax.random.key(0)
-    )
-    step = jitted_update(agent, mesh, state, rollout)
-    return step(state, rollout), step, state
 
 
 def test_gae_hand_checked_terminations_truncations_and_lambda():
@@ -167,31 +133,11 @@ def test_minibatch_composition_does_not_depend_on_layout(batches_fn):
 
 
 def test_update_agrees_across_learner_layouts_and_is_replicated():
-    agent = make_agent()
-    rollout = random_rollout()
-    results = {}
-    for n in (1, 2, 4):
-        (state, metrics), _, _ = run_update(agent, n, rollout)
-        results[n] = jax.device_get(state.params)
-        for leaf in jax.tree.leaves(state):
-            assert leaf.sharding.is_fully_replicated
-            assert leaf.sharding.device_set == set(jax.devices()[:n])
-    for n in (2, 4):
-        for a, b in zip(jax.tree.leaves(results[1]), jax.tree.leaves(results[n]), strict=True):
-            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert_update_agrees_across_layouts(make_agent(), random_rollout())
 
 
 def test_compiled_update_moves_no_rollout_data_between_devices():
-    agent = make_agent()
-    rollout = random_rollout()
-    _, step, state = run_update(agent, 4, rollout)
-    state = jax.jit(agent.init, out_shardings=NamedSharding(mesh_of(4), PartitionSpec()))(
-        jax.random.key(0)
-    )
-    hlo = step.lower(state, rollout).compile().as_text()
-    assert "all-reduce" in hlo  # Gradients are averaged over the global batch...
-    for collective in ("all-to-all", "all-gather", "collective-permute"):
-        assert collective not in hlo  # ...and nothing else crosses devices.
+    assert_update_moves_no_rollout_data(make_agent(), random_rollout())
 
 
 def test_scan_and_unrolled_loops_agree():
@@ -206,13 +152,7 @@ def test_scan_and_unrolled_loops_agree():
 
 
 def test_learning_rate_anneals_once_per_update():
-    agent = make_agent()
-    state = agent.init(jax.random.key(0))
-    rates = []
-    update = jax.jit(agent.update)
-    for _ in range(3):
-        state, metrics = update(state, random_rollout())
-        rates.append(float(metrics["learning_rate"]))
+    rates = logged_learning_rates(make_agent(), [random_rollout()] * 3)
     np.testing.assert_allclose(rates, [2.5e-4, 2.5e-4 * 0.9, 2.5e-4 * 0.8], rtol=1e-6)
 
 

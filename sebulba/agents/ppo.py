@@ -21,13 +21,11 @@ import ml_collections
 import optax
 import rlax
 
-from sebulba.agents import minibatches
+from sebulba.agents import learner, minibatches
 from sebulba.agents.api import Agent, EnvSpec, Rollout, require_divisible
 from sebulba.agents.networks import make_network
 from sebulba.errors import ConfigError
 from sebulba.sizes import Sizes
-
-MINIBATCH_LOOPS = ("auto", "scan", "unrolled")
 
 
 def get_config() -> ml_collections.ConfigDict:
@@ -63,10 +61,6 @@ class PPOState:
     update_count: jax.Array  # int32 scalar; keys and the LR schedule derive from it.
 
 
-def _masked_mean(x: jax.Array, weight: jax.Array) -> jax.Array:
-    return jnp.sum(x * weight) / jnp.maximum(jnp.sum(weight), 1.0)
-
-
 def advantages_and_returns(rollout: Rollout, gamma: float, gae_lambda: float):
     """GAE (Schulman et al. 2016) with the behaviour values, via rlax.
 
@@ -76,16 +70,12 @@ def advantages_and_returns(rollout: Rollout, gamma: float, gae_lambda: float):
       trace; both keep the next episode's values out of this one's advantages.
     """
     values = rollout.policy_outputs["value"]  # [T + 1, B]
-    discount_t = gamma * (1.0 - rollout.terminations.astype(jnp.float32))
-    episode_end = jnp.logical_or(rollout.terminations, rollout.truncations)
-    lambda_t = gae_lambda * (1.0 - episode_end.astype(jnp.float32))
+    discount_t, lambda_t = learner.episode_discounts(
+        rollout.terminations, rollout.truncations, gamma, gae_lambda
+    )
     gae = jax.vmap(rlax.truncated_generalized_advantage_estimation, in_axes=1, out_axes=1)
     advantages = gae(rollout.rewards, discount_t, lambda_t, values)
     return advantages, advantages + values[:-1]
-
-
-def _masked_var(x: jax.Array, weight: jax.Array) -> jax.Array:
-    return _masked_mean((x - _masked_mean(x, weight)) ** 2, weight)
 
 
 def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> Agent:
@@ -98,28 +88,16 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
     require_divisible(hp.num_steps, "agent.num_steps", hp.num_minibatches, "agent.num_minibatches")
     if hp.update_epochs < 1:
         raise ConfigError(f"agent.update_epochs must be >= 1, got {hp.update_epochs}")
-    if hp.minibatch_loop not in MINIBATCH_LOOPS:
-        raise ConfigError(
-            f"agent.minibatch_loop {hp.minibatch_loop!r} must be one of "
-            f"{', '.join(MINIBATCH_LOOPS)}"
-        )
+    unroll = learner.unrolls_minibatch_loop(hp.minibatch_loop)
     network = make_network(hp.network, env_spec.num_actions)
-    num_updates = sizes.num_updates
     steps_per_update = hp.update_epochs * hp.num_minibatches
-
-    def learning_rate(optimizer_step):
-        # baselines anneals once per update: constant over its epochs and minibatches.
-        if not hp.anneal_lr:
-            return hp.learning_rate
-        update_index = optimizer_step // steps_per_update
-        return hp.learning_rate * (1.0 - update_index / num_updates)
-
+    # baselines anneals once per update: constant over its epochs and minibatches.
+    learning_rate = learner.annealed_learning_rate(
+        hp.learning_rate, hp.anneal_lr, sizes.num_updates, steps_per_update
+    )
     optimizer = optax.chain(
         optax.clip_by_global_norm(hp.max_grad_norm),
         optax.adam(learning_rate, eps=1e-5),
-    )
-    unroll = hp.minibatch_loop == "unrolled" or (
-        hp.minibatch_loop == "auto" and jax.default_backend() == "cpu"
     )
     key = jax.random.key(config.seed)
 
@@ -151,8 +129,8 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
 
         advantages = batch["advantages"]
         if hp.norm_adv:
-            mean = _masked_mean(advantages, weight)
-            std = jnp.sqrt(_masked_mean((advantages - mean) ** 2, weight))
+            mean = learner.masked_mean(advantages, weight)
+            std = jnp.sqrt(learner.masked_mean((advantages - mean) ** 2, weight))
             advantages = (advantages - mean) / (std + 1e-8)
         # rlax averages over every sample; zero advantages drop invalid samples from the
         # objective, and the ratio of counts turns the mean into a mean over valid ones.
@@ -165,15 +143,15 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         if hp.clip_vloss:
             clipped = batch["value"] + jnp.clip(value - batch["value"], -hp.clip_coef, hp.clip_coef)
             value_error = jnp.maximum(value_error, (clipped - batch["returns"]) ** 2)
-        v_loss = 0.5 * _masked_mean(value_error, weight)
+        v_loss = 0.5 * learner.masked_mean(value_error, weight)
         entropy = -valid_scale * rlax.entropy_loss(logits, weight)
         loss = pg_loss - hp.ent_coef * entropy + hp.vf_coef * v_loss
         stats = {
             "policy_loss": pg_loss,
             "value_loss": v_loss,
             "entropy": entropy,
-            "approx_kl": _masked_mean((ratio - 1.0) - logratio, weight),
-            "clipfrac": _masked_mean(
+            "approx_kl": learner.masked_mean((ratio - 1.0) - logratio, weight),
+            "clipfrac": learner.masked_mean(
                 (jnp.abs(ratio - 1.0) > hp.clip_coef).astype(jnp.float32), weight
             ),
         }
@@ -200,27 +178,13 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         # [epochs * minibatches, T / M, B, ...]: one leading axis to loop over.
         batches = jax.tree.map(lambda *xs: jnp.concatenate(xs), *epochs)
 
-        def minibatch_step(carry, batch):
-            params, opt_state = carry
-            grads, stats = jax.grad(loss_fn, has_aux=True)(params, batch)
-            updates, opt_state = optimizer.update(grads, opt_state, params)
-            return (optax.apply_updates(params, updates), opt_state), stats
-
-        (params, opt_state), stats = jax.lax.scan(
-            minibatch_step,
-            (state.params, state.opt_state),
-            batches,
-            unroll=steps_per_update if unroll else 1,
+        params, opt_state, metrics = learner.minibatch_steps(
+            loss_fn, optimizer, state.params, state.opt_state, batches, unroll
         )
-        metrics = jax.tree.map(jnp.mean, stats)
-        metrics["learning_rate"] = jnp.asarray(
-            learning_rate(state.update_count * steps_per_update), jnp.float32
+        metrics["learning_rate"] = learning_rate(state.update_count * steps_per_update)
+        metrics["explained_variance"] = learner.explained_variance(
+            returns, rollout.policy_outputs["value"][:-1], rollout.valid.astype(jnp.float32)
         )
-        behaviour_values = rollout.policy_outputs["value"][:-1]
-        weight = rollout.valid.astype(jnp.float32)
-        metrics["explained_variance"] = 1.0 - _masked_var(
-            returns - behaviour_values, weight
-        ) / jnp.maximum(_masked_var(returns, weight), 1e-8)
         return PPOState(params, opt_state, state.update_count + 1), metrics
 
     return Agent(init=init, act=act, update=update, policy_params=lambda s: s.params)

@@ -1,0 +1,45 @@
+"""IMPALA on Atari with the Cleanba paper's hyperparameters (Huang et al. 2023).
+
+IMPALA ResNet, 50M env steps, 2 actor threads x 64 envs x 20 steps, V-trace, RMSProp,
+Machado et al. (2018) protocol. `:GAME-v5` selects the game (default Breakout-v5);
+`:smoke` (or `:smoke,GAME-v5`) is a tiny end-to-end run for CPUs and tests.
+"""
+
+from sebulba.agents import impala
+from sebulba.config import base_config
+
+
+def get_config(arg: str | None = None):
+    options = [] if arg is None else arg.split(",")
+    config = base_config(impala.get_config())
+    config.env.id = next((o for o in options if o.endswith("-v5")), "Breakout-v5")
+    config.env.num_envs = 64
+    config.env.clip_rewards = True
+    config.pipeline.num_actor_threads = 2
+    config.total_timesteps = 50_000_000
+    config.agent.network = "impala_resnet"
+    config.agent.num_steps = 20
+    config.agent.learning_rate = 6e-4
+    config.agent.anneal_lr = True
+    config.agent.gamma = 0.99
+    config.agent.vtrace_lambda = 1.0
+    config.agent.clip_rho_threshold = 1.0
+    config.agent.clip_pg_rho_threshold = 1.0
+    config.agent.num_minibatches = 4
+    config.agent.vf_coef = 0.5
+    config.agent.ent_coef = 0.01
+    config.agent.max_grad_norm = 40.0
+    config.agent.rmsprop_decay = 0.99
+    config.agent.rmsprop_eps = 0.01
+    config.log.every_updates = 10
+    unknown = [o for o in options if o != "smoke" and not o.endswith("-v5")]
+    if unknown:
+        raise ValueError(f"unknown variant {unknown} of impala_atari (known: smoke, GAME-v5)")
+    if "smoke" in options:
+        config.env.num_envs = 4
+        config.pipeline.num_actor_threads = 1
+        config.agent.num_steps = 8
+        config.agent.num_minibatches = 2
+        config.total_timesteps = 4 * 8 * 2
+        config.log.every_updates = 1
+    return config

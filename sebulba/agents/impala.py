@@ -1,0 +1,219 @@
+"""IMPALA with V-trace (Espeholt et al. 2018), with the hyperparameters of Cleanba.
+
+The actors store the logits of the behaviour policy; the learner recomputes logits and
+values of whole T-step sequences with its current parameters, and V-trace (rlax)
+corrects for the gap between the two: the pipeline's one-step lag, and the earlier
+minibatch steps of the same update. Defaults are the IMPALA hyperparameters of Huang et
+al. (2023, "Cleanba"): 20-step rollouts cut into 4 minibatches along envs,
+lambda 1, rho-bar = pg-rho-bar = 1, value coefficient 0.5, entropy coefficient 0.01,
+RMSProp (decay 0.99, eps 0.01 added outside the square root, as torchbeast and Cleanba
+do), step size 6e-4 annealed linearly to 0, global-norm clip 40. As in IMPALA and
+Cleanba the loss terms are sums over a minibatch's valid samples, not means; with
+RMSProp's large eps this is what makes those step sizes work.
+
+Reads top to bottom: config -> state -> V-trace -> act -> loss -> update -> make.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import ml_collections
+import optax
+import rlax
+
+from sebulba.agents import learner, minibatches
+from sebulba.agents.api import Agent, EnvSpec, Rollout, require_divisible
+from sebulba.agents.networks import make_network
+from sebulba.errors import ConfigError
+from sebulba.sizes import Sizes
+
+
+def get_config() -> ml_collections.ConfigDict:
+    """The `agent` section of an IMPALA config (Cleanba paper defaults)."""
+    config = ml_collections.ConfigDict()
+    config.name = "impala"  # Agent to train: built-in name or dotted module path.
+    config.num_steps = 20  # Steps per env per rollout (T); V-trace runs over all of them.
+    config.network = "mlp"  # mlp | nature_cnn | impala_resnet.
+    config.learning_rate = 6e-4  # RMSProp step size at the first update.
+    config.anneal_lr = True  # Decay the step size linearly to 0 over the updates.
+    config.gamma = 0.99  # Discount factor.
+    config.vtrace_lambda = 1.0  # V-trace lambda (1: plain V-trace; 0 cuts every trace).
+    config.clip_rho_threshold = 1.0  # rho-bar: clips importance ratios in the value targets.
+    config.clip_pg_rho_threshold = 1.0  # pg-rho-bar: clips importance ratios in the pg advantage.
+    config.num_minibatches = 4  # Minibatches per update, whole sequences split along envs.
+    config.ent_coef = 0.01  # Entropy bonus coefficient.
+    config.vf_coef = 0.5  # Value loss coefficient.
+    config.max_grad_norm = 40.0  # Global gradient-norm clip.
+    config.rmsprop_decay = 0.99  # RMSProp decay of the squared-gradient average.
+    config.rmsprop_eps = 0.01  # RMSProp epsilon, added outside the square root.
+    # auto: unrolled on CPU learners, where XLA runs conv gradients inside a rolled
+    # scan ~8x slower; rolled lax.scan elsewhere (smaller programs, faster compiles).
+    config.minibatch_loop = "auto"  # auto | scan | unrolled.
+    return config
+
+
+@flax.struct.dataclass
+class IMPALAState:
+    """Learner state: parameters, RMSProp state and the number of updates done."""
+
+    params: dict
+    opt_state: optax.OptState
+    update_count: jax.Array  # int32 scalar; keys and the LR schedule derive from it.
+
+
+def vtrace(
+    values: jax.Array,
+    rhos: jax.Array,
+    rewards: jax.Array,
+    terminations: jax.Array,
+    truncations: jax.Array,
+    *,
+    gamma: float,
+    vtrace_lambda: float,
+    clip_rho_threshold: float,
+    clip_pg_rho_threshold: float,
+) -> rlax.VTraceOutput:
+    """V-trace targets and policy-gradient advantages of T-step sequences, via rlax.
+
+    Args:
+      values: [T + 1, B] values of obs[0 .. T] under the learner's parameters.
+      rhos: [T, B] importance ratios pi(a_t | x_t) / mu(a_t | x_t).
+      rewards, terminations, truncations: [T, B], as in `Rollout`.
+
+    Returns:
+      [T, B] arrays: `errors` = v_t - V(x_t) (the targets v_t carry no gradient),
+      `pg_advantage` = min(pg-rho-bar, rho_t) (r_t + gamma q_{t+1} - V(x_t)) and
+      `q_estimate`. A termination stops bootstrapping; a truncation bootstraps from the
+      value of the real observation that follows it; both cut the trace, so nothing of
+      the next episode (nor envpool's reset step) reaches an earlier step.
+    """
+    discount_t, lambda_t = learner.episode_discounts(
+        terminations, truncations, gamma, vtrace_lambda
+    )
+    per_env = functools.partial(
+        rlax.vtrace_td_error_and_advantage,
+        clip_rho_threshold=clip_rho_threshold,
+        clip_pg_rho_threshold=clip_pg_rho_threshold,
+    )
+    return jax.vmap(per_env, in_axes=1, out_axes=1)(
+        values[:-1], values[1:], rewards, discount_t, rhos, lambda_t
+    )
+
+
+def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> Agent:
+    """Builds IMPALA's pure functions for this run.
+
+    Raises:
+      ConfigError: naming the field, for IMPALA-specific invalid values.
+    """
+    hp = config.agent
+    # Minibatches take whole env columns, in groups of M consecutive global env ids that
+    # must not straddle two learner devices (see `minibatches.env_groups`).
+    require_divisible(
+        sizes.envs_per_thread // sizes.learner_devices_per_process,
+        "env.num_envs per learner device (env.num_envs / len(mesh.learner_device_ids))",
+        hp.num_minibatches,
+        "agent.num_minibatches",
+    )
+    if not 0.0 <= hp.vtrace_lambda <= 1.0:
+        raise ConfigError(f"agent.vtrace_lambda must be in [0, 1], got {hp.vtrace_lambda}")
+    unroll = learner.unrolls_minibatch_loop(hp.minibatch_loop)
+    network = make_network(hp.network, env_spec.num_actions)
+    learning_rate = learner.annealed_learning_rate(
+        hp.learning_rate, hp.anneal_lr, sizes.num_updates, hp.num_minibatches
+    )
+    optimizer = optax.chain(
+        optax.clip_by_global_norm(hp.max_grad_norm),
+        optax.rmsprop(learning_rate, decay=hp.rmsprop_decay, eps=hp.rmsprop_eps, eps_in_sqrt=False),
+    )
+    key = jax.random.key(config.seed)
+
+    def init(init_key: jax.Array) -> IMPALAState:
+        dummy_obs = jnp.zeros((1, *env_spec.obs_shape), env_spec.obs_dtype)
+        params = network.init(init_key, dummy_obs)
+        return IMPALAState(params, optimizer.init(params), jnp.zeros((), jnp.int32))
+
+    def act(params, obs: jax.Array, keys: jax.Array):
+        """obs [B, ...], keys [B] -> actions [B], {"logits": [B, A]} of the behaviour policy."""
+        logits, _ = network.apply(params, obs)
+        actions = jax.vmap(jax.random.categorical)(keys, logits)
+        return actions.astype(jnp.int32), {"logits": logits}
+
+    def apply_time_major(params, obs):
+        """obs [T + 1, b, ...] -> logits [T + 1, b, A], values [T + 1, b]."""
+        # Env-major flattening keeps the sharded env axis leading: no data moves between
+        # devices (a time-major flatten would interleave the devices' shards).
+        steps, envs = obs.shape[:2]
+        logits, values = network.apply(params, jnp.swapaxes(obs, 0, 1).reshape(-1, *obs.shape[2:]))
+        logits = jnp.swapaxes(logits.reshape(envs, steps, -1), 0, 1)
+        return logits, jnp.swapaxes(values.reshape(envs, steps), 0, 1)
+
+    def loss_fn(params, batch):
+        """IMPALA loss on whole sequences: a dict of [T (+ 1), b, ...] arrays, sharded on b."""
+        logits, values = apply_time_major(params, batch["obs"])
+        logits = logits[:-1]
+        weight = batch["valid"].astype(jnp.float32)
+        log_pi = jax.nn.log_softmax(logits)
+        log_mu = jax.nn.log_softmax(batch["behaviour_logits"])
+        actions = batch["actions"][..., None]
+        log_rho = jnp.take_along_axis(log_pi - log_mu, actions, axis=-1)[..., 0]
+        # Ratios weight the targets; they are not a path for the policy gradient.
+        rhos = jnp.exp(jax.lax.stop_gradient(log_rho))
+        returns = vtrace(
+            values,
+            rhos,
+            batch["rewards"],
+            batch["terminations"],
+            batch["truncations"],
+            gamma=hp.gamma,
+            vtrace_lambda=hp.vtrace_lambda,
+            clip_rho_threshold=hp.clip_rho_threshold,
+            clip_pg_rho_threshold=hp.clip_pg_rho_threshold,
+        )
+        # rlax averages over time; times T, summed over envs, gives IMPALA's sums.
+        num_steps = weight.shape[0]
+        over_envs = functools.partial(jax.vmap, in_axes=1)
+        pg_loss = num_steps * jnp.sum(
+            over_envs(rlax.policy_gradient_loss)(
+                logits, batch["actions"], returns.pg_advantage, weight
+            )
+        )
+        entropy = -num_steps * jnp.sum(over_envs(rlax.entropy_loss)(logits, weight))
+        v_loss = 0.5 * jnp.sum(weight * returns.errors**2)
+        loss = pg_loss + hp.vf_coef * v_loss - hp.ent_coef * entropy
+        num_valid = jnp.maximum(jnp.sum(weight), 1.0)
+        stats = {  # Per valid sample, comparable across batch sizes and with PPO.
+            "policy_loss": pg_loss / num_valid,
+            "value_loss": v_loss / num_valid,
+            "entropy": entropy / num_valid,
+            "importance_ratio": learner.masked_mean(rhos, weight),
+            "explained_variance": learner.explained_variance(
+                jax.lax.stop_gradient(returns.errors + values[:-1]), values[:-1], weight
+            ),
+        }
+        return loss, stats
+
+    def update(state: IMPALAState, rollout: Rollout):
+        sequences = {
+            "obs": rollout.obs,
+            "actions": rollout.actions,
+            "rewards": rollout.rewards,
+            "terminations": rollout.terminations,
+            "truncations": rollout.truncations,
+            "valid": rollout.valid,
+            "behaviour_logits": rollout.policy_outputs["logits"][:-1],
+        }
+        update_key = jax.random.fold_in(key, state.update_count)
+        # [M, T (+ 1), B / M, ...]: one leading axis to loop over.
+        batches = minibatches.env_groups(sequences, update_key, rollout.env_ids, hp.num_minibatches)
+        params, opt_state, metrics = learner.minibatch_steps(
+            loss_fn, optimizer, state.params, state.opt_state, batches, unroll
+        )
+        metrics["learning_rate"] = learning_rate(state.update_count * hp.num_minibatches)
+        return IMPALAState(params, opt_state, state.update_count + 1), metrics
+
+    return Agent(init=init, act=act, update=update, policy_params=lambda s: s.params)
