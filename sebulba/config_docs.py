@@ -83,7 +83,8 @@ def render() -> str:
         doc = (inspect.getdoc(module) or "").split("\n\n")[0].replace("\n", " ")
         lines += [f"## `configs/{name}`", "", doc, "", "| key | value | meaning |", "|---|---|---|"]
         for key, value in sorted(flatten(config.to_dict()).items()):
-            meaning = comments.get(key, "")
+            # A bare "|" in a comment would split the Markdown table cell.
+            meaning = comments.get(key, "").replace("|", "\\|")
             lines.append(f"| `{key}` | `{value!r}` | {meaning} |")
         lines.append("")
     return "\n".join(lines)
