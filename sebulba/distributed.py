@@ -355,6 +355,73 @@ class RunMonitor:
 
 _ACTIVE_MONITOR: RunMonitor | None = None
 
+# Key-value store prefix under which process 0 publishes its workdir marker's name.
+_WORKDIR_MARKER_KEY = "sebulba/workdir_marker/"
+_WORKDIR_MARKER_PREFIX = ".sebulba-shared-check-"
+# Calls of `check_workdir_shared` in this process: keys and barriers stay unique when
+# one process trains several times (every process calls it equally often).
+_workdir_checks = 0
+
+
+def check_workdir_shared(workdir: str, timeout_s: float, poll_s: float = 0.25) -> None:
+    """Fails in seconds, on every process, if the hosts do not share `workdir`.
+
+    Checkpoints are written by all processes together into one directory and only
+    process 0 writes its metadata; on a directory that is local to each host orbax
+    waits for files that never appear and the run stalls until the watchdog. So before
+    anything reads the workdir, process 0 creates a marker file with a fresh name in it
+    and every other process must see that file within `timeout_s` (shared filesystems
+    may show a new file a little late). Process 0 removes it once all have looked.
+
+    Raises:
+      ConfigError: on a process that cannot see the marker; the run's monitor then
+        stops every other process with this message.
+    """
+    import jax
+
+    global _workdir_checks
+    client = _coordination_client()
+    if jax.process_count() == 1 or client is None:
+        return
+    _workdir_checks += 1
+    key = f"{_WORKDIR_MARKER_KEY}{_workdir_checks}"
+    timeout_ms = int(timeout_s * 1000)
+    if jax.process_index() == 0:
+        os.makedirs(workdir, exist_ok=True)
+        name = f"{_WORKDIR_MARKER_PREFIX}{os.urandom(8).hex()}"
+        marker = os.path.join(workdir, name)
+        with open(marker, "w") as file:
+            file.write(f"written by process 0 on {socket.gethostname()}\n")
+        client.key_value_set(key, name)
+    else:
+        name = client.blocking_key_value_get(key, timeout_ms)
+        marker = os.path.join(workdir, name)
+        deadline = time.monotonic() + timeout_s
+        while not _visible(marker):
+            if time.monotonic() > deadline:
+                raise ConfigError(
+                    f"--workdir={workdir} is not shared between the hosts: process "
+                    f"{jax.process_index()} on {socket.gethostname()} cannot see the file "
+                    f"{name} that process 0 wrote there {timeout_s:g}s ago; use a "
+                    "directory on storage every host mounts (NFS, Lustre, Filestore), or "
+                    "raise --shared_workdir_timeout_s if the filesystem is slow"
+                )
+            time.sleep(poll_s)
+    # Every process has looked; a process that raised above never arrives, and the
+    # monitor ends process 0 with that process's error well before this times out.
+    client.wait_at_barrier(f"sebulba_workdir_checked_{_workdir_checks}", timeout_ms + 60_000)
+    if jax.process_index() == 0:
+        os.remove(marker)
+
+
+def _visible(path: str) -> bool:
+    # Listing the directory first makes NFS clients revalidate their cached listing,
+    # so a file created on another host is found without waiting for the cache to age.
+    try:
+        return os.path.basename(path) in os.listdir(os.path.dirname(path) or ".")
+    except OSError:
+        return False
+
 
 def report_progress(update: int) -> None:
     """Tells this process's `RunMonitor` (if any) that the learner finished `update`.

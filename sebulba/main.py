@@ -59,6 +59,12 @@ _WATCHDOG_TIMEOUT = flags.DEFINE_float(
     "Multi-process runs: exit if no learner update finishes for this long after the "
     "first one (a hung peer). 0 disables.",
 )
+_SHARED_WORKDIR_TIMEOUT = flags.DEFINE_float(
+    "shared_workdir_timeout_s",
+    60.0,
+    "Multi-process runs: how long every process may take to see a file process 0 "
+    "created in --workdir before the run fails as having no shared workdir.",
+)
 flags.mark_flags_as_required(["config", "workdir"])
 
 # Errors of a cross-process collective, whose usual cause is a dead peer.
@@ -173,7 +179,11 @@ def main(argv: list[str]) -> None:
         distributed.log_process_start(source)
         monitor = distributed.start_monitor(_WATCHDOG_TIMEOUT.value)
     try:
-        state = train.train(_CONFIG.value, _WORKDIR.value)
+        state = train.train(
+            _CONFIG.value,
+            _WORKDIR.value,
+            shared_workdir_timeout_s=_SHARED_WORKDIR_TIMEOUT.value,
+        )
     except ConfigError as error:
         if monitor is None:
             _config_error(str(error))

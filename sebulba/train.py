@@ -300,6 +300,7 @@ def train(
     config: ml_collections.ConfigDict,
     workdir: str,
     on_update: Callable[[UpdateReport, Any], None] | None = None,
+    shared_workdir_timeout_s: float = 60.0,
 ):
     """Trains the configured agent; returns the final learner state.
 
@@ -309,12 +310,20 @@ def train(
     `ckpt.resume_from`. On SIGTERM or SIGINT it saves after the current update and
     returns that state without writing `summary.json`; calling it again resumes.
     `on_update(report, state)`, if given, runs on the learner thread after each update
-    (e.g. a watchdog's heartbeat).
+    (e.g. a watchdog's heartbeat). In a multi-process run every process must see the
+    same `workdir`; a process that cannot see process 0's files in it within
+    `shared_workdir_timeout_s` raises `ConfigError`.
     """
+    if "://" in workdir:
+        raise ConfigError(
+            f"workdir {workdir}: URLs are not supported; give a filesystem path (in "
+            "multi-host runs one on storage every host mounts, e.g. NFS or Filestore)"
+        )
     with ckpt_lib.StopSignals() as signals:
         setup = prepare(config)
         sizes, layout = setup.sizes, setup.layout
         is_main_process = jax.process_index() == 0
+        distributed.check_workdir_shared(workdir, shared_workdir_timeout_s)
         start = restore_or_init(setup, workdir)
         if start.first_update > sizes.num_updates:
             if is_main_process:

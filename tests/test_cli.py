@@ -115,3 +115,14 @@ def test_bad_config_fails_in_one_line_before_any_work(tmp_path, override, field)
     assert field in lines[0]
     assert "Traceback" not in result.stderr
     assert not workdir.exists()
+
+
+def test_a_url_workdir_is_refused_in_one_line():
+    # Outputs are written with ordinary file I/O: a gs:// "path" would silently become a
+    # local directory named "gs:".
+    result = run_cli("gs://my-bucket/run")
+    assert result.returncode == 2
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("sebulba: config error: workdir gs://my-bucket/run: URLs are not")
+    assert not os.path.exists(os.path.join(ROOT, "gs:"))

@@ -327,6 +327,13 @@ def test_both_processes_end_with_the_same_parameters(minimal_runs):
     assert state_checksum(processes[0]) == state_checksum(processes[1])
 
 
+def test_the_workdir_holds_only_the_documented_outputs(minimal_runs):
+    # The shared-workdir check's marker file is gone once every process has seen it.
+    two = minimal_runs[0]
+    names = {name for name in os.listdir(two) if not name.startswith("events.out.tfevents")}
+    assert names == {"checkpoints", "config.json", "metrics.jsonl", "summary.json"}
+
+
 def test_metrics_count_the_episodes_of_every_process(minimal_runs):
     # Process 0 writes the metrics, but half of the envs step on process 1.
     two, one = minimal_runs[0], minimal_runs[2]
@@ -434,6 +441,24 @@ def test_a_hung_process_is_caught_by_the_watchdog(tmp_path):
     assert "no learner update finished within 5s" in processes[0].stderr, processes[0].stderr
 
 
+def config_error_of_process_1(processes, timeout=60):
+    """Process 1's one config-error line, after checking both processes stopped in time.
+
+    Process 1 exits 2; process 0 learns why from the coordination service, long before
+    any heartbeat timeout, and exits 1 naming it.
+    """
+    start = time.monotonic()
+    codes = wait_all(processes, timeout=timeout)
+    elapsed = time.monotonic() - start
+    assert codes == [distributed.EXIT_FAILURE, 2], codes
+    errors = [line for line in processes[1].stderr.splitlines() if "config error" in line]
+    assert len(errors) == 1, processes[1].stderr[-3000:]
+    reason = errors[0].removeprefix("sebulba: config error: ")
+    assert f"stopping because process 1 failed: config error: {reason}" in processes[0].stderr
+    assert elapsed < 40, elapsed
+    return errors[0]
+
+
 def test_a_config_error_on_one_process_stops_every_process(tmp_path):
     _, processes = launch(
         tmp_path,
@@ -441,18 +466,25 @@ def test_a_config_error_on_one_process_stops_every_process(tmp_path):
         *TWO_PROCESS_LAYOUT,
         per_process={1: ["--config.mesh.learner_device_ids=(5,)"]},
     )
-    start = time.monotonic()
-    codes = wait_all(processes, timeout=60)
-    elapsed = time.monotonic() - start
-    assert codes[1] == 2
-    assert codes[0] == distributed.EXIT_FAILURE
-    errors = [line for line in processes[1].stderr.splitlines() if "config error" in line]
-    assert errors == [
+    assert config_error_of_process_1(processes) == (
         "sebulba: config error: mesh.learner_device_ids contains 5, but this process has "
         "2 local device(s) (valid indices 0..1)"
-    ]
-    # Process 0 learns it from the coordination service, long before a heartbeat timeout.
-    assert "stopping because process 1 failed: config error: mesh.learner_device_ids" in (
-        processes[0].stderr
     )
-    assert elapsed < 40, elapsed
+
+
+def test_a_workdir_the_hosts_do_not_share_stops_the_run_in_seconds(tmp_path):
+    # Each process gets its own directory, as when every host writes to local disk.
+    elsewhere = tmp_path / "process-1-local-disk"
+    workdir, processes = launch(
+        tmp_path,
+        "unshared",
+        *TWO_PROCESS_LAYOUT,
+        per_process={1: [f"--workdir={elsewhere}", "--shared_workdir_timeout_s=3"]},
+    )
+    error = config_error_of_process_1(processes, timeout=90)
+    assert error.startswith(
+        f"sebulba: config error: --workdir={elsewhere} is not shared between the hosts"
+    )
+    # Stopped before anything was read or written: no checkpoint, no metrics.
+    assert not (workdir / "checkpoints").exists()
+    assert not (workdir / "metrics.jsonl").exists()
