@@ -395,9 +395,8 @@ def check_workdir_shared(workdir: str, timeout_s: float, poll_s: float = 0.25) -
         client.key_value_set(key, name)
     else:
         name = client.blocking_key_value_get(key, timeout_ms)
-        marker = os.path.join(workdir, name)
         deadline = time.monotonic() + timeout_s
-        while not _visible(marker):
+        while not _listed_in(workdir, name):
             if time.monotonic() > deadline:
                 raise ConfigError(
                     f"--workdir={workdir} is not shared between the hosts: process "
@@ -414,11 +413,12 @@ def check_workdir_shared(workdir: str, timeout_s: float, poll_s: float = 0.25) -
         os.remove(marker)
 
 
-def _visible(path: str) -> bool:
-    # Listing the directory first makes NFS clients revalidate their cached listing,
-    # so a file created on another host is found without waiting for the cache to age.
+def _listed_in(directory: str, name: str) -> bool:
+    # Listing the directory (rather than stat-ing the file) makes NFS clients revalidate
+    # their cached listing, so a file created on another host is found without waiting
+    # for a cached "no such file" to age.
     try:
-        return os.path.basename(path) in os.listdir(os.path.dirname(path) or ".")
+        return name in os.listdir(directory)
     except OSError:
         return False
 

@@ -57,6 +57,13 @@ def remote_command(argv):
     return commands[0].removeprefix("--command=")
 
 
+def launched_sebulba_words(result):
+    """The remote command of a `launch --dry-run`, as words, and where sebulba's begin."""
+    (argv,) = printed_commands(result)
+    words = shlex.split(remote_command(argv))
+    return words, words.index("--distributed")
+
+
 @pytest.fixture
 def fake_gcloud(tmp_path):
     """PATH with a gcloud first that records its arguments; returns (PATH, calls file).
@@ -212,9 +219,8 @@ def test_launch_starts_sebulba_detached_on_every_worker():
     assert argv[: len(GCLOUD_TPU) + 4] == [*GCLOUD_TPU, "ssh", "tpu", "--zone=z", "--worker=all"]
     remote = remote_command(argv)
     assert "setsid nohup" in remote
-    words = shlex.split(remote)
-    start = words.index("-m")
-    assert words[start : start + 7] == [
+    words, start = launched_sebulba_words(result)
+    assert words[start - 2 : start + 5] == [
         "-m",
         "sebulba.main",
         "--distributed",
@@ -239,8 +245,7 @@ def test_launch_accepts_config_and_workdir_flags_and_a_run_name():
         TPU_NAME="tpu",
         TPU_ZONE="z",
     )
-    words = shlex.split(remote_command(printed_commands(result)[0]))
-    start = words.index("--distributed")
+    words, start = launched_sebulba_words(result)
     assert words[start : start + 4] == [
         "--distributed",
         "--config=configs/ppo_cartpole.py",
