@@ -1,1 +1,40 @@
-"""sebulba: Podracer-Sebulba distributed reinforcement learning on JAX."""
+"""sebulba: Podracer-Sebulba distributed reinforcement learning on JAX.
+
+The public API, imported on first use so that `import sebulba` stays cheap:
+
+    sebulba.train.train(config, workdir)      # train; returns the final learner state
+    sebulba.base_config(agent_section)        # every run-level key around an agent's
+    sebulba.load_policy(workdir)(obs)         # act with a trained checkpoint
+    sebulba.Agent, sebulba.EnvSpec, sebulba.Rollout   # the agent contract
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+# Public name -> (module, attribute; None: the module itself). Not `sebulba.evaluate`:
+# its command-line flags would clash with `sebulba.main`'s in one process.
+_EXPORTS = {
+    "train": ("sebulba.train", None),
+    "base_config": ("sebulba.config", "base_config"),
+    "load_policy": ("sebulba.policy", "load_policy"),
+    "Policy": ("sebulba.policy", "Policy"),
+    "PolicyError": ("sebulba.policy", "PolicyError"),
+    "Agent": ("sebulba.agents.api", "Agent"),
+    "EnvSpec": ("sebulba.agents.api", "EnvSpec"),
+    "Rollout": ("sebulba.agents.api", "Rollout"),
+    "ConfigError": ("sebulba.errors", "ConfigError"),
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'sebulba' has no attribute {name!r}")
+    module_name, attribute = _EXPORTS[name]
+    module = importlib.import_module(module_name)
+    value = module if attribute is None else getattr(module, attribute)
+    globals()[name] = value  # Later lookups skip this function.
+    return value

@@ -27,6 +27,9 @@ warnings.filterwarnings("ignore", message=".*precision lowered by casting.*")
 
 CLASSIC_CONTROL_IDS = ("CartPole-v1", "Acrobot-v1")
 FRAMES_PER_AGENT_STEP = 4  # Atari frame skip.
+ATARI_FRAMES_PER_SECOND = 60  # The console's (NTSC) frame rate.
+# Simulated seconds per step of the classic-control tasks (their integration time step).
+_CLASSIC_CONTROL_STEP_S = {"CartPole-v1": 0.02, "Acrobot-v1": 0.2}
 
 
 @functools.cache
@@ -49,13 +52,18 @@ def check_env_id(env_id: str) -> None:
     )
 
 
-def make_envs(env_config: ml_collections.ConfigDict, num_envs: int, seed: int):
+def make_envs(
+    env_config: ml_collections.ConfigDict, num_envs: int, seed: int, *, render: bool = False
+):
     """Creates one envpool pool of `num_envs` envs stepped together.
 
     Args:
       env_config: the `env` section of the config.
       num_envs: envs in this pool.
       seed: seed of the pool's first env; env i gets `seed + i`.
+      render: enable `pool.render(env_ids)`, RGB screens [n, H, W, 3] uint8 (the Atari
+        game screen at 210x160, a drawing for classic control); the envs' dynamics and
+        observations are the same either way.
 
     Returns:
       A gymnasium-style envpool pool in sync mode (batch_size == num_envs).
@@ -67,6 +75,8 @@ def make_envs(env_config: ml_collections.ConfigDict, num_envs: int, seed: int):
         seed=seed,
         num_threads=env_config.num_threads,
     )
+    if render:
+        kwargs["render_mode"] = "rgb_array"
     if is_atari(env_config.id):
         if env_config.max_episode_frames % FRAMES_PER_AGENT_STEP:
             raise ConfigError(
@@ -88,6 +98,13 @@ def make_envs(env_config: ml_collections.ConfigDict, num_envs: int, seed: int):
             gray_scale=True,
         )
     return envpool.make(env_config.id, env_type="gymnasium", **kwargs)
+
+
+def real_time_step_s(env_id: str) -> float:
+    """Seconds of game or simulated time one agent step spans (plays animations at 1x)."""
+    if is_atari(env_id):
+        return FRAMES_PER_AGENT_STEP / ATARI_FRAMES_PER_SECOND
+    return _CLASSIC_CONTROL_STEP_S[env_id]
 
 
 def env_spec_of(env_config: ml_collections.ConfigDict, envs) -> EnvSpec:

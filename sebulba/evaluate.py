@@ -1,104 +1,84 @@
 """Evaluates a run's checkpoint: N full episodes, deterministic for a seed.
 
-    python -m sebulba.evaluate --workdir=DIR [--checkpoint=STEP] [--episodes=N] [--seed=S]
+    python -m sebulba.evaluate --workdir=DIR [--checkpoint=UPDATE] [--episodes=N] [--seed=S]
+                               [--greedy] [--animation=FILE.gif]
 
-Rebuilds the agent from `DIR/config.json`, restores the newest valid checkpoint of
-`DIR/checkpoints` (or STEP) onto one local device, and plays the agent's policy (its
-`act`, which samples actions) in envpool envs with the run's env settings (for Atari the
-Machado et al. 2018 protocol of `sebulba.envs`). Episode i runs in its own env, seeded
-from (seed, i), with action keys from (seed, step, i): every return depends only on the
-checkpoint, the seed and i, not on how many episodes run side by side. Each env counts
-its first complete episode only, so short episodes are not over-represented.
+Loads the policy of the newest valid checkpoint of `DIR/checkpoints` (or UPDATE) onto
+one local device with `sebulba.policy.load_policy`, and plays it in envpool envs with
+the run's env settings (for Atari the Machado et al. 2018 protocol of `sebulba.envs`):
+the agent's `act`, which samples actions, or with `--greedy` its `act_greedy`, the most
+likely action. Episode i runs in its own env, seeded from (seed, i), with action keys
+from (seed, step, i): every return depends only on the checkpoint, the seed and i, not
+on how many episodes run side by side. Each env counts its first complete episode only,
+so short episodes are not over-represented.
 
-Writes `DIR/eval.json` with mean, std (population), min and max return and the episode
-count; for Atari also the human-normalized score (score - random) / (human - random)
-of Mnih et al. (2015), with the Atari-57 reference scores of `sebulba.atari_scores`.
+Writes `DIR/eval.json` with mean, std (population), min and max return, the episode
+count, the checkpoint and whether actions were greedy; for Atari also the
+human-normalized score (score - random) / (human - random) of Mnih et al. (2015), with
+the Atari-57 reference scores of `sebulba.atari_scores`. `--animation` writes episode 0
+as a GIF of the env's own RGB rendering (the Atari game screen, a drawing for classic
+control), played at real-time speed.
 """
 
 from __future__ import annotations
 
-import json
+import math
 import os
 import sys
 from typing import Any
 
-import jax
-import ml_collections
 import numpy as np
 from absl import app, flags
 
-from sebulba import checkpoint as ckpt_lib
 from sebulba import envs as envs_lib
-from sebulba.agents import resolve_agent
 from sebulba.atari_scores import RANDOM_AND_HUMAN_SCORES, human_normalized_score
-from sebulba.errors import ConfigError
 from sebulba.metrics import write_json
-from sebulba.sizes import derive_sizes
+from sebulba.policy import Policy, PolicyError, load_policy
 
-# Evaluation's random streams, kept apart from training's (env seeds and action keys).
+# Evaluation's env seeds, kept apart from training's.
 _EVAL_STREAM = 2
+# Rendered screens wider than this are shrunk by an integer factor (classic control
+# draws 600x400); Atari's 160-pixel game screen is kept as it is.
+_MAX_ANIMATION_WIDTH = 320
 
 
 class EvaluationError(Exception):
     """The workdir cannot be evaluated; the message says why in one line."""
 
 
-def load_config(workdir: str) -> ml_collections.ConfigDict:
-    """The run's resolved config, set up to run on this process's first device."""
-    path = os.path.join(workdir, "config.json")
-    if not os.path.exists(path):
-        raise EvaluationError(f"{path} not found: {workdir} is not a sebulba workdir")
-    with open(path, encoding="utf-8") as f:
-        config = ml_collections.ConfigDict(json.load(f))
-    # Evaluation runs on one device, whatever layout trained the checkpoint.
-    config.mesh.actor_device_ids = (0,)
-    config.mesh.learner_device_ids = (0,)
-    return config
-
-
 def run_episodes(
-    act,
-    params,
-    env_config: ml_collections.ConfigDict,
+    policy: Policy,
     *,
     episodes: int,
     seed: int,
     num_envs: int,
-    device: jax.Device,
     record_first: bool = False,
-) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
-    """Plays `episodes` complete episodes with `act(params, obs [B, ...], keys [B])`.
+) -> tuple[np.ndarray, np.ndarray, list[Any]]:
+    """Plays `episodes` complete episodes with `policy`, keys from (seed, step, episode).
 
     Returns:
-      returns [episodes] (raw), lengths [episodes] (agent steps), and the observations
-      of episode 0 if `record_first`.
+      returns [episodes] (raw), lengths [episodes] (agent steps), and, if
+      `record_first`, episode 0's rendered screens (PIL images; its first screen and the
+      one after every step).
     """
     base = int(np.random.SeedSequence([seed % 2**32, _EVAL_STREAM]).generate_state(1)[0])
     base %= 2**30
-    root = jax.random.fold_in(jax.random.key(seed), _EVAL_STREAM)
-
-    @jax.jit
-    def policy(params, obs, episode_ids, step):
-        keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(
-            jax.random.fold_in(root, step), episode_ids
-        )
-        return act(params, obs, keys)[0]
-
     returns, lengths = np.zeros(episodes), np.zeros(episodes, np.int64)
     frames = []
     for first in range(0, episodes, num_envs):
         ids = np.arange(first, min(first + num_envs, episodes))
-        envs = envs_lib.make_envs(env_config, len(ids), seed=base + first)
-        ids_on_device = jax.device_put(ids.astype(np.int32), device)
+        recording = record_first and first == 0
+        envs = envs_lib.make_envs(policy.config.env, len(ids), seed=base + first, render=recording)
         obs, _ = envs.reset()
+        if recording:
+            frames.append(_animation_frame(envs.render(env_ids=[0])[0]))
         running = np.ones(len(ids), bool)
         step = 0
         while running.any():
-            if record_first and first == 0 and running[0]:
-                frames.append(np.asarray(obs[0]))
-            obs_on_device, step_on_device = jax.device_put((obs, np.int32(step)), device)
-            actions = policy(params, obs_on_device, ids_on_device, step_on_device)
-            obs, rewards, terminations, truncations, _ = envs.step(np.asarray(actions))
+            actions = policy.actions(obs, step=step, row_ids=ids.astype(np.int32))
+            obs, rewards, terminations, truncations, _ = envs.step(actions)
+            if recording and running[0]:  # The screen this step of episode 0 led to.
+                frames.append(_animation_frame(envs.render(env_ids=[0])[0]))
             returns[ids] += np.where(running, rewards, 0.0)
             lengths[ids] += running
             running &= ~np.logical_or(terminations, truncations)
@@ -114,6 +94,7 @@ def evaluate(
     episodes: int = 10,
     seed: int = 0,
     num_envs: int = 16,
+    greedy: bool = False,
     animation: str | None = None,
 ) -> dict[str, Any]:
     """Evaluates a checkpoint of `workdir`; writes and returns the `eval.json` payload.
@@ -123,35 +104,19 @@ def evaluate(
     """
     if episodes < 1 or num_envs < 1:
         raise EvaluationError(f"--episodes ({episodes}) and --num_envs must be >= 1")
+    if animation is not None:
+        _check_animation_target(animation)
     workdir = os.path.abspath(workdir)
-    config = load_config(workdir)
-    directory = ckpt_lib.checkpoints_dir(workdir)
-    if not ckpt_lib.list_steps(directory):
-        raise EvaluationError(f"no checkpoint in {directory}: nothing to evaluate")
-    device = jax.local_devices()[0]
     try:
-        probe = envs_lib.make_envs(config.env, 1, seed=0)
-        env_spec = envs_lib.env_spec_of(config.env, probe)
-        probe.close()
-        agent = resolve_agent(config.agent.name).make(config, env_spec, derive_sizes(config))
-    except ConfigError as error:
-        raise EvaluationError(f"cannot rebuild the agent from config.json: {error}") from None
-    shapes = jax.eval_shape(agent.init, jax.random.key(config.seed))
-    abstract = ckpt_lib.abstract_replicated(shapes, jax.sharding.SingleDeviceSharding(device))
-    try:
-        restored = ckpt_lib.restore(directory, abstract, step=checkpoint)
-    except ValueError as error:
+        policy = load_policy(workdir, checkpoint, greedy, seed=seed)
+    except PolicyError as error:
         raise EvaluationError(str(error)) from None
-    if restored is None:
-        raise EvaluationError(f"no valid checkpoint in {directory} (see the warnings above)")
+    config = policy.config
     returns, lengths, frames = run_episodes(
-        agent.act,
-        agent.policy_params(restored.state),
-        config.env,
+        policy,
         episodes=episodes,
         seed=seed,
         num_envs=min(num_envs, episodes),
-        device=device,
         record_first=animation is not None,
     )
     result = {
@@ -163,9 +128,10 @@ def evaluate(
         "mean_length": float(np.mean(lengths)),
         "returns": returns.tolist(),
         "lengths": lengths.tolist(),
-        "checkpoint": restored.step,
-        "checkpoint_path": restored.path,
-        "global_step": restored.meta.get("global_step"),
+        "greedy": greedy,
+        "checkpoint": policy.checkpoint,
+        "checkpoint_path": policy.checkpoint_path,
+        "global_step": policy.global_step,
         "env_id": config.env.id,
         "agent": config.agent.name,
         "seed": seed,
@@ -175,33 +141,40 @@ def evaluate(
         result["human_normalized_score"] = normalized
         result["random_score"], result["human_score"] = RANDOM_AND_HUMAN_SCORES[config.env.id]
     if animation is not None:
-        save_animation(frames, animation)
+        step_s = envs_lib.real_time_step_s(config.env.id)
+        save_animation(frames, animation, frame_s=step_s)
         result["animation"] = os.path.abspath(animation)
     write_json(os.path.join(workdir, "eval.json"), result)
     return result
 
 
-def save_animation(observations: list[np.ndarray], path: str) -> None:
-    """Writes episode 0 as an animated GIF: Atari frames, or a drawn CartPole."""
+def _check_animation_target(path: str) -> None:
+    """Fails before any work if the GIF cannot be written: no Pillow, no such folder."""
     try:
-        from PIL import Image, ImageDraw
+        import PIL  # noqa: F401
     except ImportError:
         raise EvaluationError("--animation needs Pillow: pip install pillow") from None
-    images = []
-    for obs in observations:
-        if obs.ndim == 3:  # Stacked Atari frames [4, 84, 84]: show the newest.
-            images.append(Image.fromarray(obs[-1]).resize((168, 168), Image.NEAREST))
-        elif obs.shape == (4,):  # CartPole: cart position and pole angle.
-            image = Image.new("L", (240, 120), 255)
-            draw = ImageDraw.Draw(image)
-            cart_x, angle = 120 + obs[0] * 50, obs[2]
-            draw.rectangle([cart_x - 15, 85, cart_x + 15, 100], fill=0)
-            tip = (cart_x + 60 * np.sin(angle), 85 - 60 * np.cos(angle))
-            draw.line([(cart_x, 85), tip], fill=100, width=4)
-            images.append(image)
-        else:
-            raise EvaluationError(f"cannot draw observations of shape {obs.shape}")
-    images[0].save(path, save_all=True, append_images=images[1:], duration=40, loop=0)
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+        raise EvaluationError(f"--animation {path}: {folder} is not a writable directory")
+
+
+def _animation_frame(screen: np.ndarray):
+    """An RGB screen [H, W, 3] uint8 as a small palette image (GIFs have 256 colours)."""
+    from PIL import Image
+
+    image = Image.fromarray(screen)
+    shrink = math.ceil(image.width / _MAX_ANIMATION_WIDTH)
+    if shrink > 1:
+        image = image.reduce(shrink)
+    return image.quantize()  # Now: ~4x less memory for a long episode's frames.
+
+
+def save_animation(frames: list[Any], path: str, *, frame_s: float) -> None:
+    """Writes frames (PIL images) as an animated GIF showing each for `frame_s` seconds."""
+    # GIF delays are in 1/100 s and viewers slow down anything below 0.02 s.
+    duration_ms = max(20, 10 * round(100 * frame_s))
+    frames[0].save(path, save_all=True, append_images=frames[1:], duration=duration_ms, loop=0)
 
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory holding config.json, checkpoints/.")
@@ -213,7 +186,12 @@ _SEED = flags.DEFINE_integer("seed", 0, "Seeds the env seeds and action keys.")
 _NUM_ENVS = flags.DEFINE_integer(
     "num_envs", 16, "Episodes played side by side (no effect on results)."
 )
-_ANIMATION = flags.DEFINE_string("animation", None, "Also write episode 0 as a GIF to this path.")
+_GREEDY = flags.DEFINE_bool(
+    "greedy", False, "Act with the most likely action instead of sampling from the policy."
+)
+_ANIMATION = flags.DEFINE_string(
+    "animation", None, "Also write episode 0, as the env renders it, as a GIF to this path."
+)
 
 
 def main(argv: list[str]) -> None:
@@ -226,12 +204,14 @@ def main(argv: list[str]) -> None:
             episodes=_EPISODES.value,
             seed=_SEED.value,
             num_envs=_NUM_ENVS.value,
+            greedy=_GREEDY.value,
             animation=_ANIMATION.value,
         )
     except EvaluationError as error:
         print(f"sebulba.evaluate: {error}", file=sys.stderr)
         sys.exit(1)
     line = (
+        f"{'greedy' if result['greedy'] else 'sampling'} policy of "
         f"checkpoint {result['checkpoint']} (step {result['global_step']}) on "
         f"{result['env_id']}: {result['episodes']} episodes, return "
         f"{result['mean_return']:.1f} +- {result['std_return']:.1f} "
@@ -240,6 +220,8 @@ def main(argv: list[str]) -> None:
     if "human_normalized_score" in result:
         line += f", human-normalized {result['human_normalized_score']:.3f}"
     print(f"{line}; wrote {os.path.join(os.path.abspath(_WORKDIR.value), 'eval.json')}")
+    if "animation" in result:
+        print(f"animation of episode 0 ({result['lengths'][0]} steps): {result['animation']}")
 
 
 if __name__ == "__main__":

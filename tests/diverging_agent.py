@@ -26,4 +26,10 @@ def make(config, env_spec, sizes) -> Agent:
         params = {name: value + poison for name, value in state.params.items()}
         return state.replace(params=params), {"loss": metrics["loss"] + poison}
 
-    return Agent(init=agent.init, act=agent.act, update=update, policy_params=agent.policy_params)
+    return Agent(
+        init=agent.init,
+        act=agent.act,
+        update=update,
+        policy_params=agent.policy_params,
+        act_greedy=agent.act_greedy,
+    )

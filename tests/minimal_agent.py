@@ -54,6 +54,9 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         actions = jax.vmap(jax.random.categorical)(keys, logits).astype(jnp.int32)
         return actions, {"logits": logits}
 
+    def act_greedy(params, obs):
+        return jnp.argmax(logits_of(params, obs), axis=-1).astype(jnp.int32)
+
     def update(state: State, rollout: Rollout):
         discount_t = config.agent.gamma * (1.0 - rollout.terminations)
         # Monte-Carlo-free returns: bootstrap with zero, i.e. discounted reward-to-go.
@@ -74,4 +77,10 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         params = optax.apply_updates(state.params, updates)
         return State(params, opt_state, state.updates + 1), {"loss": loss}
 
-    return Agent(init=init, act=act, update=update, policy_params=lambda s: s.params)
+    return Agent(
+        init=init,
+        act=act,
+        update=update,
+        policy_params=lambda s: s.params,
+        act_greedy=act_greedy,
+    )

@@ -43,6 +43,11 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         ).astype(jnp.int32)
         return actions, {"version": jnp.full((batch,), params["version"], jnp.int32)}
 
+    def act_greedy(params, obs):
+        # The uniform policy's mode: every action ties, argmax takes the first.
+        del params
+        return jnp.zeros((obs.shape[0],), jnp.int32)
+
     def update(state: State, rollout: Rollout):
         TRACE_COUNTS["update"] += 1
         behaviour = rollout.policy_outputs["version"]
@@ -54,4 +59,10 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         }
         return State({"version": state.params["version"] + 1}), metrics
 
-    return Agent(init=init, act=act, update=update, policy_params=lambda s: s.params)
+    return Agent(
+        init=init,
+        act=act,
+        update=update,
+        policy_params=lambda s: s.params,
+        act_greedy=act_greedy,
+    )

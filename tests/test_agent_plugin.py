@@ -15,7 +15,9 @@ import jax
 import numpy as np
 import pytest
 
+import sebulba
 from sebulba import train
+from sebulba.agents.networks import make_network
 from tests.helpers import read_metrics, read_summary
 from tests.test_cli import run_cli
 
@@ -66,6 +68,11 @@ def test_documented_agent_trains_through_train_train(lab, tmp_path):
     assert all(AGENT_METRICS <= set(line) for line in lines)
     pairs = zip(jax.tree.leaves(before), jax.tree.leaves(state.params), strict=True)
     assert any(not np.allclose(a, b) for a, b in pairs)
+    # The documented optional act_greedy serves sebulba.load_policy.
+    policy = sebulba.load_policy(str(tmp_path / "run"), greedy=True)
+    obs = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
+    logits, _ = make_network("mlp", 2).apply(policy.params, obs)
+    assert np.array_equal(policy(obs), np.argmax(logits, axis=-1))
 
 
 def test_agent_name_on_the_command_line_swaps_the_agent(lab, tmp_path):

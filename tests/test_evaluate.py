@@ -7,9 +7,12 @@ import subprocess
 import sys
 
 import envpool
+import numpy as np
 import pytest
+from PIL import Image
 
 from sebulba import atari_scores, evaluate, train
+from sebulba import envs as envs_lib
 from tests import minimal_agent
 from tests.helpers import agent_config
 
@@ -62,16 +65,60 @@ def test_evaluation_is_deterministic_for_a_seed(trained, tmp_path):
         trained, checkpoint=3, episodes=1, seed=3, animation=str(tmp_path / "a.gif")
     )
     assert older["checkpoint"] == 3 and older["global_step"] == 3 * 8 * 16
-    from PIL import Image
-
+    assert older["greedy"] is False and older["animation"] == str(tmp_path / "a.gif")
+    # CartPole as envpool draws it (600x400, shrunk to half), one frame per state.
     with Image.open(tmp_path / "a.gif") as gif:  # Pillow merges identical frames.
-        assert 1 < gif.n_frames <= older["lengths"][0]
+        assert gif.size == (300, 200)
+        assert 1 < gif.n_frames <= older["lengths"][0] + 1
+        # One frame per state at CartPole's 0.02 s time step (real time).
+        assert total_duration_ms(gif) == 20 * (older["lengths"][0] + 1)
+        assert is_colour(gif)
+
+
+def total_duration_ms(gif) -> int:
+    """A GIF's playing time (Pillow merges identical frames and adds their durations)."""
+    total = 0
+    for index in range(gif.n_frames):
+        gif.seek(index)
+        total += gif.info["duration"]
+    return total
+
+
+def is_colour(gif) -> bool:
+    """Whether a GIF's first frame has pixels that are not grey."""
+    gif.seek(0)
+    rgb = np.asarray(gif.convert("RGB")).astype(int)
+    return bool((np.abs(rgb[..., 0] - rgb[..., 1]) > 30).any())
 
 
 def test_evaluate_cli_prints_a_summary(trained):
     result = run_evaluate_cli(f"--workdir={trained}", "--episodes=2")
     assert result.returncode == 0, result.stderr[-2000:]
     assert "checkpoint 6 (step 768) on CartPole-v1: 2 episodes, return" in result.stdout
+
+
+def test_evaluate_cli_greedy_records_the_policy_and_checkpoint(trained, tmp_path):
+    gif = tmp_path / "greedy.gif"
+    result = run_evaluate_cli(
+        f"--workdir={trained}", "--episodes=3", "--greedy", "--checkpoint=3", f"--animation={gif}"
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    with open(os.path.join(trained, "eval.json"), encoding="utf-8") as f:
+        written = json.load(f)
+    assert written["greedy"] is True and written["checkpoint"] == 3
+    assert "greedy policy of checkpoint 3 (step 384)" in result.stdout
+    assert f"animation of episode 0 ({written['lengths'][0]} steps): {gif}" in result.stdout
+    assert gif.exists()
+    # The same greedy evaluation in Python: the same episodes.
+    again = evaluate.evaluate(trained, checkpoint=3, episodes=3, greedy=True)
+    assert again["returns"] == written["returns"]
+
+
+def test_animation_into_a_missing_folder_fails_before_any_work(trained, tmp_path):
+    before = os.path.getmtime(os.path.join(trained, "eval.json"))
+    with pytest.raises(evaluate.EvaluationError, match="is not a writable directory"):
+        evaluate.evaluate(trained, animation=str(tmp_path / "missing" / "a.gif"))
+    assert os.path.getmtime(os.path.join(trained, "eval.json")) == before
 
 
 def test_evaluate_refuses_a_workdir_without_checkpoints(tmp_path):
@@ -105,11 +152,46 @@ def test_atari_evaluation_reports_the_human_normalized_score(tmp_path):
     config.agent.network = "nature_cnn"  # The cheaper network: this tests plumbing.
     config.log.tensorboard = False
     train.train(config, str(tmp_path))
-    result = evaluate.evaluate(str(tmp_path), episodes=1, seed=0)
+    gif = tmp_path / "breakout.gif"
+    result = evaluate.evaluate(str(tmp_path), episodes=1, seed=0, greedy=True, animation=str(gif))
     random_score, human_score = atari_scores.RANDOM_AND_HUMAN_SCORES["Breakout-v5"]
     expected = (result["mean_return"] - random_score) / (human_score - random_score)
     assert result["human_normalized_score"] == pytest.approx(expected)
-    assert result["lengths"][0] > 0
+    assert result["lengths"][0] > 0 and result["greedy"] is True
+    # The RGB game screen, not the 84x84 grey model input, at the game's speed.
+    with Image.open(gif) as animation:
+        assert animation.size == (160, 210)
+        assert 1 < animation.n_frames <= result["lengths"][0] + 1
+        # One frame per state, 4 game frames at 60 Hz each (in GIF's 1/100 s).
+        assert total_duration_ms(animation) == 70 * (result["lengths"][0] + 1)
+        assert is_colour(animation)
+
+
+def test_rendered_atari_screens_are_the_played_episode():
+    # Rendering changes nothing the agent sees (same seed, same actions: same steps), and
+    # each screen is the newest frame of the observation's stack: shrunk to 84x84 grey, it
+    # agrees with it up to envpool's max-pooling of the last two frames.
+    config = load_config("ppo_atari", "smoke")
+    plain = envs_lib.make_envs(config.env, 2, seed=7)
+    rendered = envs_lib.make_envs(config.env, 2, seed=7, render=True)
+    assert np.array_equal(plain.reset()[0], rendered.reset()[0])
+    actions = np.random.default_rng(0).integers(0, rendered.action_space.n, (300, 2))
+    distances = np.zeros(4)  # Summed distance of the screens to each stacked frame.
+    for step, action in enumerate(actions):
+        expected, got = plain.step(action), rendered.step(action)
+        for a, b in zip(expected[:4], got[:4], strict=True):
+            assert np.array_equal(a, b), step
+        if step % 10 == 0:
+            screen = rendered.render(env_ids=[1])[0]
+            assert screen.shape == (210, 160, 3)
+            grey = Image.fromarray(screen).convert("L").resize((84, 84), Image.BILINEAR)
+            grey = np.asarray(grey, float)
+            stack = got[0][1].astype(float)  # [4, 84, 84], oldest first.
+            distances += np.abs(grey[None] - stack).mean(axis=(1, 2))
+            assert np.corrcoef(grey.ravel(), stack[-1].ravel())[0, 1] > 0.95, step
+    assert np.argmin(distances) == 3, distances
+    plain.close()
+    rendered.close()
 
 
 @pytest.mark.slow

@@ -4,6 +4,7 @@ An agent is one module that provides `get_config()` (its hyperparameter defaults
 `agent` section of a config) and `make(config, env_spec, sizes) -> Agent`, which checks
 the agent's own divisibility rules (raising `ConfigError`). The pipeline only
 ever calls the four pure functions of `Agent`; it never branches on the agent's name.
+Evaluation and `sebulba.load_policy` also call the optional `act_greedy`.
 See docs/agents.md.
 """
 
@@ -101,7 +102,7 @@ def rollout_partition_specs(rollout: Rollout) -> Rollout:
 
 @dataclasses.dataclass(frozen=True)
 class Agent:
-    """The four pure functions the pipeline calls.
+    """The four pure functions the pipeline calls, and an optional greedy policy.
 
     Attributes:
       init: `init(key) -> learner_state`. The pipeline jits it with every leaf
@@ -114,12 +115,17 @@ class Agent:
         replicated and the rollout split along envs; `metrics` is a dict of scalars.
         Minibatches must only combine data held by one device.
       policy_params: `policy_params(learner_state) -> params` that `act` needs.
+      act_greedy: `act_greedy(params, obs [B, ...]) -> actions [B] int32`, the policy's
+        most likely action (the mode of the distribution `act` samples from). Only
+        evaluation and `sebulba.load_policy(..., greedy=True)` call it; None: the agent
+        can only sample.
     """
 
     init: Callable[[jax.Array], LearnerState]
     act: Callable[[Params, jax.Array, jax.Array], tuple[jax.Array, dict[str, jax.Array]]]
     update: Callable[[LearnerState, Rollout], tuple[LearnerState, dict[str, jax.Array]]]
     policy_params: Callable[[LearnerState], Params]
+    act_greedy: Callable[[Params, jax.Array], jax.Array] | None = None
 
 
 def require_divisible(numerator: int, numerator_name: str, denominator: int, denominator_name: str):

@@ -143,6 +143,11 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         actions = jax.vmap(jax.random.categorical)(keys, logits)
         return actions.astype(jnp.int32), {"logits": logits}
 
+    def act_greedy(params, obs: jax.Array) -> jax.Array:
+        """obs [B, ...] -> the most likely actions [B] (evaluation, not training)."""
+        logits, _ = network.apply(params, obs)
+        return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+
     def apply_time_major(params, obs):
         """obs [T + 1, b, ...] -> logits [T + 1, b, A], values [T + 1, b]."""
         # Env-major flattening keeps the sharded env axis leading: no data moves between
@@ -216,4 +221,10 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         metrics["learning_rate"] = learning_rate(state.update_count * hp.num_minibatches)
         return IMPALAState(params, opt_state, state.update_count + 1), metrics
 
-    return Agent(init=init, act=act, update=update, policy_params=lambda s: s.params)
+    return Agent(
+        init=init,
+        act=act,
+        update=update,
+        policy_params=lambda s: s.params,
+        act_greedy=act_greedy,
+    )

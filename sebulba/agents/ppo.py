@@ -115,6 +115,11 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         ).squeeze(-1)
         return actions.astype(jnp.int32), {"logprob": logprob, "value": value}
 
+    def act_greedy(params, obs: jax.Array) -> jax.Array:
+        """obs [B, ...] -> the most likely actions [B] (evaluation, not training)."""
+        logits, _ = network.apply(params, obs)
+        return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+
     def loss_fn(params, batch):
         """PPO loss on a minibatch: a dict of [t, B, ...] arrays, sharded along B."""
         # Env-major flattening keeps the sharded env axis leading, so no data moves
@@ -187,4 +192,10 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         )
         return PPOState(params, opt_state, state.update_count + 1), metrics
 
-    return Agent(init=init, act=act, update=update, policy_params=lambda s: s.params)
+    return Agent(
+        init=init,
+        act=act,
+        update=update,
+        policy_params=lambda s: s.params,
+        act_greedy=act_greedy,
+    )

@@ -1,0 +1,226 @@
+"""A trained policy to act with: `policy = sebulba.load_policy(workdir)`, `policy(obs)`.
+
+    policy = sebulba.load_policy("runs/ppo_cartpole")          # newest checkpoint, sampling
+    policy = sebulba.load_policy("runs/pong", checkpoint=100, greedy=True)
+    actions = policy(obs)  # obs [B, *obs_shape] as the run's envpool envs return them
+
+The run's config (`workdir/config.json`), its agent and network, and the parameters of a
+checkpoint all come from the workdir; the policy runs jitted on one device, whatever
+layout trained it. `sebulba.evaluate` loads its policy through this module too.
+
+Sampling is deterministic: the actions of call n depend only on the observations, the
+parameters, the seed and n (`inference_keys`), so two fresh loads act alike. Greedy
+acting takes the agent's `act_greedy` (the policy's most likely action).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from sebulba import checkpoint as ckpt_lib
+from sebulba import envs as envs_lib
+from sebulba.agents import resolve_agent
+from sebulba.agents.api import Agent, EnvSpec, Params
+from sebulba.errors import ConfigError
+from sebulba.sizes import derive_sizes
+
+# Index of the inference stream under the seed's root key; training's streams use others.
+_INFERENCE_STREAM = 2
+
+
+class PolicyError(Exception):
+    """A workdir's policy cannot be loaded or called; the message says why in one line."""
+
+
+def inference_keys(seed: int, step: jax.Array, row_ids: jax.Array) -> jax.Array:
+    """The action keys of evaluation and `load_policy`: one per row, from (seed, step, row).
+
+    This is the one derivation of inference randomness, apart from training's streams.
+
+    Args:
+      seed: the seed of the stream (the run's seed, or evaluation's `--seed`).
+      step: int32 scalar, the call (or env step) index.
+      row_ids: [B] int32, a stable id of each row (the episode index in evaluation).
+
+    Returns:
+      [B] typed PRNG keys.
+    """
+    root = jax.random.fold_in(jax.random.key(seed), _INFERENCE_STREAM)
+    step_key = jax.random.fold_in(root, step)
+    return jax.vmap(jax.random.fold_in, in_axes=(None, 0))(step_key, row_ids)
+
+
+def load_run_config(workdir: str) -> ml_collections.ConfigDict:
+    """A run's resolved config, set up to act on one device whatever layout trained it.
+
+    Raises:
+      PolicyError: `workdir` holds no config.json.
+    """
+    path = os.path.join(workdir, "config.json")
+    if not os.path.exists(path):
+        raise PolicyError(f"{path} not found: {workdir} is not a sebulba workdir")
+    with open(path, encoding="utf-8") as f:
+        config = ml_collections.ConfigDict(json.load(f))
+    config.mesh.actor_device_ids = (0,)
+    config.mesh.learner_device_ids = (0,)
+    return config
+
+
+class Policy:
+    """A checkpoint's policy, jitted on one device.
+
+    Attributes:
+      config: the run's config (with a one-device mesh).
+      env_spec: the observations and actions the policy expects.
+      agent: the agent the run trained.
+      params: the policy parameters of the checkpoint, on `device`.
+      checkpoint: the update after which the checkpoint was saved.
+      checkpoint_path: its directory.
+      global_step: env steps the run had taken at that checkpoint.
+      greedy: whether actions are the most likely ones instead of samples.
+      seed: the seed of the sampling keys (`inference_keys`).
+      device: where the policy runs.
+    """
+
+    def __init__(
+        self,
+        *,
+        config: ml_collections.ConfigDict,
+        env_spec: EnvSpec,
+        agent: Agent,
+        params: Params,
+        restored: ckpt_lib.Restored,
+        greedy: bool,
+        seed: int,
+        device: jax.Device,
+    ):
+        self.config, self.env_spec, self.agent, self.params = config, env_spec, agent, params
+        self.checkpoint = restored.step
+        self.checkpoint_path = restored.path
+        self.global_step = restored.meta.get("global_step")
+        self.greedy, self.seed, self.device = greedy, seed, device
+        self.calls = 0  # Calls of `__call__` so far: the step index of the next keys.
+        self._actions = jax.jit(functools.partial(_actions, agent, greedy, seed))
+
+    def __call__(self, obs: np.ndarray) -> np.ndarray:
+        """Actions for a batch of observations; call n samples with keys (seed, n, row).
+
+        Args:
+          obs: [B, *obs_shape] observations, as the run's envpool envs return them.
+
+        Returns:
+          [B] int32 actions (numpy).
+        """
+        obs = self._batch(obs)
+        actions = self.actions(obs, step=self.calls, row_ids=np.arange(len(obs), dtype=np.int32))
+        self.calls += 1
+        return actions
+
+    def actions(self, obs: np.ndarray, *, step: int, row_ids: np.ndarray) -> np.ndarray:
+        """Actions with explicit key indices: row i samples with key (seed, step, row_ids[i]).
+
+        Args:
+          obs: [B, *obs_shape] observations.
+          step: the step index of the keys.
+          row_ids: [B] int32 stable row ids (e.g. episode indices).
+
+        Returns:
+          [B] int32 actions (numpy).
+
+        Raises:
+          PolicyError: `obs` is not a batch of this policy's observations.
+        """
+        inputs = (self._batch(obs), np.int32(step), np.asarray(row_ids, np.int32))
+        return np.asarray(self._actions(self.params, *jax.device_put(inputs, self.device)))
+
+    def _batch(self, obs: np.ndarray) -> np.ndarray:
+        """`obs` as a batch of the policy's observations, in their dtype."""
+        obs = np.asarray(obs)
+        if obs.ndim == 0 or obs.shape[1:] != self.env_spec.obs_shape:
+            raise PolicyError(
+                f"obs of shape {obs.shape} is not a batch [B, *{self.env_spec.obs_shape}] of "
+                f"{self.env_spec.env_id} observations"
+            )
+        return obs.astype(self.env_spec.obs_dtype, copy=False)
+
+
+def _actions(agent: Agent, greedy: bool, seed: int, params, obs, step, row_ids) -> jax.Array:
+    """[B] int32 actions of `agent`: its `act_greedy`, or `act` with `inference_keys`."""
+    if greedy:
+        return agent.act_greedy(params, obs).astype(jnp.int32)
+    return agent.act(params, obs, inference_keys(seed, step, row_ids))[0]
+
+
+def load_policy(
+    workdir: str,
+    checkpoint: int | None = None,
+    greedy: bool = False,
+    *,
+    seed: int | None = None,
+    device: jax.Device | None = None,
+) -> Policy:
+    """Loads the policy of a run's checkpoint: `actions = load_policy(workdir)(obs)`.
+
+    Args:
+      workdir: the run's `--workdir` (holds config.json and checkpoints/).
+      checkpoint: the update of the checkpoint to load; None: the newest valid one.
+      greedy: act with the most likely action instead of sampling.
+      seed: seeds the sampling keys; None: the run's `seed`.
+      device: where to run; None: the first local device.
+
+    Returns:
+      A callable `Policy`: `policy(obs [B, *obs_shape]) -> actions [B]`.
+
+    Raises:
+      PolicyError: in one line: not a workdir, no such checkpoint, or the agent cannot be
+        rebuilt (or has no `act_greedy` when `greedy`).
+    """
+    workdir = os.path.abspath(workdir)
+    config = load_run_config(workdir)
+    directory = ckpt_lib.checkpoints_dir(workdir)
+    available = ckpt_lib.list_steps(directory)
+    if not available:
+        raise PolicyError(f"no checkpoint in {directory}: nothing to evaluate")
+    if checkpoint is not None and checkpoint not in available:
+        raise PolicyError(
+            f"no checkpoint {checkpoint} in {directory}: available checkpoints are "
+            f"{', '.join(map(str, available))}"
+        )
+    device = device or jax.local_devices()[0]
+    try:
+        probe = envs_lib.make_envs(config.env, 1, seed=0)
+        env_spec = envs_lib.env_spec_of(config.env, probe)
+        probe.close()
+        agent = resolve_agent(config.agent.name).make(config, env_spec, derive_sizes(config))
+    except ConfigError as error:
+        raise PolicyError(f"cannot rebuild the agent from config.json: {error}") from None
+    if greedy and agent.act_greedy is None:
+        raise PolicyError(
+            f"agent {config.agent.name!r} defines no act_greedy: it can only sample "
+            "(load without greedy)"
+        )
+    shapes = jax.eval_shape(agent.init, jax.random.key(config.seed))
+    abstract = ckpt_lib.abstract_replicated(shapes, jax.sharding.SingleDeviceSharding(device))
+    try:
+        restored = ckpt_lib.restore(directory, abstract, step=checkpoint)
+    except (ValueError, ConfigError) as error:
+        raise PolicyError(str(error)) from None
+    if restored is None:
+        raise PolicyError(f"no valid checkpoint in {directory} (see the warnings above)")
+    return Policy(
+        config=config,
+        env_spec=env_spec,
+        agent=agent,
+        params=agent.policy_params(restored.state),
+        restored=restored,
+        greedy=greedy,
+        seed=config.seed if seed is None else seed,
+        device=device,
+    )

@@ -1,0 +1,172 @@
+"""`sebulba.load_policy`: a trained checkpoint's policy, usable on a batch of observations."""
+
+import dataclasses
+import os
+import re
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import sebulba
+from sebulba import envs as envs_lib
+from sebulba import policy as policy_lib
+from sebulba import train
+from sebulba.agents import impala, ppo
+from sebulba.agents.api import EnvSpec
+from sebulba.agents.networks import make_network
+from sebulba.config import base_config
+from sebulba.sizes import derive_sizes
+from tests import minimal_agent
+from tests.helpers import agent_config
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A minimal-agent CartPole run with checkpoints after updates 3 and 6."""
+    workdir = str(tmp_path_factory.mktemp("policy") / "run")
+    train.train(agent_config(minimal_agent, ckpt__every_updates=3), workdir)
+    return workdir
+
+
+@pytest.fixture(scope="module")
+def observations(trained):
+    """32 CartPole observations [32, 4]: 16 as envpool returns them, and their mirror images.
+
+    The mirrored states (CartPole is left-right symmetric) make both actions greedy somewhere.
+    """
+    envs = envs_lib.make_envs(policy_lib.load_run_config(trained).env, 16, seed=123)
+    obs, _ = envs.reset()
+    for _ in range(3):
+        obs, *_ = envs.step(np.zeros(16, np.int32))
+    envs.close()
+    return np.concatenate([obs, -obs])
+
+
+def minimal_agent_logits(params, obs):
+    """The minimal agent's linear policy, recomputed in numpy."""
+    params = jax.device_get(params)
+    return obs.reshape(len(obs), -1) @ params["w"] + params["b"]
+
+
+def test_load_policy_acts_on_a_batch_of_observations(trained, observations):
+    policy = sebulba.load_policy(trained)
+    actions = policy(observations)
+    assert isinstance(actions, np.ndarray) and actions.shape == (32,)
+    assert actions.dtype == np.int32
+    assert ((0 <= actions) & (actions < policy.env_spec.num_actions)).all()
+    assert policy.checkpoint == 6 and policy.global_step == 6 * 8 * 16
+    assert policy.config.env.id == "CartPole-v1" and not policy.greedy
+    assert policy(observations[:5]).shape == (5,)  # Any batch size.
+
+
+def test_greedy_actions_are_the_argmax_of_the_logits(trained, observations):
+    policy = sebulba.load_policy(trained, greedy=True)
+    expected = np.argmax(minimal_agent_logits(policy.params, observations), axis=-1)
+    first = policy(observations)
+    assert np.array_equal(first, expected)
+    assert np.array_equal(policy(observations), first)  # Greedy ignores the call count.
+    assert len(set(first.tolist())) == 2  # The checkpoint prefers either action somewhere.
+
+
+def test_sampling_differs_between_calls_and_repeats_between_loads(trained, observations):
+    policy = sebulba.load_policy(trained)
+    calls = [policy(observations) for _ in range(3)]
+    assert not np.array_equal(calls[0], calls[1]) and not np.array_equal(calls[1], calls[2])
+    again = sebulba.load_policy(trained)
+    assert all(np.array_equal(call, again(observations)) for call in calls)
+    other_seed = sebulba.load_policy(trained, seed=policy.seed + 1)
+    assert not np.array_equal(other_seed(observations), calls[0])
+
+
+def test_sampled_actions_follow_the_policy(trained):
+    # Many rows of one observation: the sampled frequency matches softmax(logits).
+    policy = sebulba.load_policy(trained)
+    envs = envs_lib.make_envs(policy.config.env, 1, seed=0)
+    obs = np.repeat(envs.reset()[0], 4000, axis=0)
+    envs.close()
+    probability = jax.nn.softmax(minimal_agent_logits(policy.params, obs[:1]))[0, 1]
+    assert np.mean(policy(obs) == 1) == pytest.approx(float(probability), abs=0.03)
+
+
+def test_checkpoint_selects_the_update(trained, observations):
+    older = sebulba.load_policy(trained, checkpoint=3, greedy=True)
+    newest = sebulba.load_policy(trained, checkpoint=6, greedy=True)
+    assert (older.checkpoint, older.global_step) == (3, 3 * 8 * 16)
+    assert newest.checkpoint == 6
+    assert not np.allclose(older.params["w"], newest.params["w"])
+    expected = np.argmax(minimal_agent_logits(older.params, observations), axis=-1)
+    assert np.array_equal(older(observations), expected)
+
+
+def test_a_missing_checkpoint_fails_in_one_line_naming_the_available_ones(trained):
+    with pytest.raises(sebulba.PolicyError) as raised:
+        sebulba.load_policy(trained, checkpoint=4)
+    message = str(raised.value)
+    assert "\n" not in message
+    assert message == (f"no checkpoint 4 in {trained}/checkpoints: available checkpoints are 3, 6")
+    with pytest.raises(sebulba.PolicyError, match="not a sebulba workdir"):
+        sebulba.load_policy(os.path.join(trained, "missing"))
+
+
+def test_observations_of_the_wrong_shape_fail_in_one_line(trained, observations):
+    policy = sebulba.load_policy(trained)
+    with pytest.raises(sebulba.PolicyError, match=r"obs of shape \(4,\) is not a batch"):
+        policy(observations[0])
+
+
+@pytest.mark.parametrize("agent_module", [ppo, impala], ids=["ppo", "impala"])
+def test_builtin_agents_act_greedy_is_the_argmax_of_the_network(agent_module):
+    config = base_config(agent_module.get_config())
+    config.env.num_envs = 8
+    env_spec = EnvSpec("CartPole-v1", (4,), "float32", 2, False)
+    agent = agent_module.make(config, env_spec, derive_sizes(config))
+    params = agent.policy_params(agent.init(jax.random.key(0)))
+    # Larger weights than at init, so the two actions' logits differ clearly.
+    params = jax.tree.map(lambda x: 30.0 * x, params)
+    obs = jax.random.normal(jax.random.key(1), (64, 4))
+    logits, _ = make_network(config.agent.network, 2).apply(params, obs)
+    greedy = jax.jit(agent.act_greedy)(params, obs)
+    assert greedy.dtype == jnp.int32 and greedy.shape == (64,)
+    assert np.array_equal(greedy, np.argmax(logits, axis=-1))
+    assert 0 < int(greedy.sum()) < 64  # Both actions occur: not a constant.
+
+
+def test_import_sebulba_is_cheap_and_exports_the_public_api():
+    assert sebulba.load_policy is policy_lib.load_policy
+    assert {"load_policy", "train", "base_config", "Agent"} <= set(sebulba.__all__)
+    assert all(getattr(sebulba, name) is not None for name in sebulba.__all__)
+    code = "import sys, sebulba; print('jax' in sys.modules)"
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
+    )
+    assert result.stdout.strip() == "False"
+
+
+def test_greedy_needs_an_agent_with_act_greedy(trained, monkeypatch):
+    make = minimal_agent.make
+
+    def make_without_greedy(config, env_spec, sizes):
+        return dataclasses.replace(make(config, env_spec, sizes), act_greedy=None)
+
+    monkeypatch.setattr(minimal_agent, "make", make_without_greedy)
+    with pytest.raises(sebulba.PolicyError, match="defines no act_greedy"):
+        sebulba.load_policy(trained, greedy=True)
+    assert sebulba.load_policy(trained)(np.zeros((2, 4), np.float32)).shape == (2,)
+
+
+def test_the_readme_snippet_runs(trained):
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        readme = f.read()
+    section = readme[readme.index("### Use a trained policy") :]
+    snippet = re.search(r"```python\n(.*?)```", section, flags=re.DOTALL).group(1)
+    assert '"runs/ppo_cartpole"' in snippet
+    namespace = {}
+    exec(snippet.replace('"runs/ppo_cartpole"', repr(trained)), namespace)  # noqa: S102
+    assert namespace["obs"].shape == (4, 4) and namespace["policy"].calls == 100
