@@ -1,7 +1,8 @@
 """IMPALA on Atari with the Cleanba paper's hyperparameters (Huang et al. 2023).
 
 IMPALA ResNet, 50M env steps, 2 actor threads x 64 envs x 20 steps, V-trace, RMSProp,
-Machado et al. (2018) protocol. `:GAME-v5` selects the game (default Breakout-v5);
+Machado et al. (2018) protocol, lecun_normal convolutions and fire on reset as in Cleanba
+(docs/agents.md lists what still differs). `:GAME-v5` selects the game (default Breakout-v5);
 `:smoke` (or `:smoke,GAME-v5`) is a tiny end-to-end run for CPUs and tests.
 """
 
@@ -15,9 +16,11 @@ def get_config(arg: str | None = None):
     config.env.id = next((o for o in options if o.endswith("-v5")), "Breakout-v5")
     config.env.num_envs = 64
     config.env.clip_rewards = True
+    config.env.use_fire_reset = True  # envpool's default, which Cleanba keeps.
     config.pipeline.num_actor_threads = 2
     config.total_timesteps = 50_000_000
     config.agent.network = "impala_resnet"
+    config.agent.conv_init = "lecun_normal"  # Cleanba keeps flax's default for its convs.
     config.agent.num_steps = 20
     config.agent.learning_rate = 6e-4
     config.agent.anneal_lr = True

@@ -9,6 +9,18 @@ from __future__ import annotations
 
 import ml_collections
 
+from sebulba.validation import NON_NEGATIVE_INT, POSITIVE_INT, UNIT_INTERVAL, Range, check_range
+
+# The interval of every numeric run-level key that no other check covers (sizes.py checks
+# the sizes and divisibility, train.py the log and checkpoint keys).
+RUN_RANGES = {
+    # envpool seeds are C ints: leave room for the global env index added to the seed.
+    "seed": Range(0, 2**30, integer=True),
+    "env.num_threads": NON_NEGATIVE_INT,
+    "env.repeat_action_probability": UNIT_INTERVAL,
+    "env.max_episode_frames": POSITIVE_INT,
+}
+
 
 def base_config(agent: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     """Returns a full run config around the given `agent` section."""
@@ -24,6 +36,7 @@ def base_config(agent: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     config.env.repeat_action_probability = 0.25  # Atari sticky actions (Machado et al.).
     config.env.full_action_space = True  # Atari: all 18 actions for every game.
     config.env.max_episode_frames = 108_000  # Atari episode cap in emulator frames.
+    config.env.use_fire_reset = False  # Atari: press FIRE after reset (envpool's/Cleanba's way).
 
     config.agent = agent
 
@@ -54,3 +67,12 @@ def base_config(agent: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     config.debug.actor_delay_s = 0.0  # Sleep before each rollout (reproducibility tests).
     config.debug.transfer_guard = "disallow"  # jax.transfer_guard level in the loop.
     return config
+
+
+def check_run_ranges(config: ml_collections.ConfigDict) -> None:
+    """Raises ConfigError naming the first key of `RUN_RANGES` outside its interval."""
+    for dotted, allowed in RUN_RANGES.items():
+        value = config
+        for part in dotted.split("."):
+            value = value[part]
+        check_range(value, dotted, allowed)

@@ -1,9 +1,12 @@
 """Environment construction with envpool (Weng et al. 2022), in synchronous mode.
 
 Atari follows the evaluation protocol of Machado et al. (2018), as in the Cleanba paper:
-sticky actions with probability 0.25, the full 18-action space, no life-loss signal,
-episodes capped at 108,000 frames, 84x84 grey frames, a 4-frame stack and frame skip 4.
-Rewards are clipped to their sign for learning while raw returns are reported.
+sticky actions with probability 0.25, the full 18-action space, no life-loss signal, no
+no-op starts, episodes capped at 108,000 frames, 84x84 grey frames (the max of the last
+two of every 4 skipped frames), a 4-frame stack. Rewards are clipped to their sign for
+learning while raw returns are reported. `env.use_fire_reset` presses FIRE after each
+reset, as envpool does by default and Cleanba keeps (with the full action space that
+means every game); Machado et al. do not, so the base config leaves it off.
 
 Env seeds follow the global env index: env i of a pool whose first env has global
 index g0 is seeded with `seed + g0 + i`, whatever thread or process steps it.
@@ -90,7 +93,7 @@ def make_envs(
             full_action_space=env_config.full_action_space,
             max_episode_steps=env_config.max_episode_frames // FRAMES_PER_AGENT_STEP,
             noop_max=1,  # Sticky actions, not no-op starts, make the start stochastic.
-            use_fire_reset=False,
+            use_fire_reset=env_config.use_fire_reset,
             frame_skip=FRAMES_PER_AGENT_STEP,
             stack_num=4,
             img_height=84,

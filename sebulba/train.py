@@ -25,6 +25,7 @@ from sebulba import distributed
 from sebulba import envs as envs_lib
 from sebulba.agents import resolve_agent
 from sebulba.agents.api import Agent, EnvSpec
+from sebulba.config import check_run_ranges
 from sebulba.errors import ConfigError
 from sebulba.mesh import DeviceLayout, build_layout
 from sebulba.metrics import MetricsLogger, params_checksum, truncate_metrics, write_json
@@ -54,6 +55,7 @@ def prepare(config: ml_collections.ConfigDict) -> RunSetup:
       ConfigError: with one line naming the offending field.
     """
     sizes = derive_sizes(config, num_processes=jax.process_count())
+    check_run_ranges(config)
     if config.debug.transfer_guard not in _TRANSFER_GUARD_LEVELS:
         raise ConfigError(
             f"debug.transfer_guard {config.debug.transfer_guard!r} must be one of "

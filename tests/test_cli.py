@@ -103,6 +103,7 @@ def test_run_leaves_the_documented_workdir(tmp_path):
         ("--config.pipeline.num_actor_threads=0", "pipeline.num_actor_threads"),
         ("--config.env.num_envs=banana", "env.num_envs"),
         ("--config.log.console=sideways", "log.console"),
+        ("--config.env.repeat_action_probability=1.5", "env.repeat_action_probability"),
     ],
 )
 def test_bad_config_fails_in_one_line_before_any_work(tmp_path, override, field):
@@ -126,3 +127,26 @@ def test_a_url_workdir_is_refused_in_one_line():
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("sebulba: config error: workdir gs://my-bucket/run: URLs are not")
     assert not os.path.exists(os.path.join(ROOT, "gs:"))
+
+
+@pytest.mark.parametrize(
+    "override, expected",
+    [
+        ("--config.agent.learning_rate=-1", "agent.learning_rate must be a number > 0, got -1.0"),
+        (
+            "--config.env.id=Breakout-v5",
+            "agent.network 'mlp' takes a flat feature vector [D], but env.id 'Breakout-v5' "
+            "observes uint8 [4, 84, 84]",
+        ),
+    ],
+)
+def test_impossible_hyperparameters_and_networks_are_refused_in_one_line(
+    tmp_path, override, expected
+):
+    workdir = tmp_path / "run"
+    result = run_cli(workdir, override, config=os.path.join(ROOT, "configs", "ppo_cartpole.py"))
+    assert result.returncode == 2
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert expected in lines[0]
+    assert not workdir.exists()

@@ -228,6 +228,32 @@ def test_bad_impala_values_name_the_field(agent, field):
         make_agent(**agent)
 
 
+@pytest.mark.parametrize(
+    "agent, message",
+    [
+        ({"learning_rate": 0.0}, "agent.learning_rate must be a number > 0, got 0.0"),
+        ({"gamma": -0.5}, "agent.gamma must be a number in [0, 1], got -0.5"),
+        ({"vtrace_lambda": 1.5}, "agent.vtrace_lambda must be a number in [0, 1], got 1.5"),
+        ({"clip_rho_threshold": 0.0}, "agent.clip_rho_threshold must be a number > 0, got 0.0"),
+        (
+            {"clip_pg_rho_threshold": -1.0},
+            "agent.clip_pg_rho_threshold must be a number > 0, got -1.0",
+        ),
+        ({"num_minibatches": 0}, "agent.num_minibatches must be an integer >= 1, got 0"),
+        ({"ent_coef": -0.01}, "agent.ent_coef must be a number >= 0, got -0.01"),
+        ({"vf_coef": -0.5}, "agent.vf_coef must be a number >= 0, got -0.5"),
+        ({"max_grad_norm": -40.0}, "agent.max_grad_norm must be a number > 0, got -40.0"),
+        ({"rmsprop_decay": 1.0}, "agent.rmsprop_decay must be a number in [0, 1), got 1.0"),
+        ({"rmsprop_eps": 0.0}, "agent.rmsprop_eps must be a number > 0, got 0.0"),
+        ({"conv_init": "xavier"}, "agent.conv_init 'xavier' must be one of orthogonal,"),
+    ],
+)
+def test_out_of_range_impala_values_name_the_field_value_and_range(agent, message):
+    with pytest.raises(ConfigError) as raised:
+        make_agent(**agent)
+    assert str(raised.value).startswith(message)
+
+
 def test_minibatches_must_not_straddle_learner_devices():
     # 8 envs on 4 learner devices leave 2 per device: 4 minibatches of whole envs cannot
     # be cut from each device's share, even though 8 is a multiple of 4.

@@ -2,6 +2,7 @@
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec
@@ -76,8 +77,9 @@ def test_gae_hand_checked_terminations_truncations_and_lambda():
     np.testing.assert_allclose(advantages[:, 0], [delta0 + 0.25 * d1, d1, delta2], rtol=1e-6)
 
 
-def test_invalid_samples_carry_no_weight():
-    agent = make_agent()
+@pytest.mark.parametrize("norm_adv", ["minibatch", "batch"])
+def test_invalid_samples_carry_no_weight(norm_adv):
+    agent = make_agent(norm_adv=norm_adv)
     rollout = random_rollout()
     # Scrambling every invalid sample's data must not change the update.
     scrambled = rollout.replace(
@@ -168,6 +170,103 @@ def test_learning_rate_anneals_once_per_update():
 def test_bad_ppo_values_name_the_field(agent, field):
     with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
         make_agent(**agent)
+
+
+@pytest.mark.parametrize(
+    "agent, message",
+    [
+        ({"learning_rate": -1.0}, "agent.learning_rate must be a number > 0, got -1.0"),
+        ({"gamma": 1.5}, "agent.gamma must be a number in [0, 1], got 1.5"),
+        ({"gae_lambda": -0.1}, "agent.gae_lambda must be a number in [0, 1], got -0.1"),
+        ({"clip_coef": 0.0}, "agent.clip_coef must be a number > 0, got 0.0"),
+        ({"ent_coef": -0.01}, "agent.ent_coef must be a number >= 0, got -0.01"),
+        ({"vf_coef": float("nan")}, "agent.vf_coef must be a number >= 0, got nan"),
+        ({"max_grad_norm": 0.0}, "agent.max_grad_norm must be a number > 0, got 0.0"),
+        ({"num_minibatches": 0}, "agent.num_minibatches must be an integer >= 1, got 0"),
+        ({"update_epochs": 0}, "agent.update_epochs must be an integer >= 1, got 0"),
+        ({"norm_adv": "always"}, "agent.norm_adv 'always' must be one of minibatch, batch, none"),
+        ({"conv_init": "xavier"}, "agent.conv_init 'xavier' must be one of orthogonal,"),
+    ],
+)
+def test_out_of_range_ppo_values_name_the_field_value_and_range(agent, message):
+    with pytest.raises(ConfigError) as raised:
+        make_agent(**agent)
+    assert str(raised.value).startswith(message)
+
+
+def _params_after_update(agent, rollout):
+    state, _ = jax.jit(agent.update)(agent.init(jax.random.key(0)), rollout)
+    return jax.device_get(state.params)
+
+
+def _assert_same_params(a, b):
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+        np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
+
+
+def _differ(a, b):
+    return any(
+        not np.allclose(x, y, rtol=1e-5, atol=1e-6)
+        for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True)
+    )
+
+
+@pytest.mark.parametrize("norm_adv", ["minibatch", "batch", "none"])
+def test_advantage_normalisation_removes_the_advantages_scale_and_offset(norm_adv):
+    # With gamma 0 the advantages are rewards - values: scaling rewards and values by 3 and
+    # shifting rewards by 5 maps every advantage A to 3 A + 5. With the value loss off only
+    # the policy gradient moves the parameters, and a normalised one cannot see the change.
+    agent = make_agent(norm_adv=norm_adv, gamma=0.0, vf_coef=0.0)
+    rollout = random_rollout()
+    shifted = rollout.replace(
+        rewards=3.0 * rollout.rewards + 5.0,
+        policy_outputs={
+            "logprob": rollout.policy_outputs["logprob"],
+            "value": 3.0 * rollout.policy_outputs["value"],
+        },
+    )
+    a, b = _params_after_update(agent, rollout), _params_after_update(agent, shifted)
+    if norm_adv == "none":
+        assert _differ(a, b)
+    else:
+        _assert_same_params(a, b)
+
+
+def test_batch_normalisation_uses_the_whole_rollouts_statistics():
+    rollout = random_rollout()
+    # One minibatch is the whole rollout: both modes see the same statistics...
+    whole = {
+        mode: _params_after_update(make_agent(norm_adv=mode, num_minibatches=1), rollout)
+        for mode in ("minibatch", "batch")
+    }
+    _assert_same_params(whole["minibatch"], whole["batch"])
+    # ...but with two, "minibatch" uses each half's own and "batch" still the rollout's.
+    halves = {
+        mode: _params_after_update(make_agent(norm_adv=mode), rollout)
+        for mode in ("minibatch", "batch")
+    }
+    assert _differ(halves["minibatch"], halves["batch"])
+
+
+def test_batch_normalisation_agrees_across_learner_layouts():
+    # Statistics over the global rollout, not per learner device (as Cleanba computes
+    # them), keep the update independent of the number of devices.
+    assert_update_agrees_across_layouts(make_agent(norm_adv="batch"), random_rollout())
+
+
+@pytest.mark.parametrize("stored, mode", [(True, "minibatch"), (False, "none")])
+def test_a_stored_bool_norm_adv_keeps_its_old_meaning(stored, mode):
+    # config.json of runs from before the modes existed holds norm_adv as a bool.
+    config = small_update_config(ppo, T, B, update_epochs=2)
+    old = config.to_dict()
+    old["agent"]["norm_adv"] = stored
+    old = ml_collections.ConfigDict(old)
+    legacy = ppo.make(old, CARTPOLE, derive_sizes(old))
+    rollout = random_rollout()
+    _assert_same_params(
+        _params_after_update(legacy, rollout),
+        _params_after_update(make_agent(norm_adv=mode), rollout),
+    )
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,8 @@
 
 An agent is one module that provides `get_config()` (its hyperparameter defaults, the
 `agent` section of a config) and `make(config, env_spec, sizes) -> Agent`, which checks
-the agent's own divisibility rules (raising `ConfigError`). The pipeline only
+the agent's own value ranges and divisibility rules (raising `ConfigError`, see
+`sebulba.validation`, whose checks are re-exported here). The pipeline only
 ever calls the four pure functions of `Agent`; it never branches on the agent's name.
 Evaluation and `sebulba.load_policy` also call the optional `act_greedy`.
 See docs/agents.md.
@@ -19,8 +20,20 @@ import flax.struct
 import jax
 from jax.sharding import PartitionSpec
 
-from sebulba.errors import ConfigError
 from sebulba.mesh import BATCH_AXIS
+
+# The config checks agents use in `make`, re-exported with the rest of the contract.
+from sebulba.validation import (  # noqa: F401
+    NON_NEGATIVE,
+    POSITIVE,
+    POSITIVE_INT,
+    UNIT_INTERVAL,
+    Range,
+    check_choice,
+    check_range,
+    check_ranges,
+    require_divisible,
+)
 
 Params = Any
 LearnerState = Any
@@ -126,12 +139,3 @@ class Agent:
     update: Callable[[LearnerState, Rollout], tuple[LearnerState, dict[str, jax.Array]]]
     policy_params: Callable[[LearnerState], Params]
     act_greedy: Callable[[Params, jax.Array], jax.Array] | None = None
-
-
-def require_divisible(numerator: int, numerator_name: str, denominator: int, denominator_name: str):
-    """Raises ConfigError unless `numerator` is a positive multiple of `denominator`."""
-    if numerator <= 0 or denominator <= 0 or numerator % denominator:
-        raise ConfigError(
-            f"{numerator_name} ({numerator}) must be a positive multiple of "
-            f"{denominator_name} ({denominator})"
-        )

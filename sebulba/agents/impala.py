@@ -7,9 +7,12 @@ minibatch steps of the same update. Defaults are the IMPALA hyperparameters of H
 al. (2023, "Cleanba"): 20-step rollouts cut into 4 minibatches along envs,
 lambda 1, rho-bar = pg-rho-bar = 1, value coefficient 0.5, entropy coefficient 0.01,
 RMSProp (decay 0.99, eps 0.01 added outside the square root, as torchbeast and Cleanba
-do), step size 6e-4 annealed linearly to 0, global-norm clip 40. As in IMPALA and
-Cleanba the loss terms are sums over a minibatch's valid samples, not means; with
-RMSProp's large eps this is what makes those step sizes work.
+do), step size 6e-4 annealed linearly to 0, global-norm clip 40, convolutions with
+flax's default lecun_normal init. As in IMPALA and Cleanba the loss terms are sums over a
+minibatch's valid samples, not means; with RMSProp's large eps this is what makes those
+step sizes work. The sum runs over the whole global minibatch, so the update does not
+depend on the number of learner devices D; Cleanba averages per-device sums, so its
+gradient is 1/D of ours (docs/agents.md lists every difference from Cleanba).
 
 Reads top to bottom: config -> state -> V-trace -> act -> loss -> update -> make.
 """
@@ -26,10 +29,37 @@ import optax
 import rlax
 
 from sebulba.agents import learner, minibatches
-from sebulba.agents.api import Agent, EnvSpec, Rollout, require_divisible
-from sebulba.agents.networks import make_network
-from sebulba.errors import ConfigError
+from sebulba.agents.api import (
+    NON_NEGATIVE,
+    POSITIVE,
+    POSITIVE_INT,
+    UNIT_INTERVAL,
+    Agent,
+    EnvSpec,
+    Range,
+    Rollout,
+    check_ranges,
+    require_divisible,
+)
+from sebulba.agents.networks import check_network_fits, make_network
 from sebulba.sizes import Sizes
+
+# The interval of every numeric hyperparameter; `make` refuses values outside them.
+HYPERPARAMETER_RANGES = {
+    "learning_rate": POSITIVE,
+    "gamma": UNIT_INTERVAL,
+    "vtrace_lambda": UNIT_INTERVAL,
+    "clip_rho_threshold": POSITIVE,
+    "clip_pg_rho_threshold": POSITIVE,
+    "num_minibatches": POSITIVE_INT,
+    "ent_coef": NON_NEGATIVE,
+    "vf_coef": NON_NEGATIVE,
+    "max_grad_norm": POSITIVE,
+    # Decay 1 would freeze the squared-gradient average at its initial zero.
+    "rmsprop_decay": Range(0, 1, high_open=True),
+    # Outside the square root, eps alone keeps the step finite where the average is 0.
+    "rmsprop_eps": POSITIVE,
+}
 
 
 def get_config() -> ml_collections.ConfigDict:
@@ -50,6 +80,7 @@ def get_config() -> ml_collections.ConfigDict:
     config.max_grad_norm = 40.0  # Global gradient-norm clip.
     config.rmsprop_decay = 0.99  # RMSProp decay of the squared-gradient average.
     config.rmsprop_eps = 0.01  # RMSProp epsilon, added outside the square root.
+    config.conv_init = "lecun_normal"  # CNN kernels: lecun_normal (Cleanba) | orthogonal.
     # auto: unrolled on CPU learners, where XLA runs conv gradients inside a rolled
     # scan ~8x slower; rolled lax.scan elsewhere (smaller programs, faster compiles).
     config.minibatch_loop = "auto"  # auto | scan | unrolled.
@@ -111,6 +142,7 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
       ConfigError: naming the field, for IMPALA-specific invalid values.
     """
     hp = config.agent
+    check_ranges(hp, "agent", HYPERPARAMETER_RANGES)
     # Minibatches take whole env columns, in groups of M consecutive global env ids that
     # must not straddle two learner devices (see `minibatches.env_groups`).
     require_divisible(
@@ -119,10 +151,9 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         hp.num_minibatches,
         "agent.num_minibatches",
     )
-    if not 0.0 <= hp.vtrace_lambda <= 1.0:
-        raise ConfigError(f"agent.vtrace_lambda must be in [0, 1], got {hp.vtrace_lambda}")
     unroll = learner.unrolls_minibatch_loop(hp.minibatch_loop)
-    network = make_network(hp.network, env_spec.num_actions)
+    check_network_fits(hp.network, env_spec)
+    network = make_network(hp.network, env_spec.num_actions, hp.conv_init)
     learning_rate = learner.annealed_learning_rate(
         hp.learning_rate, hp.anneal_lr, sizes.num_updates, hp.num_minibatches
     )

@@ -1,13 +1,26 @@
 """Proximal Policy Optimization (Schulman et al. 2017) as in openai/baselines ppo2.
 
-Implements the 13 core and 9 Atari implementation details catalogued by Huang et al.
-(2022, "The 37 Implementation Details of Proximal Policy Optimization"): orthogonal
-initialisation, Adam with eps 1e-5, learning-rate annealing per update, GAE, epochs of
-shuffled minibatches, per-minibatch advantage normalisation, the clipped surrogate,
-optional value clipping, entropy bonus, global gradient clipping, approx_kl and
-clipfrac; for Atari, the Nature CNN or IMPALA ResNet of `networks.py` and the envpool
-wrappers of `sebulba.envs` (reward clipping, frame stack, ...). Under the one-step lag
-the stored log-probabilities and values come from the behaviour policy, as in Cleanba.
+Implements the 13 core implementation details catalogued by Huang et al. (2022, "The 37
+Implementation Details of Proximal Policy Optimization"): vectorized envs, orthogonal
+initialisation with zero biases, Adam with eps 1e-5, learning-rate annealing per
+update, GAE, epochs of shuffled minibatches, advantage normalisation (per minibatch;
+`agent.norm_adv`), the clipped surrogate, value clipping (`agent.clip_vloss`), entropy
+bonus, global gradient clipping, approx_kl and clipfrac, and the separate actor and
+critic MLPs (`networks.py`). Under the one-step lag the stored log-probabilities and
+values come from the behaviour policy, as in Cleanba.
+
+Of the 9 Atari details, every Atari run follows the evaluation protocol of Machado et
+al. (2018) that `sebulba.envs` implements, so only these apply:
+* always: frame skip 4 with the max of the last two frames, 84x84 grey frames, a stack
+  of 4, pixels scaled to [0, 1], one torso shared by the policy and value heads (Nature
+  CNN or IMPALA ResNet, `agent.network`);
+* reward clipping when `env.clip_rewards` (True in configs/*_atari.py);
+* fire on reset when `env.use_fire_reset` (True in configs/*_atari.py, as in Cleanba;
+  False in the base config);
+* never: no-op starts (sticky actions, `env.repeat_action_probability`, randomise the
+  start instead) and episodic life (no life-loss signal).
+Time-limit truncations bootstrap from the next observation, where baselines and Cleanba
+treat them as terminal; docs/agents.md lists every difference from both.
 
 Reads top to bottom: config -> state -> act -> loss -> update -> make.
 """
@@ -22,10 +35,37 @@ import optax
 import rlax
 
 from sebulba.agents import learner, minibatches
-from sebulba.agents.api import Agent, EnvSpec, Rollout, require_divisible
-from sebulba.agents.networks import make_network
-from sebulba.errors import ConfigError
+from sebulba.agents.api import (
+    NON_NEGATIVE,
+    POSITIVE,
+    POSITIVE_INT,
+    UNIT_INTERVAL,
+    Agent,
+    EnvSpec,
+    Rollout,
+    check_choice,
+    check_ranges,
+    require_divisible,
+)
+from sebulba.agents.networks import check_network_fits, make_network
 from sebulba.sizes import Sizes
+
+# Where advantages are standardised: within each minibatch (baselines ppo2), once over
+# the whole global rollout (Cleanba normalises once per rollout), or not at all.
+NORM_ADV_MODES = ("minibatch", "batch", "none")
+
+# The interval of every numeric hyperparameter; `make` refuses values outside them.
+HYPERPARAMETER_RANGES = {
+    "learning_rate": POSITIVE,
+    "gamma": UNIT_INTERVAL,
+    "gae_lambda": UNIT_INTERVAL,
+    "num_minibatches": POSITIVE_INT,
+    "update_epochs": POSITIVE_INT,
+    "clip_coef": POSITIVE,
+    "ent_coef": NON_NEGATIVE,
+    "vf_coef": NON_NEGATIVE,
+    "max_grad_norm": POSITIVE,
+}
 
 
 def get_config() -> ml_collections.ConfigDict:
@@ -40,12 +80,13 @@ def get_config() -> ml_collections.ConfigDict:
     config.gae_lambda = 0.95  # GAE lambda.
     config.num_minibatches = 4  # Minibatches per epoch (must divide num_steps).
     config.update_epochs = 4  # Passes over each rollout.
-    config.norm_adv = True  # Normalise advantages within each minibatch.
+    config.norm_adv = "minibatch"  # minibatch (baselines) | batch (whole rollout) | none.
     config.clip_coef = 0.1  # Surrogate clipping epsilon.
     config.clip_vloss = True  # Clip the value loss around the behaviour values.
     config.ent_coef = 0.01  # Entropy bonus coefficient.
     config.vf_coef = 0.5  # Value loss coefficient.
     config.max_grad_norm = 0.5  # Global gradient-norm clip.
+    config.conv_init = "orthogonal"  # CNN kernels: orthogonal (baselines) | lecun_normal.
     # auto: unrolled on CPU learners, where XLA runs conv gradients inside a rolled
     # scan ~8x slower; rolled lax.scan elsewhere (smaller programs, faster compiles).
     config.minibatch_loop = "auto"  # auto | scan | unrolled.
@@ -78,6 +119,16 @@ def advantages_and_returns(rollout: Rollout, gamma: float, gae_lambda: float):
     return advantages, advantages + values[:-1]
 
 
+def normalized_advantages(advantages: jax.Array, weight: jax.Array) -> jax.Array:
+    """(A - mean) / (std + 1e-8), with the mean and std of the valid samples (weight 1).
+
+    Over a sharded batch the statistics are global reductions (an all-reduce), so the
+    result does not depend on how many learner devices hold the batch.
+    """
+    mean = learner.masked_mean(advantages, weight)
+    return (advantages - mean) / (jnp.sqrt(learner.masked_var(advantages, weight)) + 1e-8)
+
+
 def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> Agent:
     """Builds PPO's pure functions for this run.
 
@@ -85,11 +136,14 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
       ConfigError: naming the field, for PPO-specific invalid values.
     """
     hp = config.agent
+    check_ranges(hp, "agent", HYPERPARAMETER_RANGES)
     require_divisible(hp.num_steps, "agent.num_steps", hp.num_minibatches, "agent.num_minibatches")
-    if hp.update_epochs < 1:
-        raise ConfigError(f"agent.update_epochs must be >= 1, got {hp.update_epochs}")
+    # config.json of runs from before the modes existed holds a bool.
+    norm_adv = ("none", "minibatch")[hp.norm_adv] if isinstance(hp.norm_adv, bool) else hp.norm_adv
+    check_choice(norm_adv, "agent.norm_adv", NORM_ADV_MODES)
     unroll = learner.unrolls_minibatch_loop(hp.minibatch_loop)
-    network = make_network(hp.network, env_spec.num_actions)
+    check_network_fits(hp.network, env_spec)
+    network = make_network(hp.network, env_spec.num_actions, hp.conv_init)
     steps_per_update = hp.update_epochs * hp.num_minibatches
     # baselines anneals once per update: constant over its epochs and minibatches.
     learning_rate = learner.annealed_learning_rate(
@@ -133,10 +187,8 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         ratio = jnp.exp(logratio)
 
         advantages = batch["advantages"]
-        if hp.norm_adv:
-            mean = learner.masked_mean(advantages, weight)
-            std = jnp.sqrt(learner.masked_mean((advantages - mean) ** 2, weight))
-            advantages = (advantages - mean) / (std + 1e-8)
+        if norm_adv == "minibatch":
+            advantages = normalized_advantages(advantages, weight)
         # rlax averages over every sample; zero advantages drop invalid samples from the
         # objective, and the ratio of counts turns the mean into a mean over valid ones.
         num_valid = jnp.maximum(jnp.sum(weight), 1.0)
@@ -164,13 +216,17 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
 
     def update(state: PPOState, rollout: Rollout):
         advantages, returns = advantages_and_returns(rollout, hp.gamma, hp.gae_lambda)
+        # The returns (value targets) keep the raw advantages.
+        policy_advantages = advantages
+        if norm_adv == "batch":
+            policy_advantages = normalized_advantages(advantages, rollout.valid.astype(jnp.float32))
         samples = {
             "obs": rollout.obs[:-1],
             "actions": rollout.actions,
             "valid": rollout.valid,
             "logprob": rollout.policy_outputs["logprob"][:-1],
             "value": rollout.policy_outputs["value"][:-1],
-            "advantages": advantages,
+            "advantages": policy_advantages,
             "returns": returns,
         }
         update_key = jax.random.fold_in(key, state.update_count)

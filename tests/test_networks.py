@@ -1,0 +1,101 @@
+"""Networks: convolution initialisation, and refusing a network that does not fit the env."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from configs import impala_atari, ppo_atari
+from sebulba.agents import impala, ppo
+from sebulba.agents.api import EnvSpec
+from sebulba.agents.networks import check_network_fits, make_network
+from sebulba.errors import ConfigError
+from sebulba.sizes import derive_sizes
+from tests.helpers import small_update_config
+
+FRAMES = (4, 84, 84)
+BREAKOUT = EnvSpec("Breakout-v5", FRAMES, "uint8", 18, True)
+CARTPOLE = EnvSpec("CartPole-v1", (4,), "float32", 2, False)
+
+
+def _init(name, conv_init):
+    network = make_network(name, num_actions=18, conv_init=conv_init)
+    return network.init(jax.random.key(0), jnp.zeros((1, *FRAMES), jnp.uint8))
+
+
+def _leaves(params):
+    return {
+        jax.tree_util.keystr(path): leaf
+        for path, leaf in jax.tree_util.tree_leaves_with_path(params)
+    }
+
+
+@pytest.mark.parametrize("name", ["nature_cnn", "impala_resnet"])
+def test_conv_kernels_follow_the_chosen_init_and_dense_layers_do_not_change(name):
+    by_init = {init: _leaves(_init(name, init)) for init in ("orthogonal", "lecun_normal")}
+    kernels = [path for path, leaf in by_init["orthogonal"].items() if leaf.ndim == 4]
+    assert len(kernels) == (3 if name == "nature_cnn" else 15)
+    for path in kernels:
+        height, width, channels_in, channels_out = by_init["orthogonal"][path].shape
+        fan_in = height * width * channels_in
+        # flax's lecun_normal (Cleanba): variance 1 / fan_in.
+        np.testing.assert_allclose(
+            np.std(by_init["lecun_normal"][path]), 1 / np.sqrt(fan_in), rtol=0.15
+        )
+        # Orthogonal with gain sqrt(2) (baselines): mean square 2 / max(fan_in, fan_out).
+        np.testing.assert_allclose(
+            np.std(by_init["orthogonal"][path]),
+            np.sqrt(2 / max(fan_in, channels_out)),
+            rtol=0.15,
+        )
+    # Dense layers and heads are orthogonal under both: conv_init changes the convs only.
+    for path, leaf in by_init["orthogonal"].items():
+        if path not in kernels:
+            np.testing.assert_array_equal(leaf, by_init["lecun_normal"][path])
+
+
+def test_mlp_ignores_conv_init_and_an_unknown_init_is_refused():
+    obs = jnp.ones((1, 4))
+    a = make_network("mlp", 2, "orthogonal").init(jax.random.key(0), obs)
+    b = make_network("mlp", 2, "lecun_normal").init(jax.random.key(0), obs)
+    jax.tree.map(np.testing.assert_array_equal, a, b)
+    with pytest.raises(ConfigError, match=r"agent\.conv_init 'xavier' must be one of"):
+        make_network("impala_resnet", 18, "xavier")
+
+
+def test_cleanba_configs_select_cleanbas_behaviour():
+    for config in (ppo_atari.get_config(), impala_atari.get_config()):
+        assert config.agent.conv_init == "lecun_normal"
+        assert config.env.use_fire_reset
+    ppo_config = ppo_atari.get_config()
+    assert ppo_config.agent.norm_adv == "batch"
+    assert not ppo_config.agent.clip_vloss
+    # The agents' own defaults follow their references: baselines for PPO, Cleanba for IMPALA.
+    assert ppo.get_config().conv_init == "orthogonal"
+    assert impala.get_config().conv_init == "lecun_normal"
+
+
+@pytest.mark.parametrize(
+    "network, env_spec, expected",
+    [
+        ("mlp", BREAKOUT, "flat feature vector .* 'Breakout-v5' observes uint8 \\[4, 84, 84\\]"),
+        ("nature_cnn", CARTPOLE, "uint8 frames .* 'CartPole-v1' observes float32 \\[4\\]"),
+        ("impala_resnet", CARTPOLE, "uint8 frames .* 'CartPole-v1' observes float32 \\[4\\]"),
+    ],
+)
+def test_a_network_that_does_not_fit_the_observations_is_refused(network, env_spec, expected):
+    with pytest.raises(ConfigError, match=f"^agent\\.network '{network}' takes .*{expected}"):
+        check_network_fits(network, env_spec)
+    # Both agents check it when they are built, before anything is compiled.
+    for agent_module in (ppo, impala):
+        config = small_update_config(agent_module, 8, 8, network=network)
+        with pytest.raises(ConfigError, match="agent.network"):
+            agent_module.make(config, env_spec, derive_sizes(config))
+
+
+def test_networks_that_fit_are_accepted_and_named_in_the_advice():
+    check_network_fits("mlp", CARTPOLE)
+    check_network_fits("nature_cnn", BREAKOUT)
+    check_network_fits("impala_resnet", BREAKOUT)
+    with pytest.raises(ConfigError, match="use agent.network=nature_cnn or impala_resnet$"):
+        check_network_fits("mlp", BREAKOUT)
