@@ -1,9 +1,9 @@
 """Evaluates a run's checkpoint: N full episodes, deterministic for a seed.
 
-    python -m sebulba.evaluate --workdir=DIR [--checkpoint=STEP] [--episodes=N] [--seed=S]
+    python -m sebulba.evaluate --workdir=DIR [--checkpoint=UPDATE] [--episodes=N] [--seed=S]
 
 Rebuilds the agent from `DIR/config.json`, restores the newest valid checkpoint of
-`DIR/checkpoints` (or STEP) onto one local device, and plays the agent's policy (its
+`DIR/checkpoints` (or UPDATE) onto one local device, and plays the agent's policy (its
 `act`, which samples actions) in envpool envs with the run's env settings (for Atari the
 Machado et al. 2018 protocol of `sebulba.envs`). Episode i runs in its own env, seeded
 from (seed, i), with action keys from (seed, step, i): every return depends only on the
@@ -29,6 +29,7 @@ from absl import app, flags
 
 from sebulba import checkpoint as ckpt_lib
 from sebulba import envs as envs_lib
+from sebulba import flag_errors
 from sebulba.agents import resolve_agent
 from sebulba.atari_scores import RANDOM_AND_HUMAN_SCORES, human_normalized_score
 from sebulba.errors import ConfigError
@@ -206,7 +207,7 @@ def save_animation(observations: list[np.ndarray], path: str) -> None:
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory holding config.json, checkpoints/.")
 _CHECKPOINT = flags.DEFINE_integer(
-    "checkpoint", None, "Update of the checkpoint (default: newest)."
+    "checkpoint", None, "UPDATE: the checkpoint saved after this update (default: the newest)."
 )
 _EPISODES = flags.DEFINE_integer("episodes", 10, "Complete episodes to play.")
 _SEED = flags.DEFINE_integer("seed", 0, "Seeds the env seeds and action keys.")
@@ -214,6 +215,15 @@ _NUM_ENVS = flags.DEFINE_integer(
     "num_envs", 16, "Episodes played side by side (no effect on results)."
 )
 _ANIMATION = flags.DEFINE_string("animation", None, "Also write episode 0 as a GIF to this path.")
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+    """absl flag parsing that reports a bad or missing flag in one stderr line (status 2)."""
+    try:
+        return flags.FLAGS(argv)
+    except flags.Error as error:
+        print(f"sebulba.evaluate: {flag_errors.one_line(error)}", file=sys.stderr)
+        sys.exit(2)
 
 
 def main(argv: list[str]) -> None:
@@ -244,4 +254,4 @@ def main(argv: list[str]) -> None:
 
 if __name__ == "__main__":
     flags.mark_flag_as_required("workdir")
-    app.run(main)
+    app.run(main, flags_parser=parse_flags)
