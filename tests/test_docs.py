@@ -1,6 +1,5 @@
 """The documentation that is generated from the code matches the code."""
 
-import json
 import os
 
 from sebulba import config_docs
@@ -30,17 +29,3 @@ def test_every_key_of_every_config_is_listed():
         section = section.split("\n## ", 1)[0]
         for key in config_docs.flatten(config.to_dict()):
             assert f"| `{key}` |" in section, (path, key)
-
-
-def test_readme_library_example_trains_and_writes_the_workdir(tmp_path, monkeypatch):
-    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
-        readme = f.read()
-    section = readme.split("### As a library", 1)[1]
-    example = section.split("```python\n", 1)[1].split("```", 1)[0]
-    monkeypatch.chdir(tmp_path)
-    namespace = {}
-    exec(compile(example, "README.md", "exec"), namespace)
-    assert namespace["state"] is not None
-    with open(tmp_path / "runs" / "library_example" / "summary.json", encoding="utf-8") as f:
-        summary = json.load(f)
-    assert summary["global_step"] == namespace["config"].total_timesteps
