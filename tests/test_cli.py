@@ -244,16 +244,6 @@ def test_flag_mistakes_are_explained_in_the_users_words(tmp_path, flag, expected
     assert "invalid literal" not in line and "Unknown command line flag" not in line
 
 
-def test_another_agents_name_points_to_that_agents_config_files(tmp_path):
-    ppo_config = os.path.join(ROOT, "configs", "ppo_cartpole.py")
-    result = run_cli(tmp_path / "run", "--config.agent.name=impala", config=ppo_config)
-    assert result.returncode == 2
-    line = _one_stderr_line(result)
-    assert "holds ppo's hyperparameters" in line
-    assert "configs/impala_cartpole.py" in line
-    assert "get_config()" not in line
-
-
 @pytest.mark.parametrize(
     "flags_, expected",
     [
