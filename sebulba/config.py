@@ -52,6 +52,7 @@ def base_config(agent: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     config.log.every_updates = 1  # Write a metrics line every this many updates.
     config.log.tensorboard = True  # Write TensorBoard event files into the workdir.
     config.log.console = "auto"  # auto (bar on a terminal, else lines) | bar | lines.
+    config.log.console_every_s = 5.0  # At most one progress line per this many s (0: all).
     config.log.wandb = False  # Also log to Weights & Biases (pip install wandb).
     config.log.wandb_project = "sebulba"  # wandb project of the run.
     config.log.wandb_entity = ""  # wandb team or user ("": your default entity).

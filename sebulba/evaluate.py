@@ -31,6 +31,7 @@ import numpy as np
 from absl import app, flags
 
 from sebulba import envs as envs_lib
+from sebulba import flag_errors
 from sebulba.atari_scores import RANDOM_AND_HUMAN_SCORES, human_normalized_score
 from sebulba.metrics import write_json
 from sebulba.policy import Policy, PolicyError, load_policy
@@ -170,16 +171,36 @@ def _animation_frame(screen: np.ndarray):
     return image.quantize()  # Now: ~4x less memory for a long episode's frames.
 
 
+# A GIF frame's delay is 16 bits of 1/100 s; longer still stretches are shortened to this.
+_MAX_GIF_FRAME_MS = 65_530
+
+
+def _same_picture(a, b) -> bool:
+    return a.size == b.size and a.convert("RGB").tobytes() == b.convert("RGB").tobytes()
+
+
 def save_animation(frames: list[Any], path: str, *, frame_s: float) -> None:
-    """Writes frames (PIL images) as an animated GIF showing each for `frame_s` seconds."""
+    """Writes frames (PIL images) as an animated GIF showing each for `frame_s` seconds.
+
+    Runs of identical frames become one frame shown for their summed time (what Pillow
+    would do anyway), capped at about 65 s, the longest delay a GIF frame can hold: an
+    agent that idles on a still screen for minutes plays back with that pause shortened.
+    """
     # GIF delays are in 1/100 s and viewers slow down anything below 0.02 s.
     duration_ms = max(20, 10 * round(100 * frame_s))
-    frames[0].save(path, save_all=True, append_images=frames[1:], duration=duration_ms, loop=0)
+    distinct, durations = [frames[0]], [duration_ms]
+    for frame in frames[1:]:
+        if _same_picture(frame, distinct[-1]):
+            durations[-1] = min(durations[-1] + duration_ms, _MAX_GIF_FRAME_MS)
+        else:
+            distinct.append(frame)
+            durations.append(duration_ms)
+    distinct[0].save(path, save_all=True, append_images=distinct[1:], duration=durations, loop=0)
 
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory holding config.json, checkpoints/.")
 _CHECKPOINT = flags.DEFINE_integer(
-    "checkpoint", None, "Update of the checkpoint (default: newest)."
+    "checkpoint", None, "UPDATE: the checkpoint saved after this update (default: the newest)."
 )
 _EPISODES = flags.DEFINE_integer("episodes", 10, "Complete episodes to play.")
 _SEED = flags.DEFINE_integer("seed", 0, "Seeds the env seeds and action keys.")
@@ -192,6 +213,15 @@ _GREEDY = flags.DEFINE_bool(
 _ANIMATION = flags.DEFINE_string(
     "animation", None, "Also write episode 0, as the env renders it, as a GIF to this path."
 )
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+    """absl flag parsing that reports a bad or missing flag in one stderr line (status 2)."""
+    try:
+        return flags.FLAGS(argv)
+    except flags.Error as error:
+        print(f"sebulba.evaluate: {flag_errors.one_line(error)}", file=sys.stderr)
+        sys.exit(2)
 
 
 def main(argv: list[str]) -> None:
@@ -226,4 +256,4 @@ def main(argv: list[str]) -> None:
 
 if __name__ == "__main__":
     flags.mark_flag_as_required("workdir")
-    app.run(main)
+    app.run(main, flags_parser=parse_flags)

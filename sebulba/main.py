@@ -9,8 +9,12 @@
     python -m sebulba.main --config=... --workdir=... \
         --coordinator_address=HOST:PORT --num_processes=N --process_id=I
 
-Bad flags or a bad config exit with status 2 and one line on stderr naming the field.
-See docs/multihost.md for multi-process runs and their failure behaviour.
+Bad flags, a bad config or an unusable --workdir exit with status 2 and one line on
+stderr naming the field. A run stopped by Ctrl-C (SIGINT) saves a checkpoint and exits
+130, so shell loops over runs stop too; one stopped by SIGTERM (TPU preemption, a SLURM
+time limit, `tpu.sh stop`) saves and exits 0, so SLURM job chains continue and the
+same command resumes. See docs/multihost.md for multi-process runs and their failure
+behaviour.
 """
 
 from __future__ import annotations
@@ -23,8 +27,14 @@ import sys
 from absl import app, flags, logging
 from ml_collections import config_dict, config_flags
 
-from sebulba import distributed
+from sebulba import distributed, flag_errors
 from sebulba.errors import ConfigError, TrainingDivergedError
+from sebulba.workdir import check_workdir
+
+# 128 + SIGINT, what shells report for a program stopped by Ctrl-C: `for s in 1 2; do
+# python -m sebulba.main ...; done` then stops instead of starting the next run. SIGTERM
+# (a scheduler's stop) exits 0 after its checkpoint: see the module docstring.
+EXIT_INTERRUPTED = 130
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Config file, optionally with an argument: FILE[:ARG].", lock_config=True
@@ -87,8 +97,8 @@ def _config_argument(argv: list[str]) -> str | None:
     return None
 
 
-def _unknown_override(argv: list[str]) -> str | None:
-    """Describes the first `--config.KEY` override whose KEY is not in the config."""
+def _load_config(argv: list[str]) -> config_dict.ConfigDict | None:
+    """The config file's config, without overrides; None if it cannot be loaded."""
     path = _config_argument(argv)
     if path is None:
         return None
@@ -96,7 +106,24 @@ def _unknown_override(argv: list[str]) -> str | None:
         config = flags.FLAGS["config"].parser.parse(path)
     except Exception:  # noqa: BLE001 - the original parse error is reported instead.
         return None
-    if not isinstance(config, config_dict.ConfigDict):
+    return config if isinstance(config, config_dict.ConfigDict) else None
+
+
+def _leaf_paths(config: config_dict.ConfigDict, prefix: str = "") -> dict[str, object]:
+    """Every field of `config` by dotted path, with its value."""
+    paths = {}
+    for key, value in config.items():
+        if isinstance(value, config_dict.ConfigDict):
+            paths.update(_leaf_paths(value, f"{prefix}{key}."))
+        else:
+            paths[f"{prefix}{key}"] = value
+    return paths
+
+
+def _unknown_override(argv: list[str]) -> str | None:
+    """Describes the first `--config.KEY` override whose KEY is not in the config."""
+    config = _load_config(argv)
+    if config is None:
         return None
     for arg in argv[1:]:
         match = _OVERRIDE.match(arg)
@@ -116,6 +143,36 @@ def _unknown_override(argv: list[str]) -> str | None:
     return None
 
 
+def _config_flag_hint(argv: list[str], error: BaseException) -> str | None:
+    """`--total_timesteps=1000` means `--config.total_timesteps=1000`: says so."""
+    match = re.match(r"Unknown command line flag '([^']+)'", str(error))
+    config = _load_config(argv) if match else None
+    if config is None:
+        return None
+    name = match.group(1)
+    names = [name, name[2:]] if name.startswith("no") else [name]  # --noKEY for booleans.
+    fields = [
+        path
+        for path in _leaf_paths(config)
+        if any(path == n or path.endswith(f".{n}") for n in names)
+    ]
+    if not fields:
+        return None
+    suggestions = " or ".join(f"--config.{path}" for path in fields)
+    return f"--{name}: no such flag; did you mean {suggestions}?"
+
+
+def _bad_override_value(argv: list[str], error: BaseException) -> str | None:
+    """`--config.KEY=VALUE` whose VALUE does not parse: names the field and its type."""
+    match = re.match(r"flag --(?:no)?config\.([^=]+)=", str(error))
+    config = _load_config(argv) if match else None
+    if config is None:
+        return None
+    expected = flag_errors.value_type_name(_leaf_paths(config).get(match.group(1)))
+    described = flag_errors.bad_value(error, expected)
+    return None if described is None else described[1]
+
+
 def _one_line(error: BaseException) -> str:
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
     if not lines:
@@ -126,7 +183,7 @@ def _one_line(error: BaseException) -> str:
         return f"--config: cannot load the file: {lines[0]}"
     if lines[0].startswith(("Failed loading config file", "Configuration is not available")):
         return f"--config: cannot load the file: {lines[-1]}"
-    return lines[0]
+    return flag_errors.one_line(error)
 
 
 def parse_flags(argv: list[str]) -> list[str]:
@@ -138,7 +195,12 @@ def parse_flags(argv: list[str]) -> list[str]:
     except SystemExit:
         raise
     except Exception as error:  # noqa: BLE001 - every parse error becomes one line.
-        _config_error(_unknown_override(argv) or _one_line(error))
+        _config_error(
+            _unknown_override(argv)
+            or _config_flag_hint(argv, error)
+            or _bad_override_value(argv, error)
+            or _one_line(error)
+        )
     return remaining
 
 
@@ -166,24 +228,37 @@ def main(argv: list[str]) -> None:
         _config_error(f"unexpected arguments: {' '.join(argv[1:])}")
     options = _distributed_options()
     try:
+        if not options.enabled:
+            # In seconds, before importing JAX. Multi-process runs check it in train.train,
+            # where a failure on one process stops the others at once.
+            check_workdir(_WORKDIR.value)
         source = distributed.initialize(options)
     except ConfigError as error:
         _config_error(str(error))
     import jax
 
     from sebulba import train
+    from sebulba.checkpoint import StopSignals
     from sebulba.metrics import params_checksum
 
     monitor = None
     if options.enabled:
         distributed.log_process_start(source)
         monitor = distributed.start_monitor(_WATCHDOG_TIMEOUT.value)
+    signals = StopSignals()
     try:
         state = train.train(
             _CONFIG.value,
             _WORKDIR.value,
             shared_workdir_timeout_s=_SHARED_WORKDIR_TIMEOUT.value,
+            stop_signals=signals,
         )
+    except KeyboardInterrupt as error:  # A second Ctrl-C: stopped without a checkpoint.
+        message = f"interrupted: {error or 'KeyboardInterrupt'}"
+        if monitor is None:
+            print(f"sebulba: {message}", file=sys.stderr, flush=True)
+            sys.exit(EXIT_INTERRUPTED)
+        _fail_multi_process(monitor, EXIT_INTERRUPTED, message)
     except ConfigError as error:
         if monitor is None:
             _config_error(str(error))
@@ -210,6 +285,8 @@ def main(argv: list[str]) -> None:
         logging.info("finished; learner state checksum %s", params_checksum(state))
         # Waits (up to --shutdown_timeout_s) until every process has finished.
         jax.distributed.shutdown()
+    if signals.received == "SIGINT":
+        sys.exit(EXIT_INTERRUPTED)
 
 
 if __name__ == "__main__":

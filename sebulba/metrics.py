@@ -167,8 +167,11 @@ class MetricsLogger:
     """Aggregates `UpdateReport`s and writes one metrics line every `every_updates`.
 
     Every update: checks the losses are finite and redraws the console bar. Every log
-    step: a line in metrics.jsonl, TensorBoard scalars (x-axis: env steps), optional
-    wandb scalars and a console progress line. A resumed run passes `first_update`, the
+    step: a line in metrics.jsonl, TensorBoard scalars (x-axis: env steps) and optional
+    wandb scalars; a console progress line too, but at most one per `console_every_s`
+    seconds (the first and the last line of a run, and the line of a run that stops
+    early or diverges, always print), so a short run with a line per update does not
+    flood the terminal or a notebook. A resumed run passes `first_update`, the
     episode statistics and the wall time of the run so far (from its checkpoint), so
     lines, summary and step counts continue.
     """
@@ -182,6 +185,7 @@ class MetricsLogger:
         tensorboard: bool,
         is_main_process: bool,
         console: str = "auto",
+        console_every_s: float = 0.0,
         wandb_config: Any = None,
         first_update: int = 1,
         recent_returns: Sequence[float] = (),
@@ -191,6 +195,8 @@ class MetricsLogger:
         self.workdir = workdir
         self.sizes = sizes
         self.every_updates = every_updates
+        self.console_every_s = console_every_s
+        self._last_console_time: float | None = None
         self.is_main_process = is_main_process
         self.start_time = time.perf_counter()
         self.first_update = first_update
@@ -255,24 +261,24 @@ class MetricsLogger:
         try:
             check_finite_losses(report.update, report.agent_metrics)
         except TrainingDivergedError:
-            self._write_line(report)
+            self._write_line(report, always_print=True)
             raise
         if self._console is not None:
             self._console.on_update(report.update, report.global_step)
         last = report.update == self.sizes.num_updates
         if report.update % self.every_updates == 0 or last:
-            self._write_line(report)
+            self._write_line(report, always_print=last)
 
     def flush(self) -> None:
         """Writes the updates recorded since the last line (a run stopping early)."""
         if self._window_updates and self._last_report is not None:
-            self._write_line(self._last_report)
+            self._write_line(self._last_report, always_print=True)
 
     def wall_time_s(self) -> float:
         """Wall time of the whole run, including earlier segments of a resumed run."""
         return self.elapsed_before_s + time.perf_counter() - self.start_time
 
-    def _write_line(self, report: UpdateReport) -> None:
+    def _write_line(self, report: UpdateReport, always_print: bool = False) -> None:
         now = time.perf_counter()
         agent_metrics = jax.device_get(report.agent_metrics)
         n = max(self._window_updates, 1)
@@ -311,9 +317,14 @@ class MetricsLogger:
                 self._writer.add_scalar(tag, value, report.global_step)
         if self._wandb is not None:
             self._wandb.log(line)
-        self._console.write_line(
-            progress_line(line, self.sizes.global_steps, self.sizes.num_updates)
+        due = (
+            self._last_console_time is None or now - self._last_console_time >= self.console_every_s
         )
+        if always_print or due:
+            self._last_console_time = now
+            self._console.write_line(
+                progress_line(line, self.sizes.global_steps, self.sizes.num_updates)
+            )
 
     def bottleneck(self) -> dict[str, Any]:
         """`diagnose_bottleneck` over this run's updates after its first."""

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sebulba.atari_scores import human_normalized_score
+from sebulba.workdir import check_writable_dir
 
 # Config sections that change how a run is logged or saved, not what it learns.
 _NOT_EXPERIMENT_KEYS = ("seed", "log", "ckpt")
@@ -154,7 +155,17 @@ def atari_aggregates(groups: dict[str, list[Run]]) -> dict[str, dict[str, tuple]
 
 
 def plot(run_dirs: list[str], out: str) -> dict:
-    """Draws the learning curves (and Atari aggregates) of `run_dirs` into `out`."""
+    """Draws the learning curves (and Atari aggregates) of `run_dirs` into `out`.
+
+    A missing folder of `out` is created (only once the runs have loaded).
+
+    Raises:
+      ValueError: a run cannot be read, or `out` cannot be written (a folder, below a
+        file, or in a folder this process cannot write); raised before any drawing.
+    """
+    if os.path.isdir(out):
+        raise ValueError(f"--out {out} is a folder: name the image file, e.g. {out}/curves.png")
+    check_writable_dir(os.path.dirname(os.path.abspath(out)), "the folder of --out")
     import matplotlib
 
     matplotlib.use("Agg")
@@ -194,6 +205,7 @@ def plot(run_dirs: list[str], out: str) -> dict:
         ax.set_xlabel("human-normalized score (95% stratified bootstrap CI)")
         ax.legend(fontsize=8)
     fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     fig.savefig(out, dpi=100)
     plt.close(fig)
     return {"curves": {k: len(v) for k, v in groups.items()}, "atari_aggregates": aggregates}
@@ -204,7 +216,9 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m sebulba.plot", description=__doc__.split("\n")[0]
     )
     parser.add_argument("run_dirs", nargs="+", help="run directories (--workdir of each run)")
-    parser.add_argument("--out", required=True, help="output image, e.g. curves.png")
+    parser.add_argument(
+        "--out", required=True, help="output image, e.g. curves.png (missing folders are created)"
+    )
     args = parser.parse_args(argv)
     try:
         result = plot(args.run_dirs, args.out)

@@ -23,6 +23,7 @@ from absl import logging
 from sebulba import checkpoint as ckpt_lib
 from sebulba import distributed
 from sebulba import envs as envs_lib
+from sebulba import workdir as workdir_lib
 from sebulba.agents import resolve_agent
 from sebulba.agents.api import Agent, EnvSpec
 from sebulba.config import check_run_ranges
@@ -81,6 +82,9 @@ def prepare(config: ml_collections.ConfigDict) -> RunSetup:
 def _check_log_config(log: ml_collections.ConfigDict) -> None:
     if not isinstance(log.every_updates, int) or log.every_updates < 1:
         raise ConfigError(f"log.every_updates must be >= 1, got {log.every_updates!r}")
+    every_s = log.console_every_s
+    if isinstance(every_s, bool) or not isinstance(every_s, int | float) or every_s < 0:
+        raise ConfigError(f"log.console_every_s must be a number >= 0, got {every_s!r}")
     if log.console not in CONSOLE_MODES:
         raise ConfigError(f"log.console {log.console!r} must be one of {', '.join(CONSOLE_MODES)}")
     if log.wandb and importlib.util.find_spec("wandb") is None:
@@ -303,6 +307,7 @@ def train(
     workdir: str,
     on_update: Callable[[UpdateReport, Any], None] | None = None,
     shared_workdir_timeout_s: float = 60.0,
+    stop_signals: ckpt_lib.StopSignals | None = None,
 ):
     """Trains the configured agent; returns the final learner state.
 
@@ -314,14 +319,17 @@ def train(
     `on_update(report, state)`, if given, runs on the learner thread after each update
     (e.g. a watchdog's heartbeat). In a multi-process run every process must see the
     same `workdir`; a process that cannot see process 0's files in it within
-    `shared_workdir_timeout_s` raises `ConfigError`.
+    `shared_workdir_timeout_s` raises `ConfigError`. `stop_signals`, if given, is the
+    (not yet entered) `checkpoint.StopSignals` the run uses; its `received` then tells the
+    caller which signal stopped the run (the command line's exit status).
+
+    Raises:
+      ConfigError: before any work, for a bad config or a workdir that is a file, lies
+        below a file or is not writable.
     """
-    if "://" in workdir:
-        raise ConfigError(
-            f"workdir {workdir}: URLs are not supported; give a filesystem path (in "
-            "multi-host runs one on storage every host mounts, e.g. NFS or Filestore)"
-        )
-    with ckpt_lib.StopSignals() as signals:
+    # Before envs and compiling: a path that cannot hold the outputs fails in seconds.
+    workdir_lib.check_workdir(workdir)
+    with stop_signals or ckpt_lib.StopSignals() as signals:
         setup = prepare(config)
         sizes, layout = setup.sizes, setup.layout
         is_main_process = jax.process_index() == 0
@@ -371,6 +379,7 @@ def train(
             tensorboard=config.log.tensorboard,
             is_main_process=is_main_process,
             console=config.log.console,
+            console_every_s=config.log.console_every_s,
             wandb_config=config if config.log.wandb else None,
             first_update=start.first_update,
             recent_returns=start.meta.get("recent_returns", ()),

@@ -104,6 +104,8 @@ def test_an_agent_section_that_lacks_the_agents_keys_fails_in_one_line(tmp_path)
     assert result.returncode == 2
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
-    assert "agent.name 'impala' needs agent.clip_pg_rho_threshold" in lines[0]
-    assert "agent.vtrace_lambda" in lines[0]
+    assert "this config's agent section holds ppo's hyperparameters" in lines[0]
+    assert "agent.clip_pg_rho_threshold" in lines[0] and "agent.vtrace_lambda" in lines[0]
+    # Points to the files that hold IMPALA's section, not to writing Python.
+    assert "configs/impala_cartpole.py" in lines[0] and "get_config()" not in lines[0]
     assert not workdir.exists()

@@ -2,8 +2,10 @@
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -150,3 +152,137 @@ def test_impossible_hyperparameters_and_networks_are_refused_in_one_line(
     assert len(lines) == 1, result.stderr
     assert expected in lines[0]
     assert not workdir.exists()
+
+
+def _one_stderr_line(result):
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    return lines[0]
+
+
+def _unwritable_dir():
+    """A directory no process can create files in, not even root's: sysfs."""
+    if not os.path.isdir("/sys/kernel"):
+        pytest.skip("needs Linux's sysfs for a directory that even root cannot write")
+    return "/sys/kernel"
+
+
+@pytest.mark.parametrize("case", ["is a file", "below a file", "not writable"])
+def test_an_unusable_workdir_fails_in_one_line_before_any_work(tmp_path, case):
+    blocker = tmp_path / "notes.txt"
+    blocker.write_text("not a directory\n")
+    workdir = {
+        "is a file": str(blocker),
+        "below a file": str(blocker / "run"),
+        "not writable": os.path.join(_unwritable_dir(), "sebulba-run"),
+    }[case]
+    result = run_cli(workdir)
+    assert result.returncode == 2
+    line = _one_stderr_line(result)
+    assert line.startswith(f"sebulba: config error: workdir {workdir}")
+    expected = {"is a file": "is a file", "below a file": "lies below", "not writable": "writable"}
+    assert expected[case] in line
+    assert sorted(os.listdir(tmp_path)) == ["notes.txt"]
+    assert blocker.read_text() == "not a directory\n"
+
+
+def test_train_checks_the_workdir_before_building_anything(tmp_path, monkeypatch):
+    from sebulba import train
+    from sebulba.errors import ConfigError
+    from tests import minimal_agent
+    from tests.helpers import agent_config
+
+    def must_not_run(config):
+        raise AssertionError("train.prepare ran before the workdir was checked")
+
+    monkeypatch.setattr(train, "prepare", must_not_run)
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ConfigError, match="lies below"):
+        train.train(agent_config(minimal_agent), str(tmp_path / "file" / "run"))
+
+
+def test_a_refused_run_leaves_no_trace_next_to_its_workdir(tmp_path):
+    odd = ["--config.env.num_envs=7", "--config.mesh.learner_device_ids=(0,1)"]
+    result = run_cli(tmp_path / "run", *odd)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert os.listdir(tmp_path) == []  # Neither the workdir nor a writability probe.
+
+
+def test_ctrl_c_saves_a_checkpoint_and_exits_130(tmp_path):
+    workdir = tmp_path / "run"
+    env = dict(os.environ)
+    env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+    env["JAX_PLATFORMS"] = "cpu"
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "sebulba.main",
+            f"--config={TEST_CONFIG}",
+            f"--workdir={workdir}",
+            "--config.total_timesteps=1536",
+            "--config.debug.learner_delay_s=0.25",  # Time to interrupt mid-run.
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env=env,
+    )
+    metrics = workdir / "metrics.jsonl"
+    deadline = time.monotonic() + 120
+    while not (metrics.exists() and metrics.read_text().count("\n") >= 1):
+        assert process.poll() is None and time.monotonic() < deadline, process.stderr.read()
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err[-2000:]
+    assert "stopped by SIGINT after update" in out
+    assert os.listdir(workdir / "checkpoints")
+    assert not (workdir / "summary.json").exists()
+
+
+@pytest.mark.parametrize(
+    "flag, expected",
+    [
+        (
+            "--config.total_timesteps=abc",
+            "--config.total_timesteps=abc: expected an integer, got 'abc'",
+        ),
+        (
+            "--config.log.tensorboard=maybe",
+            "--config.log.tensorboard=maybe: expected true or false, got 'maybe'",
+        ),
+        ("--total_timesteps=1000", "did you mean --config.total_timesteps?"),
+        ("--num_envs=4", "did you mean --config.env.num_envs?"),
+        ("--process_id=one", "--process_id=one: expected an integer, got 'one'"),
+    ],
+)
+def test_flag_mistakes_are_explained_in_the_users_words(tmp_path, flag, expected):
+    result = run_cli(tmp_path / "run", flag)
+    assert result.returncode == 2
+    line = _one_stderr_line(result)
+    assert expected in line
+    assert "invalid literal" not in line and "Unknown command line flag" not in line
+
+
+@pytest.mark.parametrize(
+    "flags_, expected",
+    [
+        (["--workdir=x", "--checkpoint=abc"], "--checkpoint=abc: expected an integer, got 'abc'"),
+        (["--episodes=10"], "--workdir is required"),
+    ],
+)
+def test_evaluate_flag_errors_are_one_line(tmp_path, flags_, expected):
+    result = subprocess.run(
+        [sys.executable, "-m", "sebulba.evaluate", *flags_],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": ROOT, "JAX_PLATFORMS": "cpu"},
+    )
+    assert result.returncode == 2
+    assert _one_stderr_line(result) == f"sebulba.evaluate: {expected}"

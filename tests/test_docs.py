@@ -1,7 +1,9 @@
 """The documentation that is generated from the code matches the code."""
 
-import json
+import ast
+import glob
 import os
+import re
 
 from sebulba import config_docs
 
@@ -32,15 +34,61 @@ def test_every_key_of_every_config_is_listed():
             assert f"| `{key}` |" in section, (path, key)
 
 
-def test_readme_library_example_trains_and_writes_the_workdir(tmp_path, monkeypatch):
-    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
-        readme = f.read()
-    section = readme.split("### As a library", 1)[1]
-    example = section.split("```python\n", 1)[1].split("```", 1)[0]
-    monkeypatch.chdir(tmp_path)
-    namespace = {}
-    exec(compile(example, "README.md", "exec"), namespace)
-    assert namespace["state"] is not None
-    with open(tmp_path / "runs" / "library_example" / "summary.json", encoding="utf-8") as f:
-        summary = json.load(f)
-    assert summary["global_step"] == namespace["config"].total_timesteps
+def _project_texts():
+    """(path, text) of every document and source file a user of the project reads."""
+    patterns = ["README.md", "setup.py", "tpu.sh", "slurm/*", "docs/*.md"]
+    patterns += [f"{d}/**/*.py" for d in ("sebulba", "configs", "tests", "benchmarks")]
+    this_file = os.path.abspath(__file__)
+    for pattern in patterns:
+        for path in sorted(glob.glob(os.path.join(ROOT, pattern), recursive=True)):
+            if os.path.isfile(path) and os.path.abspath(path) != this_file:
+                with open(path, encoding="utf-8") as f:
+                    yield os.path.relpath(path, ROOT), f.read()
+
+
+def test_the_docs_cite_nothing_outside_the_project():
+    outside = re.compile(r"\b(?:DESIGN|STYLE)\.md\b|\.\./shared\b")
+    cited = [(path, m.group(0)) for path, text in _project_texts() for m in outside.finditer(text)]
+    assert cited == []
+
+
+def _documents():
+    for path in ["README.md", *sorted(glob.glob("docs/*.md", root_dir=ROOT))]:
+        with open(os.path.join(ROOT, path), encoding="utf-8") as f:
+            yield path, f.read()
+
+
+def test_every_evaluate_flag_the_docs_name_exists():
+    from absl import flags
+
+    from sebulba import evaluate  # noqa: F401 - defines the flags.
+
+    named = set()
+    for _, text in _documents():
+        # A usage line and its continuation lines, or a table row, that runs evaluate.
+        for match in re.finditer(r"sebulba\.evaluate[^\n]*(?:\n {10,}[^\n]*)*", text):
+            named.update(re.findall(r"--(\w+)", match.group(0)))
+    assert {"workdir", "checkpoint", "episodes"} <= named
+    assert [name for name in sorted(named) if name not in flags.FLAGS] == []
+    # The checkpoint is chosen by its update number, in every place that names it.
+    placeholder = re.compile(r"--checkpoint=([A-Z]+)")
+    placeholders = {m for _, text in _documents() for m in placeholder.findall(text)}
+    assert placeholders == {"UPDATE"}
+    assert "UPDATE" in flags.FLAGS["checkpoint"].help and "UPDATE" in evaluate.__doc__
+
+
+def test_every_pip_extra_the_docs_name_exists():
+    with open(os.path.join(ROOT, "setup.py"), encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    setup_call = next(
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "setup"
+    )
+    extras_node = next(k.value for k in setup_call.keywords if k.arg == "extras_require")
+    extras = {key.value for key in extras_node.keys}
+    for path, text in _documents():
+        for extra in re.findall(r'pip install -e "\.\[(\w+)\]"', text):
+            assert extra in extras, (path, extra)
+        if "tensorboard --logdir" in text:  # Not a dependency: say how to get it.
+            assert 'pip install -e ".[tensorboard]"' in text, path

@@ -96,3 +96,19 @@ def test_atari_aggregates_use_human_normalized_scores(tmp_path):
     assert median == pytest.approx(0.5, abs=1e-6)
     assert low <= median <= high
     assert (tmp_path / "atari.png").exists()
+
+
+def test_plot_creates_the_missing_folders_of_out(tmp_path):
+    _fake_atari_run(str(tmp_path / "run"), "Pong-v5", 1, 0.0)
+    out = tmp_path / "figures" / "today" / "curves.png"
+    assert plot.main([str(tmp_path / "run"), f"--out={out}"]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_out_that_cannot_be_written_fails_in_one_line(tmp_path, capsys):
+    _fake_atari_run(str(tmp_path / "run"), "Pong-v5", 1, 0.0)
+    (tmp_path / "notes.txt").write_text("")
+    out = tmp_path / "notes.txt" / "curves.png"
+    assert plot.main([str(tmp_path / "run"), f"--out={out}"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("sebulba.plot: error: the folder of --out") and "is a file" in line

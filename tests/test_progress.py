@@ -39,6 +39,19 @@ def test_progress_is_plain_lines_when_not_a_terminal(tmp_path):
     assert "throughput limited by:" in result.stdout.splitlines()[-1]
 
 
+def test_progress_lines_are_rate_limited_by_time(tmp_path):
+    # Every update writes a metrics line; the console gets the first and the last only.
+    result = run_cli(tmp_path / "run", "--config.log.console_every_s=3600")
+    assert result.returncode == 0, result.stderr[-2000:]
+    updates = [
+        int(match.group(1))
+        for match in map(PROGRESS_LINE.match, result.stdout.splitlines())
+        if match
+    ]
+    assert updates == [1, 6]
+    assert [line["update"] for line in read_metrics(str(tmp_path / "run"))] == [1, 2, 3, 4, 5, 6]
+
+
 class _Terminal(io.StringIO):
     def isatty(self):
         return True

@@ -6,7 +6,9 @@ see `sebulba.agents.api` and docs/agents.md.
 
 from __future__ import annotations
 
+import glob
 import importlib
+import os
 from types import ModuleType
 
 from ml_collections import ConfigDict
@@ -38,8 +40,34 @@ def resolve_agent(name: str, section: ConfigDict | None = None) -> ModuleType:
             raise ConfigError(f"agent.name {name!r}: module {module_name} has no {required}()")
     missing = [] if section is None else sorted(set(module.get_config()) - set(section))
     if missing:
+        lacks = ", ".join("agent." + key for key in missing)
+        owner = _builtin_owner(section, other_than=name)
+        if owner is None or not _config_files(name):
+            raise ConfigError(
+                f"agent.name {name!r} needs {lacks}, which this config lacks: build its "
+                f"agent section from {module_name}.get_config()"
+            )
         raise ConfigError(
-            f"agent.name {name!r} needs {', '.join('agent.' + key for key in missing)}, which "
-            f"this config lacks: build its agent section from {module_name}.get_config()"
+            f"agent.name {name!r}: this config's agent section holds {owner}'s "
+            f"hyperparameters (it lacks {lacks}); use a config file built for {name} instead: "
+            f"{' or '.join(_config_files(name))}"
         )
     return module
+
+
+def _builtin_owner(section: ConfigDict, other_than: str) -> str | None:
+    """The built-in agent whose `get_config()` the `agent` section was built from."""
+    for name, module_name in BUILTIN_AGENTS.items():
+        if name == other_than:
+            continue
+        keys = set(importlib.import_module(module_name).get_config())
+        if keys <= set(section):
+            return name
+    return None
+
+
+def _config_files(name: str) -> list[str]:
+    """The repository's `configs/<name>_*.py` files (none in a non-editable install)."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    paths = sorted(glob.glob(os.path.join(root, "configs", f"{name}_*.py")))
+    return [os.path.relpath(path, root) for path in paths]

@@ -1,0 +1,73 @@
+"""Where a run writes: checked before any work, so a bad path fails in one line.
+
+Building envs and compiling the learner update takes seconds to minutes; a workdir that
+is a file, lies below a file or cannot be written must fail before that, not at the
+first write. The checks create nothing: a run refused for any reason leaves no
+directory behind.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+from sebulba.errors import ConfigError
+
+
+def _nearest_existing(path: str) -> str:
+    """`path` itself if it exists, else its closest ancestor that does."""
+    while not os.path.lexists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return path
+
+
+def check_writable_dir(path: str, name: str) -> None:
+    """Raises unless `path` is, or can be created as, a directory this process can write.
+
+    A directory that does not exist yet is not created: its closest existing ancestor
+    must be a writable directory. Writability is probed by creating and removing a
+    file, which (unlike permission bits) also catches read-only filesystems, ACLs and
+    root-owned mounts.
+
+    Args:
+      path: the directory.
+      name: how the message names it (e.g. `workdir`, `--out`).
+
+    Raises:
+      ConfigError: one line naming `name`, the path and the reason.
+    """
+    absolute = os.path.abspath(path)
+    existing = _nearest_existing(absolute)
+    if existing == absolute and not os.path.isdir(absolute):
+        raise ConfigError(f"{name} {path} is a file, not a directory: choose another path")
+    if not os.path.isdir(existing):
+        raise ConfigError(
+            f"{name} {path} lies below {existing}, which is a file, not a directory: "
+            "choose another path"
+        )
+    try:
+        handle, probe = tempfile.mkstemp(prefix=".sebulba-write-check-", dir=existing)
+    except OSError as error:
+        where = "" if existing == absolute else f" (its closest existing parent {existing})"
+        raise ConfigError(
+            f"{name} {path}{where} is not writable: {error.strerror or error}"
+        ) from None
+    os.close(handle)
+    os.remove(probe)
+
+
+def check_workdir(workdir: str) -> None:
+    """The checks `train.train` and the command line run on `--workdir` before any work.
+
+    Raises:
+      ConfigError: the workdir is a URL, a file, lies below a file or is not writable.
+    """
+    if "://" in workdir:
+        raise ConfigError(
+            f"workdir {workdir}: URLs are not supported; give a filesystem path (in "
+            "multi-host runs one on storage every host mounts, e.g. NFS or Filestore)"
+        )
+    check_writable_dir(workdir, "workdir")

@@ -1,0 +1,245 @@
+"""Every command in README.md, docs/ and slurm/README.md works as written.
+
+The commands are read from the documents' shell code blocks. Cheap ones (`:smoke`
+configs on one process) run for real in a temporary workdir. The others (hours of
+training, several hosts, GPUs) are validated the way a run starts: the command line's
+config flags are parsed as `sebulba.main` parses them, then `train.prepare` checks
+sizes, devices (8 virtual CPU devices stand in for the GPUs or TPU chips of one host),
+env and agent, with the command's number of processes; only the env pools are cut to
+one env, since building 128 Atari envs takes longer than the check.
+"""
+
+import dataclasses
+import functools
+import glob
+import os
+import re
+import shlex
+import subprocess
+import sys
+
+import pytest
+from absl import flags
+from ml_collections import config_flags
+
+from sebulba import envs as envs_lib
+from sebulba import train
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DOCUMENTS = ["README.md", *sorted(glob.glob("docs/*.md", root_dir=ROOT)), "slurm/README.md"]
+# Tokens that end a command inside a shell line.
+_SEPARATORS = {"&&", "||", ";", "|", "&", "do", "done", ">", ">>", "2>&1"}
+# Hosts of a TPU slice (`TPU_ACCELERATOR_TYPE`), for the processes of a `tpu.sh` run.
+_TPU_HOSTS = {"v4-8": 1, "v4-16": 2, "v4-32": 4}
+# Nodes of `slurm/sebulba.sbatch` when sbatch is not given --nodes (its #SBATCH default).
+_SBATCH_DEFAULT_NODES = 2
+
+
+@dataclasses.dataclass
+class Command:
+    """One `sebulba.main` run named by the docs: its flags and where it runs."""
+
+    where: str  # document:line
+    argv: list[str]  # --config=..., --workdir=..., other flags
+    env: dict[str, str]
+    num_processes: int
+
+    @property
+    def config(self) -> str:
+        return next(a.split("=", 1)[1] for a in self.argv if a.startswith("--config="))
+
+    @property
+    def is_cheap(self) -> bool:
+        return ":smoke" in self.config and self.num_processes == 1
+
+
+def _shell_blocks(path: str):
+    """(first line number, text) of each bash/sh/console code block of a document."""
+    with open(os.path.join(ROOT, path), encoding="utf-8") as f:
+        text = f.read()
+    for match in re.finditer(r"^ *```(bash|sh|console)\n(.*?)^ *```", text, re.S | re.M):
+        lines = match.group(2).splitlines()
+        if match.group(1) == "console":  # Only the "$ " lines and their continuations.
+            kept, continued = [], False
+            for line in lines:
+                if line.startswith("$ ") or continued:
+                    kept.append(line.removeprefix("$ "))
+                    continued = line.endswith("\\")
+                else:
+                    kept.append("")
+            lines = kept
+        yield text[: match.start()].count("\n") + 2, "\n".join(lines)
+
+
+def _shell_lines(block: str):
+    """(offset, tokens) of each shell command line: continuations and open quotes joined."""
+    pending, start = "", 0
+    for i, line in enumerate(block.split("\n")):
+        if not pending:
+            start = i
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        text = pending + line
+        try:
+            tokens = shlex.split(text, comments=True)
+        except ValueError:  # A quoted argument goes on over the next lines.
+            pending += line + "\n"
+            continue
+        if text.count("(") > text.count(")"):  # A bash array goes on: args=(a b
+            pending += line + " "
+            continue
+        yield start, tokens
+        pending = ""
+
+
+def _until_separator(tokens: list[str]) -> list[str]:
+    for i, token in enumerate(tokens):
+        if token in _SEPARATORS or token.startswith(">"):
+            return tokens[:i]
+    return tokens
+
+
+def _commands_of(path: str):
+    for first_line, block in _shell_blocks(path):
+        exported: dict[str, str] = {}
+        for offset, tokens in _shell_lines(block):
+            where = f"{path}:{first_line + offset}"
+            if tokens[:1] == ["export"]:
+                exported.update(t.split("=", 1) for t in tokens[1:] if "=" in t)
+            for i, token in enumerate(tokens):
+                if tokens[i : i + 2] == ["-m", "sebulba.main"]:
+                    args = _until_separator(tokens[i + 2 :])
+                    env = dict(exported)
+                    j = i - 2  # Assignments in front of the interpreter: X=1 python ...
+                    while j >= 0 and re.match(r"^[A-Z_]+=", tokens[j]):
+                        env.update([tokens[j].split("=", 1)])
+                        j -= 1
+                    processes = next(
+                        (int(a.split("=")[1]) for a in args if a.startswith("--num_processes=")),
+                        2 if "--distributed" in args else 1,
+                    )
+                    yield Command(where, args, env, processes)
+                elif tokens[i : i + 2] == ["launch", "--"] and "tpu.sh" in tokens[0]:
+                    config, workdir, *rest = _until_separator(tokens[i + 2 :])
+                    hosts = _TPU_HOSTS[exported.get("TPU_ACCELERATOR_TYPE", "v4-16")]
+                    argv = [f"--config={config}", f"--workdir={workdir}", *rest]
+                    yield Command(where, argv, {}, hosts)
+                elif token.endswith("slurm/sebulba.sbatch"):
+                    args = _until_separator(tokens[i + 1 :])
+                    if token.startswith("args=("):  # A bash array: args=(... last).
+                        args[-1] = args[-1].removesuffix(")")
+                    config, workdir, *rest = args
+                    nodes = next(
+                        (int(t.split("=")[1]) for t in tokens[:i] if t.startswith("--nodes=")),
+                        _SBATCH_DEFAULT_NODES,
+                    )
+                    argv = [f"--config={config}", f"--workdir={workdir}", *rest]
+                    yield Command(where, argv, {}, nodes)
+
+
+# Templates such as `--config="$config"` are not commands one can run.
+COMMANDS = [
+    command for path in DOCUMENTS for command in _commands_of(path) if "$" not in command.config
+]
+
+
+def test_the_documents_name_their_commands():
+    readme = [c for c in COMMANDS if c.where.startswith("README.md")]
+    configs = {c.config for c in readme}
+    assert len(readme) >= 6, readme
+    assert {"configs/ppo_cartpole.py", "configs/ppo_atari.py:smoke"} <= configs
+    assert any(c.num_processes > 1 for c in readme)  # The TPU and SLURM quick starts.
+
+
+@pytest.fixture(scope="module")
+def tutorial_dir(tmp_path_factory):
+    """The docs' `my_lab` package (docs/agents.md), beside a link to `configs/`."""
+    directory = tmp_path_factory.mktemp("tutorial")
+    with open(os.path.join(ROOT, "docs", "agents.md"), encoding="utf-8") as f:
+        agents_doc = f.read()
+    for code in re.findall(r"```python\n(# (my_lab/\w+\.py)\n.*?)```", agents_doc, re.S):
+        source, path = code
+        (directory / path).parent.mkdir(exist_ok=True)
+        (directory / path).write_text(source)
+    (directory / "my_lab" / "__init__.py").write_text("")
+    os.symlink(os.path.join(ROOT, "configs"), directory / "configs")
+    return directory
+
+
+def _parse_config(argv: list[str]):
+    """The config `sebulba.main` would run: the file, its variant and the overrides."""
+    config_args = ["sebulba.main", *(a for a in argv if a.startswith(("--config", "--noconfig")))]
+    flag_values = flags.FlagValues()
+    config_flags.DEFINE_config_file(
+        "config", None, "", flag_values=flag_values, lock_config=True, sys_argv=config_args
+    )
+    flag_values(config_args)
+    return flag_values.config
+
+
+def _one_env_pools(config, sizes, first_update):
+    del first_update
+    return [envs_lib.make_envs(config.env, 1, seed=config.seed)] * sizes.num_actor_threads
+
+
+@pytest.mark.parametrize(
+    "command", [c for c in COMMANDS if not c.is_cheap], ids=lambda c: f"{c.where}:{c.config}"
+)
+def test_documented_commands_pass_the_checks_a_run_starts_with(command, tutorial_dir, monkeypatch):
+    monkeypatch.chdir(tutorial_dir)
+    monkeypatch.syspath_prepend(str(tutorial_dir))
+    config = _parse_config(command.argv)
+    derive = functools.partial(train.derive_sizes, num_processes=command.num_processes)
+    monkeypatch.setattr(train, "derive_sizes", lambda config, num_processes: derive(config))
+    monkeypatch.setattr(train, "make_env_pools", _one_env_pools)
+    setup = train.prepare(config)
+    setup.envs_per_thread[0].close()  # One pool, shared by every thread.
+    assert setup.sizes.num_processes == command.num_processes
+
+
+@pytest.mark.parametrize(
+    "command", [c for c in COMMANDS if c.is_cheap], ids=lambda c: f"{c.where}:{c.config}"
+)
+def test_cheap_documented_commands_run_as_written(command, tmp_path):
+    workdir = tmp_path / "run"
+    argv = [f"--workdir={workdir}" if a.startswith("--workdir=") else a for a in command.argv]
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "", **command.env}
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    result = subprocess.run(
+        [sys.executable, "-m", "sebulba.main", *argv],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (workdir / "summary.json").exists()
+    assert re.search(r"^update \d+/\d+ step ", result.stdout, re.M)  # Progress is visible.
+
+
+def _readme_library_example() -> str:
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        readme = f.read()
+    section = readme.split("### As a library", 1)[1]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_readme_library_example_trains_quietly(tmp_path):
+    # A library call logs like a library: a few progress lines, not one per update.
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    result = subprocess.run(
+        [sys.executable, "-c", _readme_library_example()],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    output = (result.stdout + result.stderr).splitlines()
+    assert len(output) <= 15, "\n".join(output)
+    assert output[-2].startswith("sebulba: done, 20,000 steps")
+    assert (tmp_path / "runs" / "library_example" / "summary.json").exists()
