@@ -198,8 +198,9 @@ class RunCheckpoints:
 
     Saves after every `ckpt.every_updates`-th update, after the last one, and after the
     update during which SIGTERM/SIGINT arrived (then asks the pipeline to stop). With
-    policy_lag 1 it keeps a copy of the policy parameters the actors hold: the previous
-    update donated the state they came from.
+    policy_lag 1 a checkpoint after update u must also hold version u, which collects
+    rollout u + 1: the policy parameters of the state *before* update u. That update
+    donated the state, so this keeps a copy of them.
     """
 
     def __init__(
@@ -219,11 +220,11 @@ class RunCheckpoints:
         self.stopping = False
         self.last_update = start.first_update - 1
         self.saved_path: str | None = None
-        self._previous = None
+        # Version u before update u, fresh or resumed alike; not `start.previous_params`,
+        # which is version u - 1 (it collects the first resumed rollout, not the next one).
+        self._params_before_update = None
         if setup.config.pipeline.policy_lag:
-            self._previous = start.previous_params
-            if start.first_update == 1:
-                self._previous = self._copy(setup.agent.policy_params(start.state))
+            self._params_before_update = self._copy(setup.agent.policy_params(start.state))
 
     def _copy(self, params):
         # A real copy: the next update donates the state these parameters belong to.
@@ -243,10 +244,10 @@ class RunCheckpoints:
             if self.stopping and not last:
                 self.metrics.flush()
             self.saved_path = self.saver.save(
-                report.update, state, self._previous, self._meta(report)
+                report.update, state, self._params_before_update, self._meta(report)
             )
-        if self._previous is not None:
-            self._previous = self._copy(self.setup.agent.policy_params(state))
+        if self._params_before_update is not None:
+            self._params_before_update = self._copy(self.setup.agent.policy_params(state))
 
     def should_stop(self) -> bool:
         return self.stopping

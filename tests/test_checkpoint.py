@@ -216,6 +216,36 @@ def test_resumed_lag_schedule_continues_exactly(tmp_path, policy_lag):
         assert line["actor_policy_version"] == k - policy_lag
 
 
+@pytest.mark.parametrize("policy_lag", [0, 1])
+def test_a_chain_of_resumes_keeps_the_lag_schedule(tmp_path, policy_lag):
+    # first saves after update 2; second resumes there and saves after every update,
+    # the first of them on its first resumed update; third resumes from that checkpoint.
+    def run(name, first_update, **overrides):
+        config = agent_config(
+            probe_agent, pipeline__policy_lag=policy_lag, ckpt__max_to_keep=10, **overrides
+        )
+        train.train(config, str(tmp_path / name))
+        lines = read_metrics(str(tmp_path / name))
+        assert [line["update"] for line in lines] == list(range(first_update, 7))
+        return lines
+
+    lines = run("first", 1, ckpt__every_updates=2)
+    source = str(tmp_path / "first" / "checkpoints" / "2")
+    lines += run("second", 3, ckpt__every_updates=1, ckpt__resume_from=source)
+    source = str(tmp_path / "second" / "checkpoints" / "3")
+    lines += run("third", 4, ckpt__resume_from=source)
+    for line in lines:
+        k = line["update"]
+        expected = max(1, k - policy_lag)
+        # The probe's parameters are its version: this is what really acted on rollout k.
+        assert (line["behaviour_version_min"], line["behaviour_version_max"]) == (
+            expected,
+            expected,
+        ), f"update {k}"
+        assert line["actor_policy_version"] == expected
+        assert line["learner_version_in"] == k
+
+
 @pytest.mark.parametrize("learner_ids", [[0], [0, 1, 2, 3]], ids=["1-device", "4-devices"])
 def test_checkpoint_restores_onto_another_learner_layout(saved_run, tmp_path, learner_ids):
     workdir, saved_state = saved_run
