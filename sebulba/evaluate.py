@@ -29,14 +29,12 @@ from absl import app, flags
 
 from sebulba import checkpoint as ckpt_lib
 from sebulba import envs as envs_lib
+from sebulba import random_streams
 from sebulba.agents import resolve_agent
 from sebulba.atari_scores import RANDOM_AND_HUMAN_SCORES, human_normalized_score
 from sebulba.errors import ConfigError
 from sebulba.metrics import write_json
 from sebulba.sizes import derive_sizes
-
-# Evaluation's random streams, kept apart from training's (env seeds and action keys).
-_EVAL_STREAM = 2
 
 
 class EvaluationError(Exception):
@@ -73,16 +71,11 @@ def run_episodes(
       returns [episodes] (raw), lengths [episodes] (agent steps), and the observations
       of episode 0 if `record_first`.
     """
-    base = int(np.random.SeedSequence([seed % 2**32, _EVAL_STREAM]).generate_state(1)[0])
-    base %= 2**30
-    root = jax.random.fold_in(jax.random.key(seed), _EVAL_STREAM)
+    base = random_streams.evaluation_env_seed_base(seed)
 
     @jax.jit
     def policy(params, obs, episode_ids, step):
-        keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(
-            jax.random.fold_in(root, step), episode_ids
-        )
-        return act(params, obs, keys)[0]
+        return act(params, obs, random_streams.evaluation_keys(seed, step, episode_ids))[0]
 
     returns, lengths = np.zeros(episodes), np.zeros(episodes, np.int64)
     frames = []

@@ -1,7 +1,8 @@
 """`train(config, workdir)`: one training run, phase by phase.
 
-Everything that can reject the config (sizes, devices, env id, agent, an incompatible
-checkpoint) runs before the workdir is touched, so a bad config leaves nothing behind.
+Everything that can reject the config (a change from the run it resumes, sizes, devices,
+env id, agent, an incompatible checkpoint) runs before the workdir is touched, so a bad
+config leaves nothing behind.
 A run resumes from the newest valid checkpoint in `workdir/checkpoints` (else from
 `ckpt.resume_from`) and stops cleanly, with a checkpoint, on SIGTERM or SIGINT; see
 `sebulba.checkpoint` and docs/checkpointing.md.
@@ -21,7 +22,7 @@ import ml_collections
 from absl import logging
 
 from sebulba import checkpoint as ckpt_lib
-from sebulba import distributed
+from sebulba import distributed, random_streams, resume_config
 from sebulba import envs as envs_lib
 from sebulba.agents import resolve_agent
 from sebulba.agents.api import Agent, EnvSpec
@@ -96,9 +97,9 @@ def make_env_pools(config: ml_collections.ConfigDict, sizes: Sizes, first_update
     """One envpool pool per actor thread of this process; env g is seeded `base + g`.
 
     `base` is the seed for a fresh run and is re-derived for a resumed one
-    (`checkpoint.env_seed_base`), since envpool cannot restore env state.
+    (`random_streams.env_seed_base`), since envpool cannot restore env state.
     """
-    base = ckpt_lib.env_seed_base(config.seed, first_update)
+    base = random_streams.env_seed_base(config.seed, first_update)
     pools = []
     for thread_index in range(sizes.num_actor_threads):
         threads_before = jax.process_index() * sizes.num_actor_threads + thread_index
@@ -109,7 +110,7 @@ def make_env_pools(config: ml_collections.ConfigDict, sizes: Sizes, first_update
 
 def init_learner_state(setup: RunSetup):
     """Creates the learner state already replicated on the learner mesh."""
-    key = jax.random.key(setup.config.seed)
+    key = random_streams.init_key(setup.config.seed)
     return jax.jit(setup.agent.init, out_shardings=setup.layout.replicated)(key)
 
 
@@ -150,6 +151,7 @@ def schedule_meta(config: ml_collections.ConfigDict, sizes: Sizes) -> dict[str, 
         "agent": config.agent.name,
         "env_id": config.env.id,
         "policy_lag": config.pipeline.policy_lag,
+        "num_envs": sizes.num_envs,  # Global envs; threads and processes may change.
         "steps_per_update": sizes.steps_per_update,
     }
 
@@ -165,7 +167,7 @@ def restore_or_init(setup: RunSetup, workdir: str) -> StartPoint:
         run this config cannot continue.
     """
     config, layout = setup.config, setup.layout
-    shapes = jax.eval_shape(setup.agent.init, jax.random.key(config.seed))
+    shapes = jax.eval_shape(setup.agent.init, random_streams.init_key(config.seed))
     abstract = ckpt_lib.abstract_replicated(shapes, layout.replicated)
     abstract_previous = None
     if config.pipeline.policy_lag:
@@ -308,7 +310,9 @@ def train(
     Writes (process 0 only) `config.json`, `metrics.jsonl`, TensorBoard events and
     `summary.json` into `workdir`; every process takes part in writing `checkpoints/`.
     Resumes from the newest valid checkpoint in `workdir/checkpoints`, else from
-    `ckpt.resume_from`. On SIGTERM or SIGINT it saves after the current update and
+    `ckpt.resume_from`, after checking the config against that run's `config.json`
+    (`sebulba.resume_config`: only documented keys may change; `config.json` then holds
+    this segment's config). On SIGTERM or SIGINT it saves after the current update and
     returns that state without writing `summary.json`; calling it again resumes.
     `on_update(report, state)`, if given, runs on the learner thread after each update
     (e.g. a watchdog's heartbeat). In a multi-process run every process must see the
@@ -320,6 +324,7 @@ def train(
             f"workdir {workdir}: URLs are not supported; give a filesystem path (in "
             "multi-host runs one on storage every host mounts, e.g. NFS or Filestore)"
         )
+    resume_config.check(config, workdir)
     with ckpt_lib.StopSignals() as signals:
         setup = prepare(config)
         sizes, layout = setup.sizes, setup.layout

@@ -13,7 +13,7 @@ import jax
 import numpy as np
 import pytest
 
-from sebulba import checkpoint, train
+from sebulba import checkpoint, random_streams, train
 from sebulba.errors import ConfigError
 from tests import minimal_agent, probe_agent
 from tests.helpers import agent_config, read_metrics, read_summary
@@ -161,10 +161,13 @@ def test_sigint_finishes_the_current_update_then_saves(tmp_path):
 
 
 def test_resumed_env_seeds_follow_seed_and_resume_update():
-    assert checkpoint.env_seed_base(7, 1) == 7  # A fresh run: env g gets seed + g.
-    bases = {checkpoint.env_seed_base(seed, k) for seed in (7, 8) for k in (2, 3, 50)}
+    assert random_streams.env_seed_base(7, 1) == 7  # A fresh run: env g gets seed + g.
+    bases = {random_streams.env_seed_base(seed, k) for seed in (7, 8) for k in (2, 3, 50)}
     assert len(bases) == 6 and all(0 <= b < 2**30 for b in bases)
-    assert checkpoint.env_seed_base(7, 3) == checkpoint.env_seed_base(7, 3)
+    assert random_streams.env_seed_base(7, 3) == random_streams.env_seed_base(7, 3)
+    # Evaluation's env seeds are another stream: none equals a resumed run's base.
+    evaluation = {random_streams.evaluation_env_seed_base(seed) for seed in (7, 8)}
+    assert not evaluation & bases
 
 
 @pytest.fixture(scope="module")
@@ -335,6 +338,12 @@ def test_corrupt_checkpoint_is_skipped_with_a_warning(saved_run, tmp_path, caplo
 def test_incompatible_or_missing_checkpoint_is_a_config_error(saved_run, tmp_path):
     workdir, _ = saved_run
     other = agent_config(minimal_agent, ckpt__resume_from=workdir, agent__num_steps=8)
+    with pytest.raises(ConfigError, match=r"agent.num_steps \(stored 16, requested 8\)"):
+        train.train(other, str(tmp_path / "a"))
+    # Without the source's config.json, the checkpoint's own record refuses it.
+    copied = str(tmp_path / "copied")
+    shutil.copytree(os.path.join(workdir, "checkpoints"), copied)
+    other = agent_config(minimal_agent, ckpt__resume_from=copied, agent__num_steps=8)
     with pytest.raises(ConfigError, match="steps_per_update=128.*steps_per_update=64"):
         train.train(other, str(tmp_path / "a"))
     missing = agent_config(minimal_agent, ckpt__resume_from=str(tmp_path / "nowhere"))
