@@ -11,8 +11,9 @@ process 0 writes the metadata. Checkpoint `checkpoints/<update>/` holds three it
                    SHA-256 checksum and leaf signature of the trees above.
 
 No RNG state is saved: every key derives from the seed and layout-free indices (update
-counter, step, global env index). envpool cannot snapshot envs, so a resume re-seeds
-them from (seed, resume update); docs/checkpointing.md says what that guarantees.
+counter, step, global env index; `sebulba.random_streams`). envpool cannot snapshot
+envs, so a resume re-seeds them from (seed, resume update); docs/checkpointing.md says
+what that guarantees.
 A save is written to `<update>.orbax-checkpoint-tmp` and renamed when complete (orbax),
 so a killed save never looks finished; `restore` also skips, with a warning, finished
 checkpoints whose data cannot be read or fails its checksum.
@@ -84,19 +85,6 @@ def resolve_source(path: str) -> tuple[str, int | None]:
     if name.isdigit() and os.path.isdir(os.path.join(path, _META)):
         return os.path.dirname(path), int(name)
     return path, None
-
-
-def env_seed_base(seed: int, first_update: int) -> int:
-    """Seed of global env 0 for a run (segment) that starts at `first_update`.
-
-    A fresh run seeds env g with `seed + g`. A resumed run cannot restore the envs'
-    internal state, so it draws a new base from (seed, first_update): resuming the same
-    checkpoint twice gives the same envs, and no resume repeats the fresh run's episodes.
-    """
-    if first_update == 1:
-        return seed
-    entropy = np.random.SeedSequence([seed % 2**32, first_update]).generate_state(1)[0]
-    return int(entropy % 2**30)  # envpool seeds are C ints; leave room for + g.
 
 
 def tree_signature(tree: Any) -> list[str]:

@@ -31,13 +31,11 @@ import numpy as np
 from absl import app, flags
 
 from sebulba import envs as envs_lib
-from sebulba import flag_errors
+from sebulba import flag_errors, random_streams
 from sebulba.atari_scores import RANDOM_AND_HUMAN_SCORES, human_normalized_score
 from sebulba.metrics import write_json
 from sebulba.policy import Policy, PolicyError, load_policy
 
-# Evaluation's env seeds, kept apart from training's.
-_EVAL_STREAM = 2
 # Rendered screens wider than this are shrunk by an integer factor (classic control
 # draws 600x400); Atari's 160-pixel game screen is kept as it is.
 _MAX_ANIMATION_WIDTH = 320
@@ -62,8 +60,7 @@ def run_episodes(
       `record_first`, episode 0's rendered screens (PIL images; its first screen and the
       one after every step).
     """
-    base = int(np.random.SeedSequence([seed % 2**32, _EVAL_STREAM]).generate_state(1)[0])
-    base %= 2**30
+    base = random_streams.evaluation_env_seed_base(seed)
     returns, lengths = np.zeros(episodes), np.zeros(episodes, np.int64)
     frames = []
     for first in range(0, episodes, num_envs):

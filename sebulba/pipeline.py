@@ -29,15 +29,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from sebulba import random_streams
 from sebulba.agents.api import Agent, Rollout, rollout_partition_specs
 from sebulba.distributed import EpisodeGatherer
 from sebulba.envs import EpisodeTracker, learning_rewards
 from sebulba.handoff import ParamsStore, RunControl, RunStopped, get_or_stop, put_or_stop
 from sebulba.mesh import DeviceLayout
 from sebulba.sizes import Sizes
-
-# Actor-side random stream, kept apart from the learner's by this fold-in constant.
-_ACTOR_STREAM = 1
 
 
 def required_policy_version(update: int, policy_lag: int) -> int:
@@ -132,10 +130,7 @@ class Pipeline:
     # ----- actor side -------------------------------------------------------------
 
     def _policy_step_fn(self, params, obs, env_ids, step_index):
-        step_key = jax.random.fold_in(
-            jax.random.fold_in(jax.random.key(self.seed), _ACTOR_STREAM), step_index
-        )
-        keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(step_key, env_ids)
+        keys = random_streams.actor_keys(self.seed, step_index, env_ids)
         return self.agent.act(params, obs, keys)
 
     @staticmethod

@@ -29,32 +29,12 @@ from sebulba import envs as envs_lib
 from sebulba.agents import resolve_agent
 from sebulba.agents.api import Agent, EnvSpec, Params
 from sebulba.errors import ConfigError
+from sebulba.random_streams import inference_keys
 from sebulba.sizes import derive_sizes
-
-# Index of the inference stream under the seed's root key; training's streams use others.
-_INFERENCE_STREAM = 2
 
 
 class PolicyError(Exception):
     """A workdir's policy cannot be loaded or called; the message says why in one line."""
-
-
-def inference_keys(seed: int, step: jax.Array, row_ids: jax.Array) -> jax.Array:
-    """The action keys of evaluation and `load_policy`: one per row, from (seed, step, row).
-
-    This is the one derivation of inference randomness, apart from training's streams.
-
-    Args:
-      seed: the seed of the stream (the run's seed, or evaluation's `--seed`).
-      step: int32 scalar, the call (or env step) index.
-      row_ids: [B] int32, a stable id of each row (the episode index in evaluation).
-
-    Returns:
-      [B] typed PRNG keys.
-    """
-    root = jax.random.fold_in(jax.random.key(seed), _INFERENCE_STREAM)
-    step_key = jax.random.fold_in(root, step)
-    return jax.vmap(jax.random.fold_in, in_axes=(None, 0))(step_key, row_ids)
 
 
 def load_run_config(workdir: str) -> ml_collections.ConfigDict:

@@ -1,7 +1,8 @@
 """`train(config, workdir)`: one training run, phase by phase.
 
-Everything that can reject the config (sizes, devices, env id, agent, an incompatible
-checkpoint) runs before the workdir is touched, so a bad config leaves nothing behind.
+Everything that can reject the config (a change from the run it resumes, sizes, devices,
+env id, agent, an incompatible checkpoint) runs before the workdir is touched, so a bad
+config leaves nothing behind.
 A run resumes from the newest valid checkpoint in `workdir/checkpoints` (else from
 `ckpt.resume_from`) and stops cleanly, with a checkpoint, on SIGTERM or SIGINT; see
 `sebulba.checkpoint` and docs/checkpointing.md.
@@ -21,7 +22,7 @@ import ml_collections
 from absl import logging
 
 from sebulba import checkpoint as ckpt_lib
-from sebulba import distributed
+from sebulba import distributed, random_streams, resume_config
 from sebulba import envs as envs_lib
 from sebulba import workdir as workdir_lib
 from sebulba.agents import resolve_agent
@@ -102,9 +103,9 @@ def make_env_pools(config: ml_collections.ConfigDict, sizes: Sizes, first_update
     """One envpool pool per actor thread of this process; env g is seeded `base + g`.
 
     `base` is the seed for a fresh run and is re-derived for a resumed one
-    (`checkpoint.env_seed_base`), since envpool cannot restore env state.
+    (`random_streams.env_seed_base`), since envpool cannot restore env state.
     """
-    base = ckpt_lib.env_seed_base(config.seed, first_update)
+    base = random_streams.env_seed_base(config.seed, first_update)
     pools = []
     for thread_index in range(sizes.num_actor_threads):
         threads_before = jax.process_index() * sizes.num_actor_threads + thread_index
@@ -115,7 +116,7 @@ def make_env_pools(config: ml_collections.ConfigDict, sizes: Sizes, first_update
 
 def init_learner_state(setup: RunSetup):
     """Creates the learner state already replicated on the learner mesh."""
-    key = jax.random.key(setup.config.seed)
+    key = random_streams.init_key(setup.config.seed)
     return jax.jit(setup.agent.init, out_shardings=setup.layout.replicated)(key)
 
 
@@ -156,6 +157,7 @@ def schedule_meta(config: ml_collections.ConfigDict, sizes: Sizes) -> dict[str, 
         "agent": config.agent.name,
         "env_id": config.env.id,
         "policy_lag": config.pipeline.policy_lag,
+        "num_envs": sizes.num_envs,  # Global envs; threads and processes may change.
         "steps_per_update": sizes.steps_per_update,
     }
 
@@ -171,7 +173,7 @@ def restore_or_init(setup: RunSetup, workdir: str) -> StartPoint:
         run this config cannot continue.
     """
     config, layout = setup.config, setup.layout
-    shapes = jax.eval_shape(setup.agent.init, jax.random.key(config.seed))
+    shapes = jax.eval_shape(setup.agent.init, random_streams.init_key(config.seed))
     abstract = ckpt_lib.abstract_replicated(shapes, layout.replicated)
     abstract_previous = None
     if config.pipeline.policy_lag:
@@ -204,8 +206,9 @@ class RunCheckpoints:
 
     Saves after every `ckpt.every_updates`-th update, after the last one, and after the
     update during which SIGTERM/SIGINT arrived (then asks the pipeline to stop). With
-    policy_lag 1 it keeps a copy of the policy parameters the actors hold: the previous
-    update donated the state they came from.
+    policy_lag 1 a checkpoint after update u must also hold version u, which collects
+    rollout u + 1: the policy parameters of the state *before* update u. That update
+    donated the state, so this keeps a copy of them.
     """
 
     def __init__(
@@ -225,11 +228,11 @@ class RunCheckpoints:
         self.stopping = False
         self.last_update = start.first_update - 1
         self.saved_path: str | None = None
-        self._previous = None
+        # Version u before update u, fresh or resumed alike; not `start.previous_params`,
+        # which is version u - 1 (it collects the first resumed rollout, not the next one).
+        self._params_before_update = None
         if setup.config.pipeline.policy_lag:
-            self._previous = start.previous_params
-            if start.first_update == 1:
-                self._previous = self._copy(setup.agent.policy_params(start.state))
+            self._params_before_update = self._copy(setup.agent.policy_params(start.state))
 
     def _copy(self, params):
         # A real copy: the next update donates the state these parameters belong to.
@@ -249,10 +252,10 @@ class RunCheckpoints:
             if self.stopping and not last:
                 self.metrics.flush()
             self.saved_path = self.saver.save(
-                report.update, state, self._previous, self._meta(report)
+                report.update, state, self._params_before_update, self._meta(report)
             )
-        if self._previous is not None:
-            self._previous = self._copy(self.setup.agent.policy_params(state))
+        if self._params_before_update is not None:
+            self._params_before_update = self._copy(self.setup.agent.policy_params(state))
 
     def should_stop(self) -> bool:
         return self.stopping
@@ -314,7 +317,9 @@ def train(
     Writes (process 0 only) `config.json`, `metrics.jsonl`, TensorBoard events and
     `summary.json` into `workdir`; every process takes part in writing `checkpoints/`.
     Resumes from the newest valid checkpoint in `workdir/checkpoints`, else from
-    `ckpt.resume_from`. On SIGTERM or SIGINT it saves after the current update and
+    `ckpt.resume_from`, after checking the config against that run's `config.json`
+    (`sebulba.resume_config`: only documented keys may change; `config.json` then holds
+    this segment's config). On SIGTERM or SIGINT it saves after the current update and
     returns that state without writing `summary.json`; calling it again resumes.
     `on_update(report, state)`, if given, runs on the learner thread after each update
     (e.g. a watchdog's heartbeat). In a multi-process run every process must see the
@@ -327,8 +332,10 @@ def train(
       ConfigError: before any work, for a bad config or a workdir that is a file, lies
         below a file or is not writable.
     """
-    # Before envs and compiling: a path that cannot hold the outputs fails in seconds.
+    # Before envs and compiling: a path that cannot hold the outputs fails in seconds,
+    # and so does a resume with a config the stored run did not use.
     workdir_lib.check_workdir(workdir)
+    resume_config.check(config, workdir)
     with stop_signals or ckpt_lib.StopSignals() as signals:
         setup = prepare(config)
         sizes, layout = setup.sizes, setup.layout

@@ -13,7 +13,7 @@ import jax
 import numpy as np
 import pytest
 
-from sebulba import checkpoint, train
+from sebulba import checkpoint, random_streams, train
 from sebulba.errors import ConfigError
 from tests import minimal_agent, probe_agent
 from tests.helpers import agent_config, read_metrics, read_summary
@@ -161,10 +161,13 @@ def test_sigint_finishes_the_current_update_then_saves(tmp_path):
 
 
 def test_resumed_env_seeds_follow_seed_and_resume_update():
-    assert checkpoint.env_seed_base(7, 1) == 7  # A fresh run: env g gets seed + g.
-    bases = {checkpoint.env_seed_base(seed, k) for seed in (7, 8) for k in (2, 3, 50)}
+    assert random_streams.env_seed_base(7, 1) == 7  # A fresh run: env g gets seed + g.
+    bases = {random_streams.env_seed_base(seed, k) for seed in (7, 8) for k in (2, 3, 50)}
     assert len(bases) == 6 and all(0 <= b < 2**30 for b in bases)
-    assert checkpoint.env_seed_base(7, 3) == checkpoint.env_seed_base(7, 3)
+    assert random_streams.env_seed_base(7, 3) == random_streams.env_seed_base(7, 3)
+    # Evaluation's env seeds are another stream: none equals a resumed run's base.
+    evaluation = {random_streams.evaluation_env_seed_base(seed) for seed in (7, 8)}
+    assert not evaluation & bases
 
 
 @pytest.fixture(scope="module")
@@ -214,6 +217,36 @@ def test_resumed_lag_schedule_continues_exactly(tmp_path, policy_lag):
         assert line["behaviour_version_min"] == line["behaviour_version_max"] == k - policy_lag
         assert line["learner_version_in"] == k
         assert line["actor_policy_version"] == k - policy_lag
+
+
+@pytest.mark.parametrize("policy_lag", [0, 1])
+def test_a_chain_of_resumes_keeps_the_lag_schedule(tmp_path, policy_lag):
+    # first saves after update 2; second resumes there and saves after every update,
+    # the first of them on its first resumed update; third resumes from that checkpoint.
+    def run(name, first_update, **overrides):
+        config = agent_config(
+            probe_agent, pipeline__policy_lag=policy_lag, ckpt__max_to_keep=10, **overrides
+        )
+        train.train(config, str(tmp_path / name))
+        lines = read_metrics(str(tmp_path / name))
+        assert [line["update"] for line in lines] == list(range(first_update, 7))
+        return lines
+
+    lines = run("first", 1, ckpt__every_updates=2)
+    source = str(tmp_path / "first" / "checkpoints" / "2")
+    lines += run("second", 3, ckpt__every_updates=1, ckpt__resume_from=source)
+    source = str(tmp_path / "second" / "checkpoints" / "3")
+    lines += run("third", 4, ckpt__resume_from=source)
+    for line in lines:
+        k = line["update"]
+        expected = max(1, k - policy_lag)
+        # The probe's parameters are its version: this is what really acted on rollout k.
+        assert (line["behaviour_version_min"], line["behaviour_version_max"]) == (
+            expected,
+            expected,
+        ), f"update {k}"
+        assert line["actor_policy_version"] == expected
+        assert line["learner_version_in"] == k
 
 
 @pytest.mark.parametrize("learner_ids", [[0], [0, 1, 2, 3]], ids=["1-device", "4-devices"])
@@ -305,6 +338,12 @@ def test_corrupt_checkpoint_is_skipped_with_a_warning(saved_run, tmp_path, caplo
 def test_incompatible_or_missing_checkpoint_is_a_config_error(saved_run, tmp_path):
     workdir, _ = saved_run
     other = agent_config(minimal_agent, ckpt__resume_from=workdir, agent__num_steps=8)
+    with pytest.raises(ConfigError, match=r"agent.num_steps \(stored 16, requested 8\)"):
+        train.train(other, str(tmp_path / "a"))
+    # Without the source's config.json, the checkpoint's own record refuses it.
+    copied = str(tmp_path / "copied")
+    shutil.copytree(os.path.join(workdir, "checkpoints"), copied)
+    other = agent_config(minimal_agent, ckpt__resume_from=copied, agent__num_steps=8)
     with pytest.raises(ConfigError, match="steps_per_update=128.*steps_per_update=64"):
         train.train(other, str(tmp_path / "a"))
     missing = agent_config(minimal_agent, ckpt__resume_from=str(tmp_path / "nowhere"))

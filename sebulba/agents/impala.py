@@ -28,6 +28,7 @@ import ml_collections
 import optax
 import rlax
 
+from sebulba import random_streams
 from sebulba.agents import learner, minibatches
 from sebulba.agents.api import (
     NON_NEGATIVE,
@@ -161,7 +162,7 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         optax.clip_by_global_norm(hp.max_grad_norm),
         optax.rmsprop(learning_rate, decay=hp.rmsprop_decay, eps=hp.rmsprop_eps, eps_in_sqrt=False),
     )
-    key = jax.random.key(config.seed)
+    key = random_streams.learner_key(config.seed)
 
     def init(init_key: jax.Array) -> IMPALAState:
         dummy_obs = jnp.zeros((1, *env_spec.obs_shape), env_spec.obs_dtype)

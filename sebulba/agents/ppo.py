@@ -34,6 +34,7 @@ import ml_collections
 import optax
 import rlax
 
+from sebulba import random_streams
 from sebulba.agents import learner, minibatches
 from sebulba.agents.api import (
     NON_NEGATIVE,
@@ -153,7 +154,7 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         optax.clip_by_global_norm(hp.max_grad_norm),
         optax.adam(learning_rate, eps=1e-5),
     )
-    key = jax.random.key(config.seed)
+    key = random_streams.learner_key(config.seed)
 
     def init(init_key: jax.Array) -> PPOState:
         dummy_obs = jnp.zeros((1, *env_spec.obs_shape), env_spec.obs_dtype)

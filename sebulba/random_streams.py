@@ -1,0 +1,124 @@
+"""Every random stream of a run, named and derived here and nowhere else.
+
+A run draws randomness in four places. Each is a *stream*: its keys descend from
+`fold_in(key(seed), tag)` with a tag that no other stream uses, followed by counters
+that never name a thread, device or process (so layouts change nothing):
+
+  PARAMS_INIT     the agent's `init(key)`: `init_key(seed)`, once per run.
+  ACTOR_SAMPLING  `act(params, obs, keys)` on the actors: one key per (step, global env).
+  LEARNER         the agent's `update` (minibatch shuffles, ...): the agent folds its
+                  own counters (update counter in its state, epoch, env id) into
+                  `learner_key(seed)`.
+  INFERENCE       `act` of a loaded policy (`sebulba.load_policy`, evaluation): one key
+                  per (call or env step, row), from the run's or evaluation's seed.
+
+Two keys of different streams can only coincide if the Threefry hash behind `fold_in`
+collides: whatever the counters, their fold-in chains start from different tags. Before
+these streams existed, PPO's shuffle key for (update 1, epoch e, env g) equalled the
+actors' sampling key for (step e, env g); tests/test_random_streams.py enumerates every
+stream's keys and finds no repeats.
+
+envpool's integer env seeds are a separate, 30-bit family, also derived here: a fresh
+run seeds global env g with `seed + g`, a resumed run and evaluation draw their bases
+from `numpy.random.SeedSequence([seed, tag, ...])` with tags of their own.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import jax
+import numpy as np
+
+
+@enum.unique
+class Stream(enum.IntEnum):
+    """The tag folded into `key(seed)` first; one per stream, never reused."""
+
+    PARAMS_INIT = 1
+    ACTOR_SAMPLING = 2
+    LEARNER = 3
+    INFERENCE = 4
+
+
+@enum.unique
+class _EnvSeeds(enum.IntEnum):
+    """Tags of the envpool seed bases (a different family from the JAX keys above)."""
+
+    RESUMED_RUN = 1
+    EVALUATION = 2
+
+
+def stream_key(seed: int, stream: Stream) -> jax.Array:
+    """The root key of `stream`; every key of that stream descends from it."""
+    return jax.random.fold_in(jax.random.key(seed), int(stream))
+
+
+def init_key(seed: int) -> jax.Array:
+    """The key `agent.init` receives (parameter initialisation)."""
+    return stream_key(seed, Stream.PARAMS_INIT)
+
+
+def learner_key(seed: int) -> jax.Array:
+    """The root of an agent's update randomness.
+
+    An agent derives every key of its update from this one by `jax.random.fold_in` of
+    layout-free counters: the update counter in its state, the epoch, `rollout.env_ids`.
+    """
+    return stream_key(seed, Stream.LEARNER)
+
+
+def _per_step_and_id(root: jax.Array, step: jax.Array, ids: jax.Array) -> jax.Array:
+    step_key = jax.random.fold_in(root, step)
+    return jax.vmap(jax.random.fold_in, in_axes=(None, 0))(step_key, ids)
+
+
+def actor_keys(seed: int, step_index: jax.Array, env_ids: jax.Array) -> jax.Array:
+    """Action-sampling keys of one actor step.
+
+    Args:
+      seed: the run's seed.
+      step_index: scalar int32, `(update - 1) * (T + 1) + t`: unique over the run.
+      env_ids: [b] int32 global env indices.
+
+    Returns:
+      [b] typed keys, one per env.
+    """
+    return _per_step_and_id(stream_key(seed, Stream.ACTOR_SAMPLING), step_index, env_ids)
+
+
+def inference_keys(seed: int, step: jax.Array, row_ids: jax.Array) -> jax.Array:
+    """Action-sampling keys of a loaded policy (`sebulba.load_policy`, evaluation).
+
+    Args:
+      seed: the run's seed, or evaluation's `--seed`.
+      step: int32 scalar, the call (or env step) index.
+      row_ids: [b] int32, a stable id of each row (the episode index in evaluation).
+
+    Returns:
+      [b] typed keys, one per row.
+    """
+    return _per_step_and_id(stream_key(seed, Stream.INFERENCE), step, row_ids)
+
+
+def _env_seed_base(*entropy: int) -> int:
+    # Equal-length entropy: SeedSequence pads with zeros, so [s, 1] would equal [s, 1, 0].
+    state = np.random.SeedSequence([value % 2**32 for value in entropy]).generate_state(1)[0]
+    return int(state % 2**30)  # envpool seeds are C ints; leave room for + g.
+
+
+def env_seed_base(seed: int, first_update: int) -> int:
+    """Seed of global env 0 for a run (segment) that starts at `first_update`.
+
+    A fresh run seeds env g with `seed + g`. A resumed run cannot restore the envs'
+    internal state, so it draws a new base from (seed, first_update): resuming the same
+    checkpoint twice gives the same envs, and no resume repeats the fresh run's episodes.
+    """
+    if first_update == 1:
+        return seed
+    return _env_seed_base(seed, _EnvSeeds.RESUMED_RUN, first_update)
+
+
+def evaluation_env_seed_base(seed: int) -> int:
+    """Seed of evaluation episode 0's env; episode i's env gets `base + i`."""
+    return _env_seed_base(seed, _EnvSeeds.EVALUATION, 0)

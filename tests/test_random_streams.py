@@ -1,0 +1,122 @@
+"""Random streams: parameter init, actor sampling, learner and inference never share a key.
+
+The keys are taken from the code paths that use them (the pipeline's policy step, the
+agents' minibatch permutations, a loaded policy in evaluation, training's init), not recomputed.
+"""
+
+import types
+
+import jax
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec
+
+from sebulba import evaluate, random_streams, train
+from sebulba.agents import impala, minibatches, ppo
+from sebulba.agents.api import EnvSpec
+from sebulba.config import base_config
+from sebulba.pipeline import Pipeline
+from sebulba.policy import Policy
+from tests import test_impala, test_ppo
+
+SEED = 1
+STEPS, ENVS, UPDATES = 12, 8, 4  # Small ranges of every counter.
+
+
+def _rows(key_data) -> set[bytes]:
+    """Raw key data [..., 2] uint32 -> one bytes object per key."""
+    data = np.asarray(key_data).reshape(-1, np.asarray(key_data).shape[-1])
+    return {row.tobytes() for row in data}
+
+
+def _key_data(keys):
+    return jax.random.key_data(keys)
+
+
+def init_keys(seed):
+    """The key `train.init_learner_state` hands to `agent.init`."""
+    replicated = NamedSharding(jax.sharding.Mesh(jax.devices()[:1], ("batch",)), PartitionSpec())
+    setup = types.SimpleNamespace(
+        config=types.SimpleNamespace(seed=seed),
+        agent=types.SimpleNamespace(init=_key_data),
+        layout=types.SimpleNamespace(replicated=replicated),
+    )
+    return _rows(train.init_learner_state(setup))
+
+
+def actor_keys(seed):
+    """Keys the pipeline's policy step hands to `agent.act`, over steps and envs."""
+    fake_pipeline = types.SimpleNamespace(
+        seed=seed, agent=types.SimpleNamespace(act=lambda params, obs, keys: _key_data(keys))
+    )
+    env_ids = np.arange(ENVS, dtype=np.int32)
+    rows = set()
+    for step in range(STEPS):
+        rows |= _rows(Pipeline._policy_step_fn(fake_pipeline, None, None, env_ids, np.int32(step)))
+    return rows
+
+
+def learner_keys(agent_module, make_agent, rollout, monkeypatch):
+    """Per-env (or per-group) permutation keys of the agent's update over update counts."""
+    recorded = []
+    original = minibatches._per_env_keys
+
+    def recording(key, ids):
+        keys = original(key, ids)
+        jax.debug.callback(lambda data: recorded.append(np.asarray(data)), _key_data(keys))
+        return keys
+
+    monkeypatch.setattr(minibatches, "_per_env_keys", recording)
+    agent = make_agent()
+    update = jax.jit(agent.update)
+    state = agent.init(random_streams.init_key(0))
+    for count in range(UPDATES):
+        jax.block_until_ready(update(state.replace(update_count=np.int32(count)), rollout))
+    assert recorded, f"{agent_module.__name__} drew no learner keys"
+    rows = set().union(*(_rows(r) for r in recorded))
+    assert len(rows) == sum(r.shape[0] for r in recorded)  # No repeats within the stream.
+    return rows
+
+
+def inference_keys(seed):
+    """Keys a loaded policy hands to `act` while evaluation plays (CartPole)."""
+    recorded = []
+
+    def act(params, obs, keys):
+        jax.debug.callback(lambda data: recorded.append(np.asarray(data)), _key_data(keys))
+        return jax.numpy.zeros(obs.shape[0], jax.numpy.int32), {}
+
+    config = base_config(ppo.get_config())
+    policy = Policy(
+        config=config,
+        env_spec=EnvSpec("CartPole-v1", (4,), "float32", 2, False),
+        agent=types.SimpleNamespace(act=act),
+        params=None,
+        restored=types.SimpleNamespace(step=1, path="", meta={}),
+        greedy=False,
+        seed=seed,
+        device=jax.devices()[0],
+    )
+    evaluate.run_episodes(policy, episodes=4, seed=seed, num_envs=4)
+    return set().union(*(_rows(r) for r in recorded))
+
+
+def test_no_two_streams_ever_share_a_key(monkeypatch):
+    streams = {
+        "init": init_keys(SEED),
+        "actor": actor_keys(SEED),
+        "ppo learner": learner_keys(
+            ppo, test_ppo.make_agent, test_ppo.random_rollout(num_envs=ENVS), monkeypatch
+        ),
+        "impala learner": learner_keys(
+            impala, test_impala.make_agent, test_impala.random_rollout(num_envs=ENVS), monkeypatch
+        ),
+        "inference": inference_keys(SEED),  # An evaluation may use the training seed.
+    }
+    assert len(streams["actor"]) == STEPS * ENVS
+    names = list(streams)
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            shared = streams[a] & streams[b]
+            # Before the streams had tags of their own, PPO's shuffle key of (update 1,
+            # epoch e, env g) was the actors' sampling key of (step e, env g).
+            assert not shared, f"{a} and {b} share {len(shared)} keys"
