@@ -81,10 +81,9 @@ def atari_aggregates(runs: list[Run], records: list[dict], reps: int = _BOOTSTRA
     for run, record in zip(runs, records, strict=True):
         if record.get("human_normalized") is None:
             continue
-        rest = [f"{key}={value}" for key, value in run.setting if key != TASK_KEY]
-        label = ",".join(rest) or config_name(run.config)
-        if len({r.config for r in runs}) > 1 and rest:
-            label = f"{config_name(run.config)},{label}"
+        # The setting's name without the task: the keys (and config) that vary.
+        rest = [part for part in run.setting_name.split(",") if not part.startswith(TASK_KEY)]
+        label = ",".join(part for part in rest if part) or config_name(run.config)
         scores_by_group[label].setdefault(record["env_id"], []).append(record["human_normalized"])
     matrices = {}
     for label, games in scores_by_group.items():
