@@ -103,7 +103,7 @@ def load_runs(paths: list[str]) -> list[Run]:
     """Loads run directories; a sweep directory (with sweep.json) stands for its runs.
 
     A sweep's runs are labelled `<sweep directory name>/<setting>`; its runs that have
-    not started yet are skipped.
+    not started, or not finished an episode, yet are skipped with a note on stderr.
     """
     runs = []
     for path in paths:
@@ -111,13 +111,20 @@ def load_runs(paths: list[str]) -> list[Run]:
             runs.append(load_run(path))
             continue
         name = os.path.basename(os.path.normpath(path))
-        for parent, dirs, files in sorted(os.walk(path)):
-            dirs.sort()
+        run_dirs = []
+        for parent, dirs, files in os.walk(path):
             if "config.json" in files and "metrics.jsonl" in files:
-                setting = os.path.relpath(os.path.dirname(parent), path)
-                run = load_run(parent)
-                run.label = name if setting == "." else f"{name}/{setting}"
-                runs.append(run)
+                run_dirs.append(parent)
+                dirs.clear()  # Not into its checkpoints.
+        for run_dir in sorted(run_dirs):
+            setting = os.path.relpath(os.path.dirname(run_dir), path)
+            try:
+                run = load_run(run_dir)
+            except ValueError as error:
+                print(f"sebulba.plot: skipping {error}", file=sys.stderr)
+                continue
+            run.label = name if setting == "." else f"{name}/{setting}"
+            runs.append(run)
     return runs
 
 

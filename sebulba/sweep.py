@@ -44,6 +44,7 @@ from sebulba.sweep_plan import Run, Sweep, check_workdir, parse_sweep, validate
 _POLL_S = 0.2
 _LOG_NAME = "run.log"
 _EXIT_SIGINT = 130
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def _error(message: str) -> int:
@@ -74,6 +75,7 @@ class LocalRunner:
         self.stop_signal: int | None = None
         self.running: list[_Running] = []
         self.pending: list[Run] = []
+        self.total = len(sweep.runs())
         self.done = 0
 
     def _say(self, message: str) -> None:
@@ -109,9 +111,8 @@ class LocalRunner:
         return f"ETA {_duration(left / self.parallel)}"
 
     def _progress(self, event: str) -> None:
-        total = len(self.sweep.runs())
         self._say(
-            f"{self.done}/{total} done, {len(self.running)} running, {len(self.failures)} "
+            f"{self.done}/{self.total} done, {len(self.running)} running, {len(self.failures)} "
             f"failed, {len(self.pending)} pending, {self._eta()} ({event})"
         )
 
@@ -129,9 +130,12 @@ class LocalRunner:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},  # run.log follows the run live.
         )
         log.close()
         self.running.append(_Running(run, process, time.monotonic()))
+        if self.stop_signal is not None:  # The signal came while this run was starting.
+            _signal_group(process, signal.SIGTERM)
         self._progress(f"started {_relative(run, self.sweep)}")
 
     def _finish(self, entry: _Running, code: int) -> None:
@@ -175,9 +179,6 @@ class LocalRunner:
         if self.stop_signal is not None:
             return 0
         return 1 if self.failures else 0
-
-
-_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def _signal_group(process: subprocess.Popen, signum: int) -> None:
