@@ -15,10 +15,10 @@ gives two values. `--config` may be repeated: the configs are then one more dime
 Locally, N runs go at a time; the console shows the sweep's progress, not the runs'
 output. A run is done when its summary.json exists: rerunning the same command skips
 finished runs and resumes unfinished ones from their own checkpoints. A failed run is
-reported (exit status 1 at the end) and the others go on. Ctrl-C or SIGTERM is passed
-to the running runs (as SIGTERM), which save a checkpoint and stop; the sweep then exits
-130 (Ctrl-C) or 0 (SIGTERM), like sebulba.main. A second signal kills the runs unsaved.
-At the end WORKDIR/sweep.json holds the definition and the per-setting statistics
+reported (exit status 1 at the end) and the others go on. Ctrl-C, SIGTERM or SIGHUP
+reaches the running runs as SIGTERM: they save a checkpoint and stop, and the sweep
+exits 130 (Ctrl-C) or 0 (otherwise), like sebulba.main. A second signal kills the runs
+unsaved. At the end WORKDIR/sweep.json holds the definition and the per-setting statistics
 (sebulba/sweep_report.py), and the table is printed. A WORKDIR that holds a different
 sweep is refused: one sweep, one directory.
 """
@@ -44,7 +44,8 @@ from sebulba.sweep_plan import Run, Sweep, check_workdir, parse_sweep, validate
 _POLL_S = 0.2
 _LOG_NAME = "run.log"
 _EXIT_SIGINT = 130
-_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# SIGHUP too: a closed terminal must not leave runs going that a rerun would duplicate.
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def _error(message: str) -> int:
@@ -79,7 +80,10 @@ class LocalRunner:
         self.done = 0
 
     def _say(self, message: str) -> None:
-        print(f"sebulba.sweep: {message}", file=self.out, flush=True)
+        try:
+            print(f"sebulba.sweep: {message}", file=self.out, flush=True)
+        except OSError:
+            pass  # The console is gone (closed terminal or pipe); the runs go on.
 
     def _on_signal(self, signum: int, frame) -> None:
         del frame
@@ -171,6 +175,13 @@ class LocalRunner:
                     code = entry.process.poll()
                     if code is not None:
                         self._finish(entry, code)
+        except BaseException:
+            # The sweep itself failed: its runs must not go on unwatched. They save and stop.
+            for entry in self.running:
+                _signal_group(entry.process, signal.SIGTERM)
+            for entry in self.running:
+                entry.process.wait()
+            raise
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)

@@ -203,7 +203,7 @@ def load_config(config: str, overrides: list[str]) -> config_dict.ConfigDict:
     return value
 
 
-def _first_line(error: BaseException) -> str:
+def _last_line(error: BaseException) -> str:
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
     return lines[-1] if lines else type(error).__name__
 
@@ -235,7 +235,7 @@ def validate(sweep: Sweep) -> None:
         try:
             loaded = load_config(config, [])
         except Exception as error:  # noqa: BLE001 - any load error becomes one line.
-            raise ConfigError(f"--config={config}: cannot load it: {_first_line(error)}") from None
+            raise ConfigError(f"--config={config}: cannot load it: {_last_line(error)}") from None
         for key, values in sweep.settings:
             missing = _missing_key(loaded, key)
             if missing:
@@ -244,7 +244,7 @@ def validate(sweep: Sweep) -> None:
                 try:
                     load_config(config, [f"--config.{key}={value}"])
                 except Exception as error:  # noqa: BLE001 - any parse error becomes one line.
-                    raise ConfigError(f"--set {key}={value}: {_first_line(error)}") from None
+                    raise ConfigError(f"--set {key}={value}: {_last_line(error)}") from None
 
 
 def read_definition(workdir: str) -> dict | None:
