@@ -315,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         sweep = parse_sweep(args.workdir, args.config, args.seeds, args.set)
         validate(sweep)
-        check_workdir(sweep)
+        check_workdir(sweep, report_only=args.report)
     except ConfigError as error:
         return _error(str(error))
     if args.submit and shutil.which("sbatch") is None:

@@ -256,11 +256,15 @@ def read_definition(workdir: str) -> dict | None:
         return json.load(f).get("definition")
 
 
-def check_workdir(sweep: Sweep) -> None:
-    """Refuses a WORKDIR that holds another sweep, or files that are not a sweep's."""
+def check_workdir(sweep: Sweep, report_only: bool = False) -> None:
+    """Refuses a WORKDIR that holds another sweep, or files that are not a sweep's.
+
+    `report_only`: runs started by hand (e.g. with tpu.sh, from the --dry-run list) into
+    a WORKDIR without sweep.json may be reported on.
+    """
     stored = read_definition(sweep.workdir)
     if stored is None:
-        if os.path.isdir(sweep.workdir) and os.listdir(sweep.workdir):
+        if not report_only and os.path.isdir(sweep.workdir) and os.listdir(sweep.workdir):
             raise ConfigError(
                 f"--workdir={sweep.workdir} is not empty and holds no sweep.json; "
                 "give a new or empty directory"

@@ -138,6 +138,9 @@ def test_a_workdir_holding_another_sweep_is_refused(tmp_path, capsys):
     (tmp_path / "other" / "notes.txt").write_text("mine")
     assert sweep.main([*base[:1], f"--workdir={tmp_path / 'other'}", "--slurm"]) == 2
     assert "is not empty and holds no sweep.json" in capsys.readouterr().err
+    # Runs started by hand (tpu.sh) into a directory may still be reported on.
+    assert sweep.main([*base[:1], f"--workdir={tmp_path / 'other'}", "--report"]) == 0
+    assert (tmp_path / "other" / "sweep.json").exists()
 
 
 # ----- running: resume, failures -------------------------------------------------------
