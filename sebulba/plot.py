@@ -1,12 +1,15 @@
 """Learning curves from run directories.
 
     python -m sebulba.plot runs/ppo_s1 runs/ppo_s2 runs/impala_s1 --out=curves.png
+    python -m sebulba.plot runs/sweep --out=curves.png   # a sebulba.sweep directory
 
-Runs whose configs differ only by `seed` are one curve: their mean and a 95% bootstrap
-confidence band, against env steps and against wall-clock time. When the runs cover two
-or more Atari-57 games, a third panel aggregates human-normalized final scores per agent
-(median and interquartile mean with stratified bootstrap confidence intervals, via
-rliable; Agarwal et al. 2021).
+Runs whose configs differ only by `seed` are one curve (a sweep's runs: one curve per
+setting); two runs of one curve with the same seed are flagged on stderr and in the
+output, since they are one experiment run twice rather than two samples. A curve is
+their mean and a 95% bootstrap confidence band, against env steps and against wall-clock
+time. When the runs cover two or more Atari-57 games, a third panel aggregates
+human-normalized final scores per agent (median and interquartile mean with stratified
+bootstrap confidence intervals, via rliable; Agarwal et al. 2021).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ class Run:
     steps: np.ndarray
     wall_times: np.ndarray
     returns: np.ndarray
+    label: str | None = None  # A sweep run's curve label: the sweep and its setting.
 
     @property
     def final_return(self) -> float:
@@ -86,7 +90,7 @@ def group_by_config(runs: list[Run]) -> dict[str, list[Run]]:
             {k: v for k, v in run.config.items() if k not in _NOT_EXPERIMENT_KEYS}, sort_keys=True
         )
         if key not in labels:
-            base = (
+            base = run.label or (
                 f"{run.config['agent']['name']} {run.config['env']['id']} "
                 f"lag={run.config['pipeline']['policy_lag']}"
             )
@@ -94,6 +98,50 @@ def group_by_config(runs: list[Run]) -> dict[str, list[Run]]:
             labels[key] = base if not taken else f"{base} ({taken + 1})"
         groups.setdefault(labels[key], []).append(run)
     return groups
+
+
+def load_runs(paths: list[str]) -> list[Run]:
+    """Loads run directories; a sweep directory (with sweep.json) stands for its runs.
+
+    A sweep's runs are labelled `<sweep directory name>/<setting>`; its runs that have
+    not started, or not finished an episode, yet are skipped with a note on stderr.
+    """
+    runs = []
+    for path in paths:
+        if not os.path.exists(os.path.join(path, "sweep.json")):
+            runs.append(load_run(path))
+            continue
+        name = os.path.basename(os.path.normpath(path))
+        run_dirs = []
+        for parent, dirs, files in os.walk(path):
+            if "config.json" in files and "metrics.jsonl" in files:
+                run_dirs.append(parent)
+                dirs.clear()  # Not into its checkpoints.
+        for run_dir in sorted(run_dirs):
+            setting = os.path.relpath(os.path.dirname(run_dir), path)
+            try:
+                run = load_run(run_dir)
+            except ValueError as error:
+                print(f"sebulba.plot: skipping {error}", file=sys.stderr)
+                continue
+            run.label = name if setting == "." else f"{name}/{setting}"
+            runs.append(run)
+    return runs
+
+
+def repeated_seeds(groups: dict[str, list[Run]]) -> list[dict]:
+    """Runs of one curve that share a seed: the same experiment twice, not two samples."""
+    repeated = []
+    for label, runs in groups.items():
+        by_seed = collections.defaultdict(list)
+        for run in runs:
+            by_seed[run.config.get("seed")].append(run.path)
+        repeated += [
+            {"curve": label, "seed": seed, "runs": paths}
+            for seed, paths in by_seed.items()
+            if len(paths) > 1
+        ]
+    return repeated
 
 
 def mean_and_band(xs: list[np.ndarray], ys: list[np.ndarray], seed: int = 0):
@@ -171,14 +219,23 @@ def plot(run_dirs: list[str], out: str) -> dict:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    groups = group_by_config([load_run(d) for d in run_dirs])
+    groups = group_by_config(load_runs(run_dirs))
+    repeated = repeated_seeds(groups)
+    for entry in repeated:
+        print(
+            f"sebulba.plot: warning: curve {entry['curve']!r} has {len(entry['runs'])} runs with "
+            f"seed {entry['seed']}: {', '.join(entry['runs'])}",
+            file=sys.stderr,
+        )
+    flagged = {entry["curve"] for entry in repeated}
     aggregates = atari_aggregates(groups)
     panels = 3 if aggregates else 2
     fig, axes = plt.subplots(1, panels, figsize=(6 * panels, 4.5))
     for label, runs in groups.items():
         for ax, xs in ((axes[0], [r.steps for r in runs]), (axes[1], [r.wall_times for r in runs])):
             grid, mean, low, high = mean_and_band(xs, [r.returns for r in runs])
-            line = ax.plot(grid, mean, label=f"{label} (n={len(runs)})")[0]
+            note = ", seeds repeated!" if label in flagged else ""
+            line = ax.plot(grid, mean, label=f"{label} (n={len(runs)}{note})")[0]
             if len(runs) > 1:
                 ax.fill_between(grid, low, high, color=line.get_color(), alpha=0.2)
     axes[0].set_xlabel("env steps")
@@ -208,14 +265,20 @@ def plot(run_dirs: list[str], out: str) -> dict:
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     fig.savefig(out, dpi=100)
     plt.close(fig)
-    return {"curves": {k: len(v) for k, v in groups.items()}, "atari_aggregates": aggregates}
+    return {
+        "curves": {k: len(v) for k, v in groups.items()},
+        "atari_aggregates": aggregates,
+        "repeated_seeds": repeated,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m sebulba.plot", description=__doc__.split("\n")[0]
     )
-    parser.add_argument("run_dirs", nargs="+", help="run directories (--workdir of each run)")
+    parser.add_argument(
+        "run_dirs", nargs="+", help="run directories (--workdir of each run) or sweep directories"
+    )
     parser.add_argument(
         "--out", required=True, help="output image, e.g. curves.png (missing folders are created)"
     )
