@@ -25,9 +25,6 @@ import dataclasses
 import hashlib
 import logging as py_logging
 import os
-import signal
-import sys
-import threading
 import time
 from typing import Any
 
@@ -41,6 +38,7 @@ from jax.sharding import PartitionSpec
 
 from sebulba.errors import ConfigError
 from sebulba.mesh import BATCH_AXIS, DeviceLayout
+from sebulba.stop_signals import StopSignals  # noqa: F401 - part of this module's API.
 
 CHECKPOINTS_DIRNAME = "checkpoints"
 # Unreadable checkpoints of a run are moved here (never deleted), so the run can save
@@ -349,39 +347,3 @@ class Checkpointer:
         """Waits until every started save is on disk, then releases orbax's threads."""
         self._manager.wait_until_finished()
         self._manager.close()
-
-
-class StopSignals:
-    """Turns SIGTERM and SIGINT into a request to stop after the current update.
-
-    A second signal aborts at once (KeyboardInterrupt). Handlers can only be installed
-    from the main thread; elsewhere (a library user's thread) signals keep their
-    previous behaviour. The previous handlers are restored on exit.
-    """
-
-    def __init__(self):
-        self.received: str | None = None
-        self._previous: dict[int, Any] = {}
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        del frame
-        name = signal.Signals(signum).name
-        if self.received is not None:
-            raise KeyboardInterrupt(f"second {name}: stopping without a checkpoint")
-        self.received = name
-        print(
-            f"sebulba: {name} received: finishing the current update, then saving a "
-            "checkpoint (send it again to abort without saving)",
-            file=sys.stderr,
-            flush=True,
-        )
-
-    def __enter__(self) -> StopSignals:
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                self._previous[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def __exit__(self, *exc_info: Any) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)

@@ -29,6 +29,7 @@ from ml_collections import config_dict, config_flags
 
 from sebulba import distributed, flag_errors
 from sebulba.errors import ConfigError, TrainingDivergedError
+from sebulba.stop_signals import StopSignals
 from sebulba.workdir import check_workdir
 
 # 128 + SIGINT, what shells report for a program stopped by Ctrl-C: `for s in 1 2; do
@@ -226,6 +227,17 @@ def _fail_multi_process(monitor: distributed.RunMonitor, status: int, message: s
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         _config_error(f"unexpected arguments: {' '.join(argv[1:])}")
+    # Installed before JAX is imported or started, so that a Ctrl-C during start-up is
+    # not swallowed by a JAX callback: the run stops after its first update, with a
+    # checkpoint, and exits 130.
+    with StopSignals() as signals:
+        _run(signals)
+    if signals.received == "SIGINT":
+        sys.exit(EXIT_INTERRUPTED)
+
+
+def _run(signals: StopSignals) -> None:
+    """Start-up, training and the exit status of every failure; `main` owns the signals."""
     options = _distributed_options()
     try:
         if not options.enabled:
@@ -238,14 +250,12 @@ def main(argv: list[str]) -> None:
     import jax
 
     from sebulba import train
-    from sebulba.checkpoint import StopSignals
     from sebulba.metrics import params_checksum
 
     monitor = None
     if options.enabled:
         distributed.log_process_start(source)
         monitor = distributed.start_monitor(_WATCHDOG_TIMEOUT.value)
-    signals = StopSignals()
     try:
         state = train.train(
             _CONFIG.value,
@@ -285,8 +295,6 @@ def main(argv: list[str]) -> None:
         logging.info("finished; learner state checksum %s", params_checksum(state))
         # Waits (up to --shutdown_timeout_s) until every process has finished.
         jax.distributed.shutdown()
-    if signals.received == "SIGINT":
-        sys.exit(EXIT_INTERRUPTED)
 
 
 if __name__ == "__main__":

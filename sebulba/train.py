@@ -10,6 +10,7 @@ A run resumes from the newest valid checkpoint in `workdir/checkpoints` (else fr
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.util
 import os
@@ -324,8 +325,9 @@ def train(
     `on_update(report, state)`, if given, runs on the learner thread after each update
     (e.g. a watchdog's heartbeat). In a multi-process run every process must see the
     same `workdir`; a process that cannot see process 0's files in it within
-    `shared_workdir_timeout_s` raises `ConfigError`. `stop_signals`, if given, is the
-    (not yet entered) `checkpoint.StopSignals` the run uses; its `received` then tells the
+    `shared_workdir_timeout_s` raises `ConfigError`. `stop_signals`, if given, is an
+    already entered `checkpoint.StopSignals` that the caller owns (the command line
+    installs it before start-up, so that no Ctrl-C is lost); its `received` tells the
     caller which signal stopped the run (the command line's exit status).
 
     Raises:
@@ -336,7 +338,8 @@ def train(
     # and so does a resume with a config the stored run did not use.
     workdir_lib.check_workdir(workdir)
     resume_config.check(config, workdir)
-    with stop_signals or ckpt_lib.StopSignals() as signals:
+    owned = contextlib.nullcontext(stop_signals) if stop_signals else ckpt_lib.StopSignals()
+    with owned as signals:
         setup = prepare(config)
         sizes, layout = setup.sizes, setup.layout
         is_main_process = jax.process_index() == 0

@@ -286,3 +286,39 @@ def test_evaluate_flag_errors_are_one_line(tmp_path, flags_, expected):
     )
     assert result.returncode == 2
     assert _one_stderr_line(result) == f"sebulba.evaluate: {expected}"
+
+
+def _catches_sigterm(pid: int) -> bool:
+    """Whether the process has a handler for SIGTERM (Python installs none by itself)."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("SigCgt:"):
+                return bool(int(line.split()[1], 16) & (1 << (signal.SIGTERM - 1)))
+    return False
+
+
+def test_ctrl_c_during_start_up_stops_after_the_first_update_and_exits_130(tmp_path):
+    if not os.path.exists("/proc/self/status"):
+        pytest.skip("needs Linux's /proc to see when the stop handler is installed")
+    workdir = tmp_path / "run"
+    env = dict(os.environ)
+    env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+    env["JAX_PLATFORMS"] = "cpu"
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "sebulba.main", f"--config={TEST_CONFIG}", f"--workdir={workdir}"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env=env,
+    )
+    deadline = time.monotonic() + 60
+    while not _catches_sigterm(process.pid):  # The first moment a signal is handled.
+        assert process.poll() is None and time.monotonic() < deadline, process.stderr.read()
+        time.sleep(0.005)
+    process.send_signal(signal.SIGINT)  # While JAX is still being imported or started.
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 130, err[-2000:]
+    assert "stopped by SIGINT after update 1/" in out
+    assert os.listdir(workdir / "checkpoints") == ["1"]
