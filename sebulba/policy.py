@@ -28,6 +28,7 @@ from sebulba import checkpoint as ckpt_lib
 from sebulba import envs as envs_lib
 from sebulba.agents import resolve_agent
 from sebulba.agents.api import Agent, EnvSpec, Params
+from sebulba.config import base_config
 from sebulba.errors import ConfigError
 from sebulba.random_streams import inference_keys
 from sebulba.sizes import derive_sizes
@@ -47,10 +48,37 @@ def load_run_config(workdir: str) -> ml_collections.ConfigDict:
     if not os.path.exists(path):
         raise PolicyError(f"{path} not found: {workdir} is not a sebulba workdir")
     with open(path, encoding="utf-8") as f:
-        config = ml_collections.ConfigDict(json.load(f))
+        config = with_current_defaults(json.load(f))
     config.mesh.actor_device_ids = (0,)
     config.mesh.learner_device_ids = (0,)
     return config
+
+
+def with_current_defaults(stored: dict) -> ml_collections.ConfigDict:
+    """A stored config, with every key added since it was written at its default.
+
+    A run written by an older sebulba lacks newer keys (e.g. `env.use_fire_reset`); their
+    defaults keep the behaviour that run had, so its checkpoints stay loadable.
+    """
+    try:
+        config = base_config(resolve_agent(stored["agent"]["name"]).get_config())
+    except (KeyError, ConfigError):  # No usable agent name: the stored keys are all we have.
+        return ml_collections.ConfigDict(stored)
+    _overlay(config, stored)
+    return config
+
+
+def _overlay(config: ml_collections.ConfigDict, stored: dict) -> None:
+    """Writes `stored` over `config`, keeping the keys `stored` lacks."""
+    with config.unlocked():  # Keys an older or custom agent had and this one lacks stay.
+        for name, value in stored.items():
+            default = config.get(name)
+            if isinstance(value, dict) and isinstance(default, ml_collections.ConfigDict):
+                _overlay(default, value)
+            elif isinstance(value, list) and isinstance(default, tuple):
+                config[name] = tuple(value)  # JSON stores tuples as lists.
+            else:
+                config[name] = value
 
 
 class Policy:

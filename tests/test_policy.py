@@ -1,8 +1,10 @@
 """`sebulba.load_policy`: a trained checkpoint's policy, usable on a batch of observations."""
 
 import dataclasses
+import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -170,3 +172,18 @@ def test_the_readme_snippet_runs(trained):
     namespace = {}
     exec(snippet.replace('"runs/ppo_cartpole"', repr(trained)), namespace)  # noqa: S102
     assert namespace["obs"].shape == (4, 4) and namespace["policy"].calls == 100
+
+
+def test_a_run_written_before_newer_config_keys_still_loads(trained, observations, tmp_path):
+    older = tmp_path / "older"
+    shutil.copytree(trained, older)
+    with open(older / "config.json") as f:
+        stored = json.load(f)
+    del stored["env"]["use_fire_reset"], stored["log"]["console_every_s"]
+    with open(older / "config.json", "w") as f:
+        json.dump(stored, f)
+    policy = sebulba.load_policy(str(older), greedy=True)
+    assert policy.config.env.use_fire_reset is False  # The behaviour that run had.
+    assert policy.config.mesh.learner_device_ids == (0,)
+    expected = sebulba.load_policy(trained, greedy=True)(observations)
+    assert np.array_equal(policy(observations), expected)
