@@ -19,11 +19,15 @@ class StopSignals:
     A second signal aborts at once (KeyboardInterrupt). Handlers can only be installed
     from the main thread; elsewhere (a library user's thread) signals keep their
     previous behaviour. The previous handlers are restored on exit.
+
+    Entering again re-installs the handlers (and the matching exit undoes only that):
+    `jax.distributed.initialize` installs a SIGTERM handler of its own, so a run entered
+    before it enters again after it.
     """
 
     def __init__(self):
         self.received: str | None = None
-        self._previous: dict[int, Any] = {}
+        self._previous: list[dict[int, Any]] = []  # One entry per nested `with`.
 
     def _handle(self, signum: int, frame: Any) -> None:
         del frame
@@ -39,11 +43,13 @@ class StopSignals:
         )
 
     def __enter__(self) -> StopSignals:
+        previous = {}
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
-                self._previous[sig] = signal.signal(sig, self._handle)
+                previous[sig] = signal.signal(sig, self._handle)
+        self._previous.append(previous)
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
-        for sig, handler in self._previous.items():
+        for sig, handler in self._previous.pop().items():
             signal.signal(sig, handler)

@@ -10,7 +10,6 @@ A run resumes from the newest valid checkpoint in `workdir/checkpoints` (else fr
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import importlib.util
 import os
@@ -325,10 +324,10 @@ def train(
     `on_update(report, state)`, if given, runs on the learner thread after each update
     (e.g. a watchdog's heartbeat). In a multi-process run every process must see the
     same `workdir`; a process that cannot see process 0's files in it within
-    `shared_workdir_timeout_s` raises `ConfigError`. `stop_signals`, if given, is an
-    already entered `checkpoint.StopSignals` that the caller owns (the command line
-    installs it before start-up, so that no Ctrl-C is lost); its `received` tells the
-    caller which signal stopped the run (the command line's exit status).
+    `shared_workdir_timeout_s` raises `ConfigError`. `stop_signals`, if given, is the
+    `StopSignals` the run uses (the command line enters it before start-up as well, so
+    that no Ctrl-C is lost); its `received` tells the caller which signal stopped the
+    run (the command line's exit status).
 
     Raises:
       ConfigError: before any work, for a bad config or a workdir that is a file, lies
@@ -338,8 +337,9 @@ def train(
     # and so does a resume with a config the stored run did not use.
     workdir_lib.check_workdir(workdir)
     resume_config.check(config, workdir)
-    owned = contextlib.nullcontext(stop_signals) if stop_signals else ckpt_lib.StopSignals()
-    with owned as signals:
+    # Entered here even when the caller entered it already: JAX's distributed runtime
+    # may have installed its own SIGTERM handler since.
+    with stop_signals or ckpt_lib.StopSignals() as signals:
         setup = prepare(config)
         sizes, layout = setup.sizes, setup.layout
         is_main_process = jax.process_index() == 0
