@@ -143,9 +143,14 @@ def minibatch_steps(
             return jax.tree.map(jnp.add, total, grads), stats
 
         zeros = jax.tree.map(jnp.zeros_like, params)
-        total, stats = jax.lax.scan(
-            micro_step, zeros, micro_batches, unroll=accumulation_steps if unroll else 1
-        )
+        if unroll:  # Straight-line code: no convolution inside a nested XLA computation.
+            total, all_stats = zeros, []
+            for i in range(accumulation_steps):
+                total, stats = micro_step(total, jax.tree.map(lambda x, i=i: x[i], micro_batches))
+                all_stats.append(stats)
+            stats = jax.tree.map(lambda *xs: jnp.stack(xs), *all_stats)
+        else:
+            total, stats = jax.lax.scan(micro_step, zeros, micro_batches)
         if combine == "mean":
             total = jax.tree.map(lambda g: g / accumulation_steps, total)
         return total, jax.tree.map(jnp.mean, stats)
