@@ -67,6 +67,7 @@ def base_config(agent: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     config.debug.learner_delay_s = 0.0  # Sleep before each update (reproducibility tests).
     config.debug.actor_delay_s = 0.0  # Sleep before each rollout (reproducibility tests).
     config.debug.transfer_guard = "disallow"  # jax.transfer_guard level in the loop.
+    config.debug.skip_memory_check = False  # Train even if the update seems not to fit.
     return config
 
 

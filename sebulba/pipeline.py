@@ -34,6 +34,7 @@ from sebulba.agents.api import Agent, Rollout, rollout_partition_specs
 from sebulba.distributed import EpisodeGatherer
 from sebulba.envs import EpisodeTracker, learning_rewards
 from sebulba.handoff import ParamsStore, RunControl, RunStopped, get_or_stop, put_or_stop
+from sebulba.memory import update_compiler_options
 from sebulba.mesh import DeviceLayout
 from sebulba.sizes import Sizes
 
@@ -288,7 +289,10 @@ class Pipeline:
             out_shardings=(state_shardings, replicated),
             donate_argnums=0,
         )
-        self._compiled_update = jitted.lower(state, rollout).compile()
+        # On CPU, XLA's memory-optimised scheduler keeps an unrolled minibatch loop to one
+        # minibatch's activations at a time (see sebulba.memory).
+        options = update_compiler_options(self.layout.local_learner_devices)
+        self._compiled_update = jitted.lower(state, rollout).compile(compiler_options=options)
         return self._compiled_update
 
     def _publish(self, store: ParamsStore, version: int, params) -> None:

@@ -36,6 +36,7 @@ MAY_CHANGE_ON_RESUME: dict[str, str] = {
     "mesh.*": "device layout: numbers change only by float reduction order (resume tested)",
     "pipeline.num_actor_threads": "layout, if the global env count stays (the checkpoint checks)",
     "env.num_envs": "envs per actor thread: same rule as pipeline.num_actor_threads",
+    "agent.minibatch_loop": "how the minibatch loop is compiled (scan or unrolled), not its maths",
 }
 
 

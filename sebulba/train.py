@@ -22,7 +22,7 @@ import ml_collections
 from absl import logging
 
 from sebulba import checkpoint as ckpt_lib
-from sebulba import distributed, random_streams, resume_config
+from sebulba import distributed, memory, random_streams, resume_config
 from sebulba import envs as envs_lib
 from sebulba import workdir as workdir_lib
 from sebulba.agents import resolve_agent
@@ -376,7 +376,12 @@ def train(
             actor_delay_s=config.debug.actor_delay_s,
             transfer_guard=config.debug.transfer_guard,
         )
-        _log_compiled(pipeline.compile_update(start.state))
+        compiled = pipeline.compile_update(start.state)
+        _log_compiled(compiled)
+        if not config.debug.skip_memory_check:
+            memory.check_update_fits(
+                compiled, pipeline.rollout_struct(start.state), layout.local_learner_devices
+            )
 
         if is_main_process:
             os.makedirs(workdir, exist_ok=True)

@@ -209,6 +209,27 @@ def test_update_traces_once_and_scan_and_unrolled_loops_agree():
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
+def test_gradient_accumulation_sums_to_the_unsplit_update_and_agrees_across_layouts():
+    # IMPALA's loss sums over env columns, so the summed micro-batch gradients equal the
+    # minibatch's even with invalid steps. 16 envs leave 2 columns of each of the 2
+    # minibatches per device on 4 devices, so 2 micro-batches stay device-local.
+    rollout = random_rollout(num_envs=16)
+
+    def final_params(**agent):
+        config = small_update_config(impala, T, 16, **agent)
+        agent = impala.make(config, CARTPOLE, derive_sizes(config))
+        state, _ = jax.jit(agent.update)(agent.init(jax.random.key(0)), rollout)
+        return agent, jax.tree.leaves(jax.device_get(state.params))
+
+    _, reference = final_params()
+    for loop in ("scan", "unrolled"):
+        agent, accumulated = final_params(gradient_accumulation_steps=2, minibatch_loop=loop)
+        for a, b in zip(reference, accumulated, strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert_update_agrees_across_layouts(agent, rollout)
+    assert_update_moves_no_rollout_data(agent, rollout)
+
+
 def test_learning_rate_anneals_once_per_update():
     rates = logged_learning_rates(make_agent(), [random_rollout(seed) for seed in range(3)])
     np.testing.assert_allclose(rates, [6e-4, 6e-4 * 0.9, 6e-4 * 0.8], rtol=1e-6)
@@ -221,6 +242,9 @@ def test_learning_rate_anneals_once_per_update():
         ({"vtrace_lambda": 1.5}, "agent.vtrace_lambda"),
         ({"minibatch_loop": "fast"}, "agent.minibatch_loop"),
         ({"network": "transformer"}, "agent.network"),
+        # 8 envs / 2 minibatches leave 4 columns per minibatch: 3 cannot divide them.
+        ({"gradient_accumulation_steps": 3}, "agent.gradient_accumulation_steps"),
+        ({"gradient_accumulation_steps": -1}, "agent.gradient_accumulation_steps"),
     ],
 )
 def test_bad_impala_values_name_the_field(agent, field):

@@ -153,6 +153,41 @@ def test_scan_and_unrolled_loops_agree():
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
+def _final_params(agent, rollout):
+    state, _ = jax.jit(agent.update)(agent.init(jax.random.key(0)), rollout)
+    return jax.tree.leaves(jax.device_get(state.params))
+
+
+@pytest.mark.parametrize("loop", ["scan", "unrolled"])
+def test_gradient_accumulation_equals_the_unsplit_update_for_a_mean_loss(loop):
+    # With every sample valid and no per-minibatch advantage normalisation the loss is a
+    # plain mean over samples: the mean of micro-batch gradients is the minibatch's.
+    rollout = random_rollout().replace(valid=np.ones((T, B), bool))
+    options = dict(norm_adv="none", minibatch_loop=loop)
+    reference = _final_params(make_agent(**options), rollout)
+    for steps in (2, 4):
+        accumulated = _final_params(
+            make_agent(gradient_accumulation_steps=steps, **options), rollout
+        )
+        for a, b in zip(reference, accumulated, strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    # The split is real: with per-micro-batch normalisation the update differs.
+    normalised = _final_params(
+        make_agent(gradient_accumulation_steps=4, minibatch_loop=loop), rollout
+    )
+    unsplit = _final_params(make_agent(minibatch_loop=loop), rollout)
+    assert any(
+        not np.allclose(a, b, rtol=1e-5, atol=1e-6)
+        for a, b in zip(unsplit, normalised, strict=True)
+    )
+
+
+def test_accumulating_update_agrees_across_layouts_and_moves_no_rollout_data():
+    agent = make_agent(gradient_accumulation_steps=2)
+    assert_update_agrees_across_layouts(agent, random_rollout())
+    assert_update_moves_no_rollout_data(agent, random_rollout())
+
+
 def test_learning_rate_anneals_once_per_update():
     rates = logged_learning_rates(make_agent(), [random_rollout()] * 3)
     np.testing.assert_allclose(rates, [2.5e-4, 2.5e-4 * 0.9, 2.5e-4 * 0.8], rtol=1e-6)
@@ -165,6 +200,8 @@ def test_learning_rate_anneals_once_per_update():
         ({"update_epochs": 0}, "agent.update_epochs"),
         ({"minibatch_loop": "fast"}, "agent.minibatch_loop"),
         ({"network": "transformer"}, "agent.network"),
+        ({"gradient_accumulation_steps": 3}, "agent.gradient_accumulation_steps"),
+        ({"gradient_accumulation_steps": 0}, "agent.gradient_accumulation_steps"),
     ],
 )
 def test_bad_ppo_values_name_the_field(agent, field):

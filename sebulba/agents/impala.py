@@ -85,6 +85,9 @@ def get_config() -> ml_collections.ConfigDict:
     # auto: unrolled on CPU learners, where XLA runs conv gradients inside a rolled
     # scan ~8x slower; rolled lax.scan elsewhere (smaller programs, faster compiles).
     config.minibatch_loop = "auto"  # auto | scan | unrolled.
+    # Every k-th env column of a minibatch; the loss is a sum, so the summed gradients equal
+    # the unsplit minibatch's. Memory falls with it.
+    config.gradient_accumulation_steps = 1  # Micro-batches per minibatch (gradients summed).
     return config
 
 
@@ -153,6 +156,13 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         "agent.num_minibatches",
     )
     unroll = learner.unrolls_minibatch_loop(hp.minibatch_loop)
+    accumulation_steps = learner.check_accumulation_steps(
+        hp.gradient_accumulation_steps,
+        "agent.gradient_accumulation_steps",
+        sizes.envs_per_learner_device // hp.num_minibatches,
+        "a minibatch's envs per learner device, env.num_envs x pipeline.num_actor_threads "
+        "/ len(mesh.learner_device_ids) / agent.num_minibatches",
+    )
     check_network_fits(hp.network, env_spec)
     network = make_network(hp.network, env_spec.num_actions, hp.conv_init)
     learning_rate = learner.annealed_learning_rate(
@@ -248,7 +258,15 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         # [M, T (+ 1), B / M, ...]: one leading axis to loop over.
         batches = minibatches.env_groups(sequences, update_key, rollout.env_ids, hp.num_minibatches)
         params, opt_state, metrics = learner.minibatch_steps(
-            loss_fn, optimizer, state.params, state.opt_state, batches, unroll
+            loss_fn,
+            optimizer,
+            state.params,
+            state.opt_state,
+            batches,
+            unroll,
+            accumulation_steps=accumulation_steps,
+            split=minibatches.env_micro_batches,
+            combine="sum",
         )
         metrics["learning_rate"] = learning_rate(state.update_count * hp.num_minibatches)
         return IMPALAState(params, opt_state, state.update_count + 1), metrics

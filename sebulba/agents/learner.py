@@ -69,7 +69,8 @@ def unrolls_minibatch_loop(minibatch_loop: str) -> bool:
 
     "auto" unrolls on CPU learners, where XLA runs convolution gradients inside a rolled
     `lax.scan` about 8x slower, and keeps the rolled scan elsewhere (smaller programs,
-    faster compiles).
+    faster compiles). An unrolled loop keeps one minibatch's activations alive at a time
+    only when compiled with `sebulba.memory.update_compiler_options` (the pipeline does).
 
     Raises:
       ConfigError: for a value other than auto, scan or unrolled.
@@ -83,6 +84,19 @@ def unrolls_minibatch_loop(minibatch_loop: str) -> bool:
     )
 
 
+def check_accumulation_steps(steps, name: str, divides: int, divides_name: str) -> int:
+    """Validates `agent.gradient_accumulation_steps`: a positive int dividing `divides`.
+
+    Raises:
+      ConfigError: one line naming the field and the size it must divide.
+    """
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+        raise ConfigError(f"{name} must be a positive integer, got {steps!r}")
+    if divides % steps:
+        raise ConfigError(f"{name} ({steps}) must divide {divides_name} ({divides})")
+    return steps
+
+
 def minibatch_steps(
     loss_fn: Callable,
     optimizer: optax.GradientTransformation,
@@ -90,24 +104,63 @@ def minibatch_steps(
     opt_state,
     batches,
     unroll: bool,
+    *,
+    accumulation_steps: int = 1,
+    split: Callable | None = None,
+    combine: str = "mean",
 ):
-    """One optimizer step per minibatch, in order.
+    """One optimizer step per minibatch, in order, optionally over accumulated micro-batches.
+
+    With `accumulation_steps` k > 1 every minibatch is cut by `split` into k micro-batches;
+    their gradients are computed one after another (only one micro-batch's activations
+    are alive at a time) and combined before the single optimizer step of the minibatch:
+    averaged (`combine="mean"`, for losses that are means over samples, as optax.MultiSteps
+    does) or summed (`"sum"`, for losses that are sums over samples, which then match the
+    unsplit gradient exactly).
 
     Args:
       loss_fn: `loss_fn(params, batch) -> (loss, stats)`, stats a dict of scalars.
       optimizer: the optax transformation (its schedule counts these steps).
       params / opt_state: where to start.
       batches: pytree of [N, ...] arrays; `[j]` is minibatch j.
-      unroll: unroll the N steps instead of a rolled `lax.scan`.
+      unroll: unroll the N steps (and the k micro-batches) instead of a rolled `lax.scan`.
+      accumulation_steps: k micro-batches per minibatch.
+      split: `split(batch, k)` -> the batch as a pytree of [k, ...] micro-batches; needed
+        when k > 1 (see `sebulba.agents.minibatches`).
+      combine: "mean" or "sum" of the micro-batch gradients.
 
     Returns:
-      (params, opt_state, stats averaged over the N minibatches).
+      (params, opt_state, stats averaged over the N minibatches and their micro-batches).
     """
     num_steps = jax.tree.leaves(batches)[0].shape[0]
+    gradient = jax.grad(loss_fn, has_aux=True)
+
+    def accumulated_gradient(params, batch):
+        micro_batches = split(batch, accumulation_steps)
+
+        def micro_step(total, micro_batch):
+            grads, stats = gradient(params, micro_batch)
+            return jax.tree.map(jnp.add, total, grads), stats
+
+        zeros = jax.tree.map(jnp.zeros_like, params)
+        if unroll:  # Straight-line code: no convolution inside a nested XLA computation.
+            total, all_stats = zeros, []
+            for i in range(accumulation_steps):
+                total, stats = micro_step(total, jax.tree.map(lambda x, i=i: x[i], micro_batches))
+                all_stats.append(stats)
+            stats = jax.tree.map(lambda *xs: jnp.stack(xs), *all_stats)
+        else:
+            total, stats = jax.lax.scan(micro_step, zeros, micro_batches)
+        if combine == "mean":
+            total = jax.tree.map(lambda g: g / accumulation_steps, total)
+        return total, jax.tree.map(jnp.mean, stats)
 
     def step(carry, batch):
         params, opt_state = carry
-        grads, stats = jax.grad(loss_fn, has_aux=True)(params, batch)
+        if accumulation_steps > 1:
+            grads, stats = accumulated_gradient(params, batch)
+        else:
+            grads, stats = gradient(params, batch)
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return (optax.apply_updates(params, updates), opt_state), stats
 

@@ -12,6 +12,12 @@ N learner devices, in any column order:
 * `env_groups`: envs with global ids g*M ... g*M+M-1 form a group; a per-group
   permutation sends one of them to each of the M minibatches (whole trajectories, for
   V-trace). Requires each device's env count to be a multiple of M.
+
+Gradient accumulation cuts each minibatch once more into k micro-batches, by the same
+rules: `time_micro_batches` splits a time-shuffled minibatch along its (already
+shuffled) time slots, so every micro-batch keeps every env column; `env_micro_batches`
+takes every k-th env column of a whole-sequence minibatch, so each device keeps 1/k of
+its own columns in every micro-batch (no data moves, whatever the number of devices).
 """
 
 from __future__ import annotations
@@ -76,3 +82,41 @@ def env_groups(tree, key: jax.Array, env_ids: jax.Array, num_minibatches: int):
         return jnp.moveaxis(chosen, 2, 0)  # [M, T, G, ...]
 
     return jax.tree.map(split, tree)
+
+
+def time_micro_batches(tree, num_micro_batches: int):
+    """Cuts a `time_shuffled` minibatch into k micro-batches along its time slots.
+
+    Args:
+      tree: pytree of [t, B, ...] arrays (sharded along B).
+      num_micro_batches: k; must divide t.
+
+    Returns:
+      The pytree with leaves [k, t // k, B, ...]; [i] is micro-batch i.
+    """
+    return jax.tree.map(
+        lambda x: x.reshape(num_micro_batches, x.shape[0] // num_micro_batches, *x.shape[1:]),
+        tree,
+    )
+
+
+def env_micro_batches(tree, num_micro_batches: int):
+    """Deals the env columns of an `env_groups` minibatch to k micro-batches, strided.
+
+    Column c goes to micro-batch c mod k, so a device holding a contiguous block of
+    columns whose size is a multiple of k keeps 1/k of its block in every micro-batch.
+
+    Args:
+      tree: pytree of [T, b, ...] arrays (sharded along b).
+      num_micro_batches: k; must divide the columns each device holds.
+
+    Returns:
+      The pytree with leaves [k, T, b // k, ...]; [i] is micro-batch i.
+    """
+    k = num_micro_batches
+
+    def deal(x):
+        strided = x.reshape(x.shape[0], x.shape[1] // k, k, *x.shape[2:])
+        return jnp.moveaxis(strided, 2, 0)
+
+    return jax.tree.map(deal, tree)

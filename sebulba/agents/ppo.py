@@ -91,6 +91,9 @@ def get_config() -> ml_collections.ConfigDict:
     # auto: unrolled on CPU learners, where XLA runs conv gradients inside a rolled
     # scan ~8x slower; rolled lax.scan elsewhere (smaller programs, faster compiles).
     config.minibatch_loop = "auto"  # auto | scan | unrolled.
+    # Memory falls with it. Advantage normalisation and the means over valid samples are
+    # then per micro-batch (exact split only for a plain mean: norm_adv "none", all valid).
+    config.gradient_accumulation_steps = 1  # Micro-batches per minibatch (gradients averaged).
     return config
 
 
@@ -143,6 +146,12 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
     norm_adv = ("none", "minibatch")[hp.norm_adv] if isinstance(hp.norm_adv, bool) else hp.norm_adv
     check_choice(norm_adv, "agent.norm_adv", NORM_ADV_MODES)
     unroll = learner.unrolls_minibatch_loop(hp.minibatch_loop)
+    accumulation_steps = learner.check_accumulation_steps(
+        hp.gradient_accumulation_steps,
+        "agent.gradient_accumulation_steps",
+        hp.num_steps // hp.num_minibatches,
+        "the time steps of a minibatch, agent.num_steps / agent.num_minibatches",
+    )
     check_network_fits(hp.network, env_spec)
     network = make_network(hp.network, env_spec.num_actions, hp.conv_init)
     steps_per_update = hp.update_epochs * hp.num_minibatches
@@ -241,7 +250,15 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         batches = jax.tree.map(lambda *xs: jnp.concatenate(xs), *epochs)
 
         params, opt_state, metrics = learner.minibatch_steps(
-            loss_fn, optimizer, state.params, state.opt_state, batches, unroll
+            loss_fn,
+            optimizer,
+            state.params,
+            state.opt_state,
+            batches,
+            unroll,
+            accumulation_steps=accumulation_steps,
+            split=minibatches.time_micro_batches,
+            combine="mean",
         )
         metrics["learning_rate"] = learning_rate(state.update_count * steps_per_update)
         metrics["explained_variance"] = learner.explained_variance(

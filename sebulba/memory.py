@@ -1,0 +1,165 @@
+"""Memory of the learner update: how it is compiled, and whether it fits before training.
+
+Two things live here:
+
+* `update_compiler_options`: on CPU learners the update is compiled with XLA's
+  memory-optimised scheduler. The default CPU scheduler favours concurrency and places
+  work that does not depend on the parameters (the index arrays of the max-pool
+  gradient, padded copies of the inputs) of *every* unrolled minibatch step at the start
+  of the program, so an unrolled loop (`agent.minibatch_loop`, "auto" on CPU) kept all
+  of its steps' activations alive at once: 16 minibatch steps needed about 16 times the
+  memory of one. With the memory-optimised scheduler each step's work stays in its
+  step; the speed of unrolled convolution gradients is kept.
+* `check_update_fits`: compares what the compiled update needs on each learner device
+  with what the device has, and stops the run before training with one line that gives
+  the figures and what to change.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import numpy as np
+import psutil
+from absl import logging
+
+from sebulba.errors import ConfigError
+
+_CPU_OPTIONS = {"xla_cpu_scheduler_type": "CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED"}
+_GIB = 2**30
+_MIB = 2**20
+
+
+def update_compiler_options(devices: Sequence[jax.Device]) -> dict[str, str]:
+    """XLA options for compiling the learner update on `devices` (empty off CPU)."""
+    return dict(_CPU_OPTIONS) if devices[0].platform == "cpu" else {}
+
+
+@dataclasses.dataclass(frozen=True)
+class UpdateMemory:
+    """Bytes the learner update needs on one learner device.
+
+    Attributes:
+      arguments: learner state and this device's share of the rollout being consumed.
+      outputs: new state and metrics.
+      temporaries: XLA's temporary buffers (activations, gradients, shuffled copies).
+      aliased: output bytes that reuse donated argument buffers (counted once).
+      next_rollout: this device's share of the rollout the actors hand over while the
+        update runs (double buffering keeps up to two rollouts on the learner devices).
+    """
+
+    arguments: int
+    outputs: int
+    temporaries: int
+    aliased: int
+    next_rollout: int
+
+    @property
+    def total(self) -> int:
+        return self.arguments + self.outputs + self.temporaries - self.aliased + self.next_rollout
+
+
+def update_memory(compiled, rollout_struct) -> UpdateMemory | None:
+    """Per-device needs of a compiled update; None where the backend does not report them.
+
+    Args:
+      compiled: the ahead-of-time compiled update (`jit(...).lower(...).compile()`).
+      rollout_struct: the rollout's `jax.ShapeDtypeStruct`s with their shardings.
+    """
+    try:
+        analysis = compiled.memory_analysis()
+    except Exception:  # noqa: BLE001 - not every backend reports memory.
+        analysis = None
+    if analysis is None:
+        return None
+    rollout_shard = sum(
+        int(np.prod(leaf.sharding.shard_shape(leaf.shape))) * np.dtype(leaf.dtype).itemsize
+        for leaf in jax.tree.leaves(rollout_struct)
+    )
+    return UpdateMemory(
+        arguments=analysis.argument_size_in_bytes,
+        outputs=analysis.output_size_in_bytes,
+        temporaries=analysis.temp_size_in_bytes,
+        aliased=analysis.alias_size_in_bytes,
+        next_rollout=rollout_shard,
+    )
+
+
+def available_bytes(devices: Sequence[jax.Device]) -> int | None:
+    """What one learner device can hold; None where it is unknown.
+
+    Accelerators report their allocator's limit. CPU devices share the host's memory,
+    so each of them gets an equal part of what the host has available now.
+    """
+    if devices[0].platform == "cpu":
+        return psutil.virtual_memory().available // len(devices)
+    stats = devices[0].memory_stats()
+    return None if not stats or "bytes_limit" not in stats else int(stats["bytes_limit"])
+
+
+def _size(num_bytes: float) -> str:
+    if num_bytes >= _GIB:
+        return f"{num_bytes / _GIB:,.1f} GiB"
+    return f"{num_bytes / _MIB:,.1f} MiB"
+
+
+def check_update_fits(
+    compiled,
+    rollout_struct,
+    devices: Sequence[jax.Device],
+    *,
+    available: int | None = None,
+) -> UpdateMemory | None:
+    """Stops the run before training if the update cannot fit on a learner device.
+
+    Args:
+      compiled: the ahead-of-time compiled learner update.
+      rollout_struct: the rollout's shapes, dtypes and shardings.
+      devices: this process's learner devices.
+      available: bytes one device can hold (default: `available_bytes(devices)`).
+
+    Returns:
+      The update's needs per device (None where the backend does not report them).
+
+    Raises:
+      ConfigError: one line with both figures and the config keys that lower the need.
+    """
+    needed = update_memory(compiled, rollout_struct)
+    if available is None:
+        available = available_bytes(devices)
+    if needed is None or available is None:
+        logging.info("learner memory not checked: the backend does not report it")
+        return needed
+    kind = "the host's available memory" if devices[0].platform == "cpu" else "device memory"
+    logging.info(
+        "learner update needs %s per learner device (temporaries %s, rollouts 2 x %s); "
+        "%s per device: %s",
+        _size(needed.total),
+        _size(needed.temporaries),
+        _size(needed.next_rollout),
+        kind,
+        _size(available),
+    )
+    if needed.total > available:
+        share = f" (1/{len(devices)} of it per learner device)" if len(devices) > 1 else ""
+        raise ConfigError(
+            f"the learner update needs {_size(needed.total)} per learner device "
+            f"(temporaries {_size(needed.temporaries)}, rollouts 2 x "
+            f"{_size(needed.next_rollout)}) but {kind}{share} is {_size(available)}: "
+            "lower env.num_envs or agent.num_steps, or raise agent.num_minibatches or "
+            "agent.gradient_accumulation_steps (debug.skip_memory_check=True skips this check)"
+        )
+    return needed
+
+
+def describe(memory: UpdateMemory | None) -> dict[str, Any]:
+    """The figures as MiB, for logs and benchmarks."""
+    if memory is None:
+        return {}
+    return {
+        name: round(getattr(memory, name) / _MIB, 1)
+        for name in ("arguments", "outputs", "temporaries", "aliased", "next_rollout", "total")
+    }
