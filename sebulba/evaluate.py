@@ -16,8 +16,8 @@ Writes `DIR/eval.json` with mean, std (population), min and max return, the epis
 count, the checkpoint and whether actions were greedy; for Atari also the
 human-normalized score (score - random) / (human - random) of Mnih et al. (2015), with
 the Atari-57 reference scores of `sebulba.atari_scores`. `--animation` writes episode 0
-as a GIF of the env's own RGB rendering (the Atari game screen, a drawing for classic
-control), played at real-time speed.
+as a GIF of the env's own RGB rendering (the Atari game screen, a drawing for other
+tasks), played at real-time speed.
 """
 
 from __future__ import annotations
@@ -76,7 +76,9 @@ def run_episodes(
         step = 0
         while running.any():
             actions = policy.actions(obs, step=step, row_ids=ids.astype(np.int32))
-            obs, rewards, terminations, truncations, _ = envs.step(actions)
+            obs, rewards, terminations, truncations, _ = envs.step(
+                policy.env_spec.action.to_env(actions)
+            )
             if recording and running[0]:  # The screen this step of episode 0 led to.
                 frames.append(_animation_frame(envs.render(env_ids=[0])[0]))
             returns[ids] += np.where(running, rewards, 0.0)
