@@ -40,6 +40,7 @@ _EVAL_STREAM = 2
 # Rendered screens wider than this are shrunk by an integer factor (classic control
 # draws 600x400); Atari's 160-pixel game screen is kept as it is.
 _MAX_ANIMATION_WIDTH = 320
+_MAX_GIF_DELAY_MS = 655_350  # GIF stores each frame's delay in 1/100 s in 16 bits.
 
 
 class EvaluationError(Exception):
@@ -173,10 +174,29 @@ def _animation_frame(screen: np.ndarray):
 
 
 def save_animation(frames: list[Any], path: str, *, frame_s: float) -> None:
-    """Writes frames (PIL images) as an animated GIF showing each for `frame_s` seconds."""
+    """Writes frames (PIL images) as an animated GIF showing each for `frame_s` seconds.
+
+    A run of identical frames becomes one GIF frame shown for the run's time, at most
+    GIF's longest delay (655.35 s): a policy stuck on a still screen (e.g. never pressing
+    FIRE after a lost life) would otherwise overflow the delay field.
+    """
     # GIF delays are in 1/100 s and viewers slow down anything below 0.02 s.
     duration_ms = max(20, 10 * round(100 * frame_s))
-    frames[0].save(path, save_all=True, append_images=frames[1:], duration=duration_ms, loop=0)
+    longest_ms = _MAX_GIF_DELAY_MS - _MAX_GIF_DELAY_MS % duration_ms
+    distinct, durations = [], []
+    for frame in frames:
+        if distinct and durations[-1] < longest_ms and _same_image(distinct[-1], frame):
+            durations[-1] += duration_ms
+        elif distinct and _same_image(distinct[-1], frame):
+            continue  # Past the longest delay: the still screen is cut short.
+        else:
+            distinct.append(frame)
+            durations.append(duration_ms)
+    distinct[0].save(path, save_all=True, append_images=distinct[1:], duration=durations, loop=0)
+
+
+def _same_image(a, b) -> bool:
+    return a.size == b.size and a.tobytes() == b.tobytes() and a.getpalette() == b.getpalette()
 
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory holding config.json, checkpoints/.")

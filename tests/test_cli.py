@@ -140,7 +140,8 @@ def test_a_url_workdir_is_refused_in_one_line():
         ),
         (
             "--config.env.id=HalfCheetah-v9",
-            "env.id 'HalfCheetah-v9' is not an envpool task: did you mean 'HalfCheetah-v4'",
+            "env.id 'HalfCheetah-v9' is not an envpool task: did you mean 'HalfCheetah-v5' or "
+            "'HalfCheetah-v4'",
         ),
     ],
 )
