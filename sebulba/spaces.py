@@ -32,6 +32,9 @@ _HOST_DTYPES = {"float64": "float32", "int64": "int32", "uint64": "uint32"}
 class ArraySpec:
     """One observation array of one env, as the host holds it.
 
+    Observation bounds are not carried: envpool's are unreliable (dm_control's Boxes
+    claim [2.2e-308, 1.8e308]), and no component relies on them.
+
     Attributes:
       shape: its shape, e.g. (4,), (4, 84, 84) or () for a scalar.
       dtype: numpy dtype name ("float32", "uint8", "int32").
