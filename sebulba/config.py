@@ -29,7 +29,7 @@ def base_config(agent: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     config.total_timesteps = 500_000  # Env steps over all envs, threads and processes.
 
     config.env = ml_collections.ConfigDict()
-    config.env.id = "CartPole-v1"  # envpool task id: CartPole-v1, Acrobot-v1 or <Game>-v5.
+    config.env.id = "CartPole-v1"  # envpool task id (families: README.md), e.g. Hopper-v4.
     config.env.num_envs = 8  # Envs stepped by each actor thread (one envpool pool).
     config.env.num_threads = 0  # envpool worker threads per pool (0: envpool decides).
     config.env.clip_rewards = False  # Learn from sign(reward) (Atari); returns stay raw.

@@ -1,5 +1,11 @@
 """Environment construction with envpool (Weng et al. 2022), in synchronous mode.
 
+The accepted tasks are those of envpool's registry in the families of
+`SUPPORTED_FAMILIES`: classic control, Box2D, MuJoCo (gymnasium tasks), the dm_control
+suite, MiniGrid/BabyAI and Atari. Every family but Atari goes through one generic path
+(envpool's defaults); `sebulba.spaces` describes and converts whatever spaces a task
+has, and refuses in one line the ones it cannot represent.
+
 Atari follows the evaluation protocol of Machado et al. (2018), as in the Cleanba paper:
 sticky actions with probability 0.25, the full 18-action space, no life-loss signal, no
 no-op starts, episodes capped at 108,000 frames, 84x84 grey frames (the max of the last
@@ -14,6 +20,7 @@ index g0 is seeded with `seed + g0 + i`, whatever thread or process steps it.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import warnings
 
@@ -21,38 +28,64 @@ import envpool
 import ml_collections
 import numpy as np
 
-from sebulba.agents.api import EnvSpec
+from sebulba import spaces
 from sebulba.errors import ConfigError
 
 # envpool's classic-control spaces are float64 boxes that gymnasium casts with a warning
 # on every access; the cast is harmless.
 warnings.filterwarnings("ignore", message=".*precision lowered by casting.*")
 
-CLASSIC_CONTROL_IDS = ("CartPole-v1", "Acrobot-v1")
+# envpool's registry module of each supported family -> its name in messages. Other
+# families (procgen, vizdoom, robotics, ...) need settings or spaces not handled here.
+SUPPORTED_FAMILIES = {
+    "envpool.classic_control": "classic control",
+    "envpool.box2d": "Box2D",
+    "envpool.mujoco.gym": "MuJoCo",
+    "envpool.mujoco.dmc": "dm_control",
+    "envpool.minigrid": "MiniGrid/BabyAI",
+    "envpool.atari": "Atari",
+}
+_ATARI_FAMILY = "envpool.atari"
 FRAMES_PER_AGENT_STEP = 4  # Atari frame skip.
 ATARI_FRAMES_PER_SECOND = 60  # The console's (NTSC) frame rate.
-# Simulated seconds per step of the classic-control tasks (their integration time step).
+# Simulated seconds per step of the classic-control tasks (their integration time step);
+# animations of other non-Atari tasks play at `_DEFAULT_STEP_S`.
 _CLASSIC_CONTROL_STEP_S = {"CartPole-v1": 0.02, "Acrobot-v1": 0.2}
+_DEFAULT_STEP_S = 0.02
 
 
 @functools.cache
-def _envpool_ids() -> frozenset[str]:
-    return frozenset(envpool.list_all_envs())
+def envpool_families() -> dict[str, str]:
+    """Every envpool task id -> the registry module of its family, e.g. "envpool.atari"."""
+    from envpool.registration import registry
+
+    return {env_id: registry.specs[env_id][0] for env_id in envpool.list_all_envs()}
+
+
+@functools.cache
+def supported_env_ids() -> tuple[str, ...]:
+    """The task ids `env.id` accepts, in envpool's registry order."""
+    return tuple(i for i, family in envpool_families().items() if family in SUPPORTED_FAMILIES)
 
 
 def is_atari(env_id: str) -> bool:
-    """Atari ids are envpool's "<Game>-v5" tasks."""
-    return env_id.endswith("-v5") and env_id in _envpool_ids()
+    """Whether `env_id` is one of envpool's Atari tasks (which follow Machado et al.)."""
+    return envpool_families().get(env_id) == _ATARI_FAMILY
 
 
 def check_env_id(env_id: str) -> None:
-    """Raises ConfigError unless `env_id` is a supported discrete-action envpool task."""
-    if env_id in CLASSIC_CONTROL_IDS or is_atari(env_id):
+    """Raises ConfigError, naming env.id and close matches, unless the task is supported."""
+    family = envpool_families().get(env_id)
+    if family in SUPPORTED_FAMILIES:
         return
-    raise ConfigError(
-        f"env.id {env_id!r} is not supported: use one of {', '.join(CLASSIC_CONTROL_IDS)} "
-        "or an envpool Atari task such as 'Breakout-v5'"
-    )
+    if family is not None:
+        raise ConfigError(
+            f"env.id {env_id!r} belongs to envpool's {family} family, which is not supported: "
+            f"use a task of {', '.join(SUPPORTED_FAMILIES.values())}"
+        )
+    close = difflib.get_close_matches(env_id, supported_env_ids(), n=3, cutoff=0.6)
+    advice = f"did you mean {' or '.join(map(repr, close))}?" if close else "see README.md"
+    raise ConfigError(f"env.id {env_id!r} is not an envpool task: {advice}")
 
 
 def make_envs(
@@ -65,7 +98,7 @@ def make_envs(
       num_envs: envs in this pool.
       seed: seed of the pool's first env; env i gets `seed + i`.
       render: enable `pool.render(env_ids)`, RGB screens [n, H, W, 3] uint8 (the Atari
-        game screen at 210x160, a drawing for classic control); the envs' dynamics and
+        game screen at 210x160, a drawing for other tasks); the envs' dynamics and
         observations are the same either way.
 
     Returns:
@@ -107,20 +140,16 @@ def real_time_step_s(env_id: str) -> float:
     """Seconds of game or simulated time one agent step spans (plays animations at 1x)."""
     if is_atari(env_id):
         return FRAMES_PER_AGENT_STEP / ATARI_FRAMES_PER_SECOND
-    return _CLASSIC_CONTROL_STEP_S[env_id]
+    return _CLASSIC_CONTROL_STEP_S.get(env_id, _DEFAULT_STEP_S)
 
 
-def env_spec_of(env_config: ml_collections.ConfigDict, envs) -> EnvSpec:
-    """Describes a pool's observations and actions for the agent."""
-    if not hasattr(envs.action_space, "n"):
-        raise ConfigError(f"env.id {env_config.id!r} has no discrete action space")
-    return EnvSpec(
-        env_id=env_config.id,
-        obs_shape=tuple(envs.observation_space.shape),
-        obs_dtype=np.dtype(envs.observation_space.dtype).name,
-        num_actions=int(envs.action_space.n),
-        is_atari=is_atari(env_config.id),
-    )
+def env_spec_of(env_config: ml_collections.ConfigDict, envs) -> spaces.EnvSpec:
+    """Describes a pool's observations and actions for the agent.
+
+    Raises:
+      ConfigError: naming env.id and the space, if a space cannot be represented.
+    """
+    return spaces.env_spec_of(env_config.id, envs, is_atari=is_atari(env_config.id))
 
 
 def learning_rewards(raw_rewards: np.ndarray, clip: bool) -> np.ndarray:

@@ -16,8 +16,8 @@ Writes `DIR/eval.json` with mean, std (population), min and max return, the epis
 count, the checkpoint and whether actions were greedy; for Atari also the
 human-normalized score (score - random) / (human - random) of Mnih et al. (2015), with
 the Atari-57 reference scores of `sebulba.atari_scores`. `--animation` writes episode 0
-as a GIF of the env's own RGB rendering (the Atari game screen, a drawing for classic
-control), played at real-time speed.
+as a GIF of the env's own RGB rendering (the Atari game screen, a drawing for other
+tasks), played at real-time speed.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from sebulba.policy import Policy, PolicyError, load_policy
 # Rendered screens wider than this are shrunk by an integer factor (classic control
 # draws 600x400); Atari's 160-pixel game screen is kept as it is.
 _MAX_ANIMATION_WIDTH = 320
+_MAX_GIF_DELAY_MS = 655_350  # GIF stores each frame's delay in 1/100 s in 16 bits.
 
 
 class EvaluationError(Exception):
@@ -74,7 +75,9 @@ def run_episodes(
         step = 0
         while running.any():
             actions = policy.actions(obs, step=step, row_ids=ids.astype(np.int32))
-            obs, rewards, terminations, truncations, _ = envs.step(actions)
+            obs, rewards, terminations, truncations, _ = envs.step(
+                policy.env_spec.action.to_env(actions)
+            )
             if recording and running[0]:  # The screen this step of episode 0 led to.
                 frames.append(_animation_frame(envs.render(env_ids=[0])[0]))
             returns[ids] += np.where(running, rewards, 0.0)
@@ -168,31 +171,30 @@ def _animation_frame(screen: np.ndarray):
     return image.quantize()  # Now: ~4x less memory for a long episode's frames.
 
 
-# A GIF frame's delay is 16 bits of 1/100 s; longer still stretches are shortened to this.
-_MAX_GIF_FRAME_MS = 65_530
-
-
-def _same_picture(a, b) -> bool:
-    return a.size == b.size and a.convert("RGB").tobytes() == b.convert("RGB").tobytes()
-
-
 def save_animation(frames: list[Any], path: str, *, frame_s: float) -> None:
     """Writes frames (PIL images) as an animated GIF showing each for `frame_s` seconds.
 
-    Runs of identical frames become one frame shown for their summed time (what Pillow
-    would do anyway), capped at about 65 s, the longest delay a GIF frame can hold: an
-    agent that idles on a still screen for minutes plays back with that pause shortened.
+    A run of identical frames becomes one GIF frame shown for the run's time, at most
+    GIF's longest delay (655.35 s): a policy stuck on a still screen (e.g. never pressing
+    FIRE after a lost life) would otherwise overflow the delay field.
     """
     # GIF delays are in 1/100 s and viewers slow down anything below 0.02 s.
     duration_ms = max(20, 10 * round(100 * frame_s))
-    distinct, durations = [frames[0]], [duration_ms]
-    for frame in frames[1:]:
-        if _same_picture(frame, distinct[-1]):
-            durations[-1] = min(durations[-1] + duration_ms, _MAX_GIF_FRAME_MS)
+    longest_ms = _MAX_GIF_DELAY_MS - _MAX_GIF_DELAY_MS % duration_ms
+    distinct, durations = [], []
+    for frame in frames:
+        if distinct and durations[-1] < longest_ms and _same_image(distinct[-1], frame):
+            durations[-1] += duration_ms
+        elif distinct and _same_image(distinct[-1], frame):
+            continue  # Past the longest delay: the still screen is cut short.
         else:
             distinct.append(frame)
             durations.append(duration_ms)
     distinct[0].save(path, save_all=True, append_images=distinct[1:], duration=durations, loop=0)
+
+
+def _same_image(a, b) -> bool:
+    return a.size == b.size and a.tobytes() == b.tobytes() and a.getpalette() == b.getpalette()
 
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory holding config.json, checkpoints/.")

@@ -29,8 +29,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sebulba import random_streams
-from sebulba.agents.api import Agent, Rollout, rollout_partition_specs
+from sebulba import random_streams, spaces
+from sebulba.agents.api import Agent, EnvSpec, Rollout, rollout_partition_specs
 from sebulba.distributed import EpisodeGatherer
 from sebulba.envs import EpisodeTracker, learning_rewards
 from sebulba.handoff import ParamsStore, RunControl, RunStopped, get_or_stop, put_or_stop
@@ -89,6 +89,8 @@ class Pipeline:
       sizes: derived sizes of the run.
       envs_per_thread: one envpool pool per actor thread, created by the caller (main
         thread), in thread order.
+      env_spec: the pools' spaces; the rollout's arrays are allocated, converted and
+        sharded from it.
       seed: the run's seed (action sampling keys derive from it).
       policy_lag: 0 (synchronous) or 1 (Cleanba's one-step lag).
       clip_rewards: clip learning rewards to their sign.
@@ -104,6 +106,7 @@ class Pipeline:
         sizes: Sizes,
         envs_per_thread: Sequence[Any],
         *,
+        env_spec: EnvSpec,
         seed: int,
         policy_lag: int,
         clip_rewards: bool,
@@ -117,6 +120,7 @@ class Pipeline:
         self.layout = layout
         self.sizes = sizes
         self.envs_per_thread = list(envs_per_thread)
+        self.env_spec = env_spec
         self.seed = seed
         self.policy_lag = policy_lag
         self.clip_rewards = clip_rewards
@@ -158,7 +162,9 @@ class Pipeline:
         env_ids = env_ids.astype(np.int32)
         env_ids_on_device = jax.device_put(env_ids, device)
         tracker = EpisodeTracker(sizes.envs_per_thread)
-        obs, _ = envs.reset()
+        observation_spec, action_spec = self.env_spec.observation, self.env_spec.action
+        action_dtype = np.dtype(action_spec.dtype)
+        obs = spaces.host_observation(observation_spec, envs.reset()[0])
         T = sizes.num_steps
         for update in range(first_update, sizes.num_updates + 1):
             version = required_policy_version(update, self.policy_lag)
@@ -182,8 +188,13 @@ class Pipeline:
                     host["obs"].append(obs)
                     if step == T:
                         break  # obs[T] and its outputs only bootstrap; no env step.
-                    actions = jax.device_get(actions).astype(np.int32)
-                    obs, raw_rewards, terminations, truncations, _ = envs.step(actions)
+                    # Stored as sampled; the env steps with the spec's conversion of them
+                    # (e.g. Box actions clipped to the bounds).
+                    actions = np.asarray(jax.device_get(actions), action_dtype)
+                    obs, raw_rewards, terminations, truncations, _ = envs.step(
+                        action_spec.to_env(actions)
+                    )
+                    obs = spaces.host_observation(observation_spec, obs)
                     valid = tracker.step(
                         raw_rewards, terminations, truncations, finished_returns, finished_lengths
                     )
@@ -192,12 +203,18 @@ class Pipeline:
                     host["terminations"].append(np.asarray(terminations, bool))
                     host["truncations"].append(np.asarray(truncations, bool))
                     host["valid"].append(valid)
-                stacked = {name: np.stack(values) for name, values in host.items()}
+                stacked = {
+                    name: jax.tree.map(lambda *xs: np.stack(xs), *values)
+                    for name, values in host.items()
+                }
                 output_slices = self._stack_outputs(outputs, num_slices)
                 pieces = []
                 for i, learner_device in enumerate(learner_devices):
                     columns = slice(i * slice_size, (i + 1) * slice_size)
-                    host_piece = {name: x[:, columns] for name, x in stacked.items()}
+                    host_piece = {
+                        name: jax.tree.map(lambda x, c=columns: x[:, c], tree)
+                        for name, tree in stacked.items()
+                    }
                     host_piece["env_ids"] = env_ids[columns]
                     piece = Rollout(**host_piece, policy_outputs=output_slices[i])
                     pieces.append(jax.device_put(piece, learner_device))
@@ -254,23 +271,22 @@ class Pipeline:
     def rollout_struct(self, state) -> Rollout:
         """Shapes, dtypes and shardings of the global rollout (for AOT compilation)."""
         sizes = self.sizes
-        envs = self.envs_per_thread[0]
-        obs_space = envs.observation_space
+        spec = self.env_spec
         T, B = sizes.num_steps, sizes.num_envs
         params = jax.eval_shape(self.agent.policy_params, state)
-        obs = jax.ShapeDtypeStruct((B, *obs_space.shape), obs_space.dtype)
+        obs = spaces.observation_struct(spec.observation, B)
         keys = jax.eval_shape(lambda: jax.random.split(jax.random.key(0), B))
         _, outputs = jax.eval_shape(self.agent.act, params, obs, keys)
         example = Rollout(
-            obs=jax.ShapeDtypeStruct((T + 1, B, *obs_space.shape), obs_space.dtype),
-            actions=jax.ShapeDtypeStruct((T, B), np.int32),
+            obs=spaces.observation_struct(spec.observation, T + 1, B),
+            actions=jax.ShapeDtypeStruct((T, B, *spec.action.shape), np.dtype(spec.action.dtype)),
             rewards=jax.ShapeDtypeStruct((T, B), np.float32),
             terminations=jax.ShapeDtypeStruct((T, B), np.bool_),
             truncations=jax.ShapeDtypeStruct((T, B), np.bool_),
             valid=jax.ShapeDtypeStruct((T, B), np.bool_),
-            policy_outputs={
-                k: jax.ShapeDtypeStruct((T + 1, *v.shape), v.dtype) for k, v in outputs.items()
-            },
+            policy_outputs=jax.tree.map(
+                lambda v: jax.ShapeDtypeStruct((T + 1, *v.shape), v.dtype), outputs
+            ),
             env_ids=jax.ShapeDtypeStruct((B,), np.int32),
         )
         shardings = self.rollout_shardings(example)

@@ -2,7 +2,7 @@
 
     policy = sebulba.load_policy("runs/ppo_cartpole")          # newest checkpoint, sampling
     policy = sebulba.load_policy("runs/pong", checkpoint=100, greedy=True)
-    actions = policy(obs)  # obs [B, *obs_shape] as the run's envpool envs return them
+    actions = policy(obs)  # obs: a batch [B, ...] as the run's envpool envs return it
 
 The run's config (`workdir/config.json`), its agent and network, and the parameters of a
 checkpoint all come from the workdir; the policy runs jitted on one device, whatever
@@ -20,12 +20,12 @@ import json
 import os
 
 import jax
-import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
 from sebulba import checkpoint as ckpt_lib
 from sebulba import envs as envs_lib
+from sebulba import spaces
 from sebulba.agents import resolve_agent
 from sebulba.agents.api import Agent, EnvSpec, Params
 from sebulba.config import base_config
@@ -121,13 +121,16 @@ class Policy:
         """Actions for a batch of observations; call n samples with keys (seed, n, row).
 
         Args:
-          obs: [B, *obs_shape] observations, as the run's envpool envs return them.
+          obs: a batch of observations, as the run's envpool envs return them: an array
+            [B, ...] or a dict of them, shaped like `env_spec.observation`.
 
         Returns:
-          [B] int32 actions (numpy).
+          [B, *env_spec.action.shape] actions (numpy), as sampled: pass them through
+          `env_spec.action.to_env` to step an env (it clips Box actions to the bounds).
         """
         obs = self._batch(obs)
-        actions = self.actions(obs, step=self.calls, row_ids=np.arange(len(obs), dtype=np.int32))
+        num_rows = len(jax.tree.leaves(obs)[0])
+        actions = self.actions(obs, step=self.calls, row_ids=np.arange(num_rows, dtype=np.int32))
         self.calls += 1
         return actions
 
@@ -135,12 +138,12 @@ class Policy:
         """Actions with explicit key indices: row i samples with key (seed, step, row_ids[i]).
 
         Args:
-          obs: [B, *obs_shape] observations.
+          obs: a batch [B, ...] of observations (see `__call__`).
           step: the step index of the keys.
           row_ids: [B] int32 stable row ids (e.g. episode indices).
 
         Returns:
-          [B] int32 actions (numpy).
+          [B, *env_spec.action.shape] actions (numpy).
 
         Raises:
           PolicyError: `obs` is not a batch of this policy's observations.
@@ -148,21 +151,30 @@ class Policy:
         inputs = (self._batch(obs), np.int32(step), np.asarray(row_ids, np.int32))
         return np.asarray(self._actions(self.params, *jax.device_put(inputs, self.device)))
 
-    def _batch(self, obs: np.ndarray) -> np.ndarray:
-        """`obs` as a batch of the policy's observations, in their dtype."""
-        obs = np.asarray(obs)
-        if obs.ndim == 0 or obs.shape[1:] != self.env_spec.obs_shape:
+    def _batch(self, obs):
+        """`obs` as a batch of the policy's observations, converted as the actors do."""
+        spec = self.env_spec.observation
+        expected = spaces.map_observation(lambda s: ("B", *s.shape), spec)
+        try:
+            obs = spaces.host_observation(spec, obs)
+            shapes = spaces.map_observation(lambda s, x: ("B", *x.shape[1:]), spec, obs)
+            rows = {x.shape[0] for x in jax.tree.leaves(obs) if x.ndim}
+            batched = all(np.ndim(x) > 0 for x in jax.tree.leaves(obs)) and len(rows) == 1
+        except (ValueError, TypeError):
+            shapes, batched = None, False
+        if not batched or shapes != expected:
+            got = jax.tree.map(np.shape, spaces.dict_tree(obs))
             raise PolicyError(
-                f"obs of shape {obs.shape} is not a batch [B, *{self.env_spec.obs_shape}] of "
+                f"obs of shape {got} is not a batch {expected} of "
                 f"{self.env_spec.env_id} observations"
             )
-        return obs.astype(self.env_spec.obs_dtype, copy=False)
+        return obs
 
 
 def _actions(agent: Agent, greedy: bool, seed: int, params, obs, step, row_ids) -> jax.Array:
-    """[B] int32 actions of `agent`: its `act_greedy`, or `act` with `inference_keys`."""
+    """Actions [B, ...] of `agent`: its `act_greedy`, or `act` with `inference_keys`."""
     if greedy:
-        return agent.act_greedy(params, obs).astype(jnp.int32)
+        return agent.act_greedy(params, obs)
     return agent.act(params, obs, inference_keys(seed, step, row_ids))[0]
 
 
@@ -184,7 +196,7 @@ def load_policy(
       device: where to run; None: the first local device.
 
     Returns:
-      A callable `Policy`: `policy(obs [B, *obs_shape]) -> actions [B]`.
+      A callable `Policy`: `policy(obs [B, ...]) -> actions [B, ...]`.
 
     Raises:
       PolicyError: in one line: not a workdir, no such checkpoint, or the agent cannot be

@@ -369,6 +369,7 @@ def train(
             layout,
             sizes,
             setup.envs_per_thread,
+            env_spec=setup.env_spec,
             seed=config.seed,
             policy_lag=config.pipeline.policy_lag,
             clip_rewards=config.env.clip_rewards,

@@ -17,6 +17,7 @@ import pytest
 
 import sebulba
 from sebulba import train
+from sebulba.agents.api import Discrete
 from sebulba.agents.networks import make_network
 from tests.helpers import read_metrics, read_summary
 from tests.test_cli import run_cli
@@ -71,7 +72,7 @@ def test_documented_agent_trains_through_train_train(lab, tmp_path):
     # The documented optional act_greedy serves sebulba.load_policy.
     policy = sebulba.load_policy(str(tmp_path / "run"), greedy=True)
     obs = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
-    logits, _ = make_network("mlp", 2).apply(policy.params, obs)
+    logits, _ = make_network("mlp", Discrete(2)).apply(policy.params, obs)
     assert np.array_equal(policy(obs), np.argmax(logits, axis=-1))
 
 

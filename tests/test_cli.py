@@ -140,6 +140,11 @@ def test_a_url_workdir_is_refused_in_one_line():
             "agent.network 'mlp' takes a flat feature vector [D], but env.id 'Breakout-v5' "
             "observes uint8 [4, 84, 84]",
         ),
+        (
+            "--config.env.id=HalfCheetah-v9",
+            "env.id 'HalfCheetah-v9' is not an envpool task: did you mean 'HalfCheetah-v5' or "
+            "'HalfCheetah-v4'",
+        ),
     ],
 )
 def test_impossible_hyperparameters_and_networks_are_refused_in_one_line(

@@ -8,7 +8,7 @@ import rlax
 
 from sebulba import train
 from sebulba.agents import impala
-from sebulba.agents.api import EnvSpec, Rollout
+from sebulba.agents.api import ArraySpec, Discrete, EnvSpec, Rollout
 from sebulba.agents.networks import make_network
 from sebulba.errors import ConfigError
 from sebulba.pipeline import Pipeline, required_policy_version
@@ -24,7 +24,7 @@ from tests.helpers import (
 from tests.test_learning import load_config
 
 T, B, A = 8, 8, 2
-CARTPOLE = EnvSpec("CartPole-v1", (4,), "float32", A, False)
+CARTPOLE = EnvSpec("CartPole-v1", ArraySpec((4,), "float32"), Discrete(A))
 
 
 def make_agent(**agent):
@@ -49,7 +49,7 @@ def random_rollout(seed=0, num_envs=B):
         terminations=end == 1,
         truncations=end == 2,
         valid=valid,
-        policy_outputs={"logits": rng.normal(size=(T + 1, num_envs, A)).astype(np.float32)},
+        policy_outputs={"policy": rng.normal(size=(T + 1, num_envs, A)).astype(np.float32)},
         env_ids=np.arange(num_envs, dtype=np.int32),
     )
 
@@ -165,12 +165,12 @@ def test_invalid_steps_carry_no_weight():
     assert invalid[1:].any() and invalid[0].any()
     # envpool ignores the action of a reset step and pays nothing for it: scrambling
     # everything recorded at invalid steps must not change the update.
-    logits = rollout.policy_outputs["logits"]
+    logits = rollout.policy_outputs["policy"]
     scrambled = rollout.replace(
         actions=np.where(invalid, 1 - rollout.actions, rollout.actions),
         rewards=np.where(invalid, 100.0, rollout.rewards).astype(np.float32),
         policy_outputs={
-            "logits": np.where(np.pad(invalid, ((0, 1), (0, 0)))[..., None], -logits, logits)
+            "policy": np.where(np.pad(invalid, ((0, 1), (0, 0)))[..., None], -logits, logits)
         },
     )
     update = jax.jit(agent.update)
@@ -296,6 +296,7 @@ def _run_recording(config):
         setup.layout,
         setup.sizes,
         setup.envs_per_thread,
+        env_spec=setup.env_spec,
         seed=config.seed,
         policy_lag=config.pipeline.policy_lag,
         clip_rewards=False,
@@ -306,7 +307,7 @@ def _run_recording(config):
 
     def assemble_and_record(actor_rollouts):
         rollout = original_assemble(actor_rollouts)
-        rollouts.append(jax.device_get((rollout.obs, rollout.policy_outputs["logits"])))
+        rollouts.append(jax.device_get((rollout.obs, rollout.policy_outputs["policy"])))
         return rollout
 
     def on_update(report, new_state):
@@ -324,7 +325,7 @@ def test_behaviour_logits_come_from_the_scheduled_version(policy_lag):
     config.total_timesteps = 8 * 20 * 5
     config.mesh.learner_device_ids = (1, 2)
     rollouts, versions = _run_recording(config)
-    network = make_network(config.agent.network, 2)
+    network = make_network(config.agent.network, Discrete(2))
     apply = jax.jit(network.apply)
     assert len(rollouts) == 5 and sorted(versions) == [1, 2, 3, 4, 5, 6]
     for update, (obs, logits) in enumerate(rollouts, start=1):

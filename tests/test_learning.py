@@ -56,6 +56,7 @@ def test_atari_end_to_end(tmp_path, network):
         setup.layout,
         setup.sizes,
         setup.envs_per_thread,
+        env_spec=setup.env_spec,
         seed=config.seed,
         policy_lag=1,
         clip_rewards=True,

@@ -7,19 +7,19 @@ import pytest
 
 from configs import impala_atari, ppo_atari
 from sebulba.agents import impala, ppo
-from sebulba.agents.api import EnvSpec
+from sebulba.agents.api import ArraySpec, Discrete, EnvSpec
 from sebulba.agents.networks import check_network_fits, make_network
 from sebulba.errors import ConfigError
 from sebulba.sizes import derive_sizes
 from tests.helpers import small_update_config
 
 FRAMES = (4, 84, 84)
-BREAKOUT = EnvSpec("Breakout-v5", FRAMES, "uint8", 18, True)
-CARTPOLE = EnvSpec("CartPole-v1", (4,), "float32", 2, False)
+BREAKOUT = EnvSpec("Breakout-v5", ArraySpec(FRAMES, "uint8"), Discrete(18), is_atari=True)
+CARTPOLE = EnvSpec("CartPole-v1", ArraySpec((4,), "float32"), Discrete(2))
 
 
 def _init(name, conv_init):
-    network = make_network(name, num_actions=18, conv_init=conv_init)
+    network = make_network(name, Discrete(18), conv_init=conv_init)
     return network.init(jax.random.key(0), jnp.zeros((1, *FRAMES), jnp.uint8))
 
 
@@ -56,11 +56,11 @@ def test_conv_kernels_follow_the_chosen_init_and_dense_layers_do_not_change(name
 
 def test_mlp_ignores_conv_init_and_an_unknown_init_is_refused():
     obs = jnp.ones((1, 4))
-    a = make_network("mlp", 2, "orthogonal").init(jax.random.key(0), obs)
-    b = make_network("mlp", 2, "lecun_normal").init(jax.random.key(0), obs)
+    a = make_network("mlp", Discrete(2), "orthogonal").init(jax.random.key(0), obs)
+    b = make_network("mlp", Discrete(2), "lecun_normal").init(jax.random.key(0), obs)
     jax.tree.map(np.testing.assert_array_equal, a, b)
     with pytest.raises(ConfigError, match=r"agent\.conv_init 'xavier' must be one of"):
-        make_network("impala_resnet", 18, "xavier")
+        make_network("impala_resnet", Discrete(18), "xavier")
 
 
 def test_cleanba_configs_select_cleanbas_behaviour():

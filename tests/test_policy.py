@@ -18,7 +18,7 @@ from sebulba import envs as envs_lib
 from sebulba import policy as policy_lib
 from sebulba import train
 from sebulba.agents import impala, ppo
-from sebulba.agents.api import EnvSpec
+from sebulba.agents.api import ArraySpec, Discrete, EnvSpec
 from sebulba.agents.networks import make_network
 from sebulba.config import base_config
 from sebulba.sizes import derive_sizes
@@ -126,13 +126,13 @@ def test_observations_of_the_wrong_shape_fail_in_one_line(trained, observations)
 def test_builtin_agents_act_greedy_is_the_argmax_of_the_network(agent_module):
     config = base_config(agent_module.get_config())
     config.env.num_envs = 8
-    env_spec = EnvSpec("CartPole-v1", (4,), "float32", 2, False)
+    env_spec = EnvSpec("CartPole-v1", ArraySpec((4,), "float32"), Discrete(2))
     agent = agent_module.make(config, env_spec, derive_sizes(config))
     params = agent.policy_params(agent.init(jax.random.key(0)))
     # Larger weights than at init, so the two actions' logits differ clearly.
     params = jax.tree.map(lambda x: 30.0 * x, params)
     obs = jax.random.normal(jax.random.key(1), (64, 4))
-    logits, _ = make_network(config.agent.network, 2).apply(params, obs)
+    logits, _ = make_network(config.agent.network, Discrete(2)).apply(params, obs)
     greedy = jax.jit(agent.act_greedy)(params, obs)
     assert greedy.dtype == jnp.int32 and greedy.shape == (64,)
     assert np.array_equal(greedy, np.argmax(logits, axis=-1))

@@ -8,7 +8,7 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
 from sebulba.agents import minibatches, ppo
-from sebulba.agents.api import EnvSpec, Rollout
+from sebulba.agents.api import ArraySpec, Discrete, EnvSpec, Rollout
 from sebulba.agents.networks import make_network
 from sebulba.errors import ConfigError
 from sebulba.sizes import derive_sizes
@@ -21,7 +21,7 @@ from tests.helpers import (
 )
 
 T, B = 8, 8
-CARTPOLE = EnvSpec("CartPole-v1", (4,), "float32", 2, False)
+CARTPOLE = EnvSpec("CartPole-v1", ArraySpec((4,), "float32"), Discrete(2))
 
 
 def make_agent(**agent):
@@ -315,7 +315,7 @@ def test_a_stored_bool_norm_adv_keeps_its_old_meaning(stored, mode):
     ],
 )
 def test_networks_map_observations_to_logits_and_values(name, obs_shape, dtype):
-    network = make_network(name, num_actions=18)
+    network = make_network(name, Discrete(18))
     obs = jnp.full((2, *obs_shape), 7, dtype)
     params = network.init(jax.random.key(0), obs)
     again = network.init(jax.random.key(0), obs)

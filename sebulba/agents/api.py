@@ -22,6 +22,18 @@ from jax.sharding import PartitionSpec
 
 from sebulba.mesh import BATCH_AXIS
 
+# The spaces an agent is written against, re-exported with the rest of the contract.
+from sebulba.spaces import (  # noqa: F401
+    ActionSpec,
+    ArraySpec,
+    Box,
+    Discrete,
+    EnvSpec,
+    MultiDiscrete,
+    observation_struct,
+    zero_observation,
+)
+
 # The config checks agents use in `make`, re-exported with the rest of the contract.
 from sebulba.validation import (  # noqa: F401
     NON_NEGATIVE,
@@ -39,25 +51,6 @@ Params = Any
 LearnerState = Any
 
 
-@dataclasses.dataclass(frozen=True)
-class EnvSpec:
-    """What an agent may know about the environment.
-
-    Attributes:
-      env_id: envpool task id, e.g. "CartPole-v1".
-      obs_shape: shape of one observation, e.g. (4,) or (4, 84, 84).
-      obs_dtype: numpy dtype name of observations ("float32", "uint8").
-      num_actions: size of the discrete action space.
-      is_atari: whether observations are stacked 84x84 frames.
-    """
-
-    env_id: str
-    obs_shape: tuple[int, ...]
-    obs_dtype: str
-    num_actions: int
-    is_atari: bool
-
-
 @flax.struct.dataclass
 class Rollout:
     """One rollout of T steps from B envs, time-major.
@@ -67,26 +60,30 @@ class Rollout:
     the action: such steps have `valid[t] == False` and must not be learned from.
 
     Attributes:
-      obs: [T + 1, B, *obs_shape] observations; obs[T] is only used to bootstrap.
-      actions: [T, B] int32 actions taken.
+      obs: observations shaped like `EnvSpec.observation`, each leaf [T + 1, B, ...];
+        obs[T] is only used to bootstrap.
+      actions: [T, B, *action.shape] actions taken, as the agent sampled them: int32
+        [T, B] for Discrete, float32 [T, B, A] for Box (unclipped), int32 [T, B, K] for
+        MultiDiscrete.
       rewards: [T, B] float32 learning rewards (clipped when `env.clip_rewards`).
       terminations: [T, B] bool, step t ended its episode in a terminal state.
       truncations: [T, B] bool, step t ended its episode by the time limit
         (obs[t + 1] is then a real, non-terminal state worth bootstrapping from).
       valid: [T, B] bool, False on envpool's auto-reset steps.
-      policy_outputs: dict of [T + 1, B, ...] arrays that `act` returned at obs[t]
-        with the behaviour parameters (e.g. log-probabilities, values, logits).
+      policy_outputs: dict of [T + 1, B, ...] arrays (or pytrees of them) that `act`
+        returned at obs[t] with the behaviour parameters (e.g. log-probabilities,
+        values, the behaviour distribution's parameters).
       env_ids: [B] int32 global env index of each column; random keys of the update
         are derived from it so that minibatches do not depend on the device layout.
     """
 
-    obs: chex.Array
+    obs: chex.ArrayTree
     actions: chex.Array
     rewards: chex.Array
     terminations: chex.Array
     truncations: chex.Array
     valid: chex.Array
-    policy_outputs: Mapping[str, chex.Array]
+    policy_outputs: Mapping[str, chex.ArrayTree]
     env_ids: chex.Array
 
     @property
@@ -99,18 +96,13 @@ class Rollout:
 
 
 def rollout_partition_specs(rollout: Rollout) -> Rollout:
-    """PartitionSpecs that split every rollout field along its env axis."""
-    time_major = PartitionSpec(None, BATCH_AXIS)
-    return Rollout(
-        obs=time_major,
-        actions=time_major,
-        rewards=time_major,
-        terminations=time_major,
-        truncations=time_major,
-        valid=time_major,
-        policy_outputs={name: time_major for name in rollout.policy_outputs},
-        env_ids=PartitionSpec(BATCH_AXIS),
-    )
+    """PartitionSpecs that split every rollout leaf along its env axis.
+
+    The env axis is axis 1 of every time-major [T (+ 1), B, ...] leaf and axis 0 of
+    `env_ids` [B], whatever the spaces make of the trailing axes.
+    """
+    time_major = jax.tree.map(lambda _: PartitionSpec(None, BATCH_AXIS), rollout)
+    return time_major.replace(env_ids=PartitionSpec(BATCH_AXIS))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,7 +112,9 @@ class Agent:
     Attributes:
       init: `init(key) -> learner_state`. The pipeline jits it with every leaf
         replicated on the learner mesh.
-      act: `act(params, obs [B, ...], keys [B]) -> (actions [B] int32, outputs)`, where
+      act: `act(params, obs, keys [B]) -> (actions [B, *action.shape], outputs)`, where
+        `obs` has [B, ...] leaves shaped like `EnvSpec.observation`, actions have the
+        action spec's dtype, and
         `outputs` is a dict of [B, ...] arrays stored in `Rollout.policy_outputs`. Runs
         on an actor device; `keys` holds one typed PRNG key per env.
       update: `update(learner_state, rollout) -> (learner_state, metrics)`, one whole
@@ -128,7 +122,7 @@ class Agent:
         replicated and the rollout split along envs; `metrics` is a dict of scalars.
         Minibatches must only combine data held by one device.
       policy_params: `policy_params(learner_state) -> params` that `act` needs.
-      act_greedy: `act_greedy(params, obs [B, ...]) -> actions [B] int32`, the policy's
+      act_greedy: `act_greedy(params, obs) -> actions [B, *action.shape]`, the policy's
         most likely action (the mode of the distribution `act` samples from). Only
         evaluation and `sebulba.load_policy(..., greedy=True)` call it; None: the agent
         can only sample.

@@ -1,8 +1,10 @@
 """IMPALA with V-trace (Espeholt et al. 2018), with the hyperparameters of Cleanba.
 
-The actors store the logits of the behaviour policy; the learner recomputes logits and
-values of whole T-step sequences with its current parameters, and V-trace (rlax)
-corrects for the gap between the two: the pipeline's one-step lag, and the earlier
+The actors store the parameters of the behaviour policy's distribution (logits for
+Discrete actions, mean and log-std for Box; `distributions.py`); the learner recomputes
+the policy and values of whole T-step sequences with its current parameters, and
+V-trace (rlax) corrects, with the log-ratio of the two distributions' log-probabilities
+of the actions taken, for the gap between the two: the pipeline's one-step lag, and the earlier
 minibatch steps of the same update. Defaults are the IMPALA hyperparameters of Huang et
 al. (2023, "Cleanba"): 20-step rollouts cut into 4 minibatches along envs,
 lambda 1, rho-bar = pg-rho-bar = 1, value coefficient 0.5, entropy coefficient 0.01,
@@ -29,7 +31,7 @@ import optax
 import rlax
 
 from sebulba import random_streams
-from sebulba.agents import learner, minibatches
+from sebulba.agents import distributions, learner, minibatches
 from sebulba.agents.api import (
     NON_NEGATIVE,
     POSITIVE,
@@ -44,6 +46,7 @@ from sebulba.agents.api import (
 )
 from sebulba.agents.networks import check_network_fits, make_network
 from sebulba.sizes import Sizes
+from sebulba.spaces import zero_observation
 
 # The interval of every numeric hyperparameter; `make` refuses values outside them.
 HYPERPARAMETER_RANGES = {
@@ -68,7 +71,7 @@ def get_config() -> ml_collections.ConfigDict:
     config = ml_collections.ConfigDict()
     config.name = "impala"  # Agent to train: built-in name or dotted module path.
     config.num_steps = 20  # Steps per env per rollout (T); V-trace runs over all of them.
-    config.network = "mlp"  # mlp | nature_cnn | impala_resnet.
+    config.network = "mlp"  # mlp | nature_cnn | impala_resnet | multi_input.
     config.learning_rate = 6e-4  # RMSProp step size at the first update.
     config.anneal_lr = True  # Decay the step size linearly to 0 over the updates.
     config.gamma = 0.99  # Discount factor.
@@ -164,7 +167,8 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         "/ len(mesh.learner_device_ids) / agent.num_minibatches",
     )
     check_network_fits(hp.network, env_spec)
-    network = make_network(hp.network, env_spec.num_actions, hp.conv_init)
+    network = make_network(hp.network, env_spec.action, hp.conv_init, env_spec.observation)
+    policy = distributions.for_action_spec(env_spec.action)
     learning_rate = learner.annealed_learning_rate(
         hp.learning_rate, hp.anneal_lr, sizes.num_updates, hp.num_minibatches
     )
@@ -175,39 +179,40 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
     key = random_streams.learner_key(config.seed)
 
     def init(init_key: jax.Array) -> IMPALAState:
-        dummy_obs = jnp.zeros((1, *env_spec.obs_shape), env_spec.obs_dtype)
-        params = network.init(init_key, dummy_obs)
+        params = network.init(init_key, zero_observation(env_spec.observation, 1))
         return IMPALAState(params, optimizer.init(params), jnp.zeros((), jnp.int32))
 
-    def act(params, obs: jax.Array, keys: jax.Array):
-        """obs [B, ...], keys [B] -> actions [B], {"logits": [B, A]} of the behaviour policy."""
-        logits, _ = network.apply(params, obs)
-        actions = jax.vmap(jax.random.categorical)(keys, logits)
-        return actions.astype(jnp.int32), {"logits": logits}
+    def act(params, obs, keys: jax.Array):
+        """obs [B, ...], keys [B] -> actions [B, ...], {"policy": behaviour distribution}."""
+        policy_params, _ = network.apply(params, obs)
+        return policy.sample(policy_params, keys), {"policy": policy_params}
 
-    def act_greedy(params, obs: jax.Array) -> jax.Array:
-        """obs [B, ...] -> the most likely actions [B] (evaluation, not training)."""
-        logits, _ = network.apply(params, obs)
-        return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    def act_greedy(params, obs) -> jax.Array:
+        """obs [B, ...] -> the most likely actions [B, ...] (evaluation, not training)."""
+        policy_params, _ = network.apply(params, obs)
+        return policy.mode(policy_params)
 
     def apply_time_major(params, obs):
-        """obs [T + 1, b, ...] -> logits [T + 1, b, A], values [T + 1, b]."""
+        """obs [T + 1, b, ...] -> policy parameters [T + 1, b, ...], values [T + 1, b]."""
         # Env-major flattening keeps the sharded env axis leading: no data moves between
         # devices (a time-major flatten would interleave the devices' shards).
-        steps, envs = obs.shape[:2]
-        logits, values = network.apply(params, jnp.swapaxes(obs, 0, 1).reshape(-1, *obs.shape[2:]))
-        logits = jnp.swapaxes(logits.reshape(envs, steps, -1), 0, 1)
-        return logits, jnp.swapaxes(values.reshape(envs, steps), 0, 1)
+        steps, envs = jax.tree.leaves(obs)[0].shape[:2]
+        flat_obs = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1).reshape(-1, *x.shape[2:]), obs)
+        policy_params, values = network.apply(params, flat_obs)
+
+        def time_major(x):
+            return jnp.swapaxes(x.reshape(envs, steps, *x.shape[1:]), 0, 1)
+
+        return jax.tree.map(time_major, policy_params), time_major(values)
 
     def loss_fn(params, batch):
         """IMPALA loss on whole sequences: a dict of [T (+ 1), b, ...] arrays, sharded on b."""
-        logits, values = apply_time_major(params, batch["obs"])
-        logits = logits[:-1]
+        policy_params, values = apply_time_major(params, batch["obs"])
+        policy_params = jax.tree.map(lambda x: x[:-1], policy_params)
         weight = batch["valid"].astype(jnp.float32)
-        log_pi = jax.nn.log_softmax(logits)
-        log_mu = jax.nn.log_softmax(batch["behaviour_logits"])
-        actions = batch["actions"][..., None]
-        log_rho = jnp.take_along_axis(log_pi - log_mu, actions, axis=-1)[..., 0]
+        log_pi = policy.logprob(policy_params, batch["actions"])
+        log_mu = policy.logprob(batch["behaviour_policy"], batch["actions"])
+        log_rho = log_pi - log_mu
         # Ratios weight the targets; they are not a path for the policy gradient.
         rhos = jnp.exp(jax.lax.stop_gradient(log_rho))
         returns = vtrace(
@@ -221,15 +226,11 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
             clip_rho_threshold=hp.clip_rho_threshold,
             clip_pg_rho_threshold=hp.clip_pg_rho_threshold,
         )
-        # rlax averages over time; times T, summed over envs, gives IMPALA's sums.
-        num_steps = weight.shape[0]
-        over_envs = functools.partial(jax.vmap, in_axes=1)
-        pg_loss = num_steps * jnp.sum(
-            over_envs(rlax.policy_gradient_loss)(
-                logits, batch["actions"], returns.pg_advantage, weight
-            )
-        )
-        entropy = -num_steps * jnp.sum(over_envs(rlax.entropy_loss)(logits, weight))
+        # IMPALA's sums over the valid samples (rlax.policy_gradient_loss, for any
+        # distribution): the advantages carry no gradient.
+        pg_advantage = jax.lax.stop_gradient(returns.pg_advantage)
+        pg_loss = -jnp.sum(weight * log_pi * pg_advantage)
+        entropy = jnp.sum(weight * policy.entropy(policy_params))
         v_loss = 0.5 * jnp.sum(weight * returns.errors**2)
         loss = pg_loss + hp.vf_coef * v_loss - hp.ent_coef * entropy
         num_valid = jnp.maximum(jnp.sum(weight), 1.0)
@@ -252,7 +253,7 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
             "terminations": rollout.terminations,
             "truncations": rollout.truncations,
             "valid": rollout.valid,
-            "behaviour_logits": rollout.policy_outputs["logits"][:-1],
+            "behaviour_policy": jax.tree.map(lambda x: x[:-1], rollout.policy_outputs["policy"]),
         }
         update_key = jax.random.fold_in(key, state.update_count)
         # [M, T (+ 1), B / M, ...]: one leading axis to loop over.

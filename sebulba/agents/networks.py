@@ -5,6 +5,15 @@
 * "nature_cnn": the DQN torso of Mnih et al. (2015). Takes uint8 frames [C, H, W].
 * "impala_resnet": the 15-layer ResNet of Espeholt et al. (2018), as used by Cleanba.
   Takes uint8 frames [C, H, W].
+* "multi_input": any observation pytree (dm_control's dicts of vectors, MiniGrid's
+  image, direction and mission): an encoder maps every entry to features (vectors and
+  scalars flattened, channels-last images [H, W, C] through a small CNN, discrete
+  entries through a learned embedding) and concatenates them into one embedding, which
+  feeds separate 2x64 tanh actor and critic MLPs as in "mlp".
+
+Every network returns `(policy parameters, value [B])`; the policy parameters come from
+the policy head of the action space's distribution (`sebulba.agents.distributions`):
+logits for Discrete, a mean and log-std for Box.
 
 Dense layers follow openai/baselines (Huang et al. 2022, "The 37 Implementation Details
 of PPO"): orthogonal weights with gain sqrt(2) for hidden layers, 0.01 for the policy
@@ -20,20 +29,23 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sebulba.agents.api import EnvSpec
+from sebulba.agents import distributions
+from sebulba.agents.api import ActionSpec, ArraySpec, EnvSpec
 from sebulba.errors import ConfigError
+from sebulba.spaces import is_array_spec, map_observation
 from sebulba.validation import check_choice
 
 _HIDDEN_GAIN = float(np.sqrt(2))
-_POLICY_GAIN = 0.01
 _VALUE_GAIN = 1.0
+_EMBEDDING_FEATURES = 16  # Per discrete observation entry ("multi_input").
+_MAX_IMAGE_CHANNELS = 4  # Channels-last images have few channels; frame stacks do not.
 
 CONV_INITS = {
     "orthogonal": nn.initializers.orthogonal(_HIDDEN_GAIN),
@@ -43,19 +55,44 @@ CONV_INITS = {
 
 @dataclasses.dataclass(frozen=True)
 class ObservationKind:
-    """The observations a network accepts: their rank and, if it matters, their dtype."""
+    """The observations a network accepts: one array of a rank (and dtype, if it matters)."""
 
     description: str
     rank: int
     dtype: str | None = None
 
-    def accepts(self, shape: tuple[int, ...], dtype: str) -> bool:
-        return len(shape) == self.rank and self.dtype in (None, dtype)
+    def accepts(self, observation: Any) -> bool:
+        """Whether an observation spec (a pytree of `ArraySpec`) fits."""
+        return (
+            isinstance(observation, ArraySpec)
+            and len(observation.shape) == self.rank
+            and self.dtype in (None, observation.dtype)
+        )
+
+
+def _is_image(spec: ArraySpec) -> bool:
+    return len(spec.shape) == 3 and spec.shape[-1] <= _MAX_IMAGE_CHANNELS
+
+
+@dataclasses.dataclass(frozen=True)
+class AnyObservation:
+    """Observation pytrees whose entries are discrete, vectors [D] / [N, D], or images."""
+
+    description: str = (
+        "discrete entries, vectors and channels-last images [H, W, C] (C <= 4), alone or in a dict"
+    )
+
+    def accepts(self, observation: Any) -> bool:
+        leaves = jax.tree.leaves(observation, is_leaf=is_array_spec)
+        return bool(leaves) and all(
+            s.num_values is not None or len(s.shape) <= 2 or _is_image(s) for s in leaves
+        )
 
 
 FEATURE_VECTOR = ObservationKind("a flat feature vector [D]", rank=1)
 # Channels first, as envpool stacks them; the torso scales uint8 pixels to [0, 1].
 FRAMES = ObservationKind("uint8 frames [C, H, W]", rank=3, dtype="uint8")
+ANY_OBSERVATION = AnyObservation()
 
 
 def _dense(features: int, gain: float) -> nn.Dense:
@@ -81,41 +118,96 @@ def _frames_to_nhwc(obs: jax.Array) -> jax.Array:
 
 
 class _Heads(nn.Module):
-    """Policy logits and value from a shared embedding."""
+    """Policy parameters and value from a shared embedding."""
 
-    num_actions: int
+    policy_head: nn.Module
 
     @nn.compact
     def __call__(self, x):
-        logits = _dense(self.num_actions, _POLICY_GAIN)(x)
         value = _dense(1, _VALUE_GAIN)(x)[..., 0]
-        return logits, value
+        return self.policy_head(x), value
+
+
+class _ActorCritic(nn.Module):
+    """Separate actor and critic tanh MLPs on features [B, D]."""
+
+    policy_head: nn.Module
+    hidden: Sequence[int]
+
+    @nn.compact
+    def __call__(self, x):
+        actor, critic = x, x
+        for width in self.hidden:
+            actor = nn.tanh(_dense(width, _HIDDEN_GAIN)(actor))
+            critic = nn.tanh(_dense(width, _HIDDEN_GAIN)(critic))
+        value = _dense(1, _VALUE_GAIN)(critic)[..., 0]
+        return self.policy_head(actor), value
 
 
 class MLP(nn.Module):
-    """Separate actor and critic MLPs: obs [B, D] -> (logits [B, A], value [B])."""
+    """Separate actor and critic MLPs: obs [B, D] -> (policy parameters, value [B])."""
 
     observation: ClassVar[ObservationKind] = FEATURE_VECTOR
-    num_actions: int
+    policy_head: nn.Module
     hidden: Sequence[int] = (64, 64)
 
     @nn.compact
     def __call__(self, obs):
         x = obs.reshape(obs.shape[0], -1).astype(jnp.float32)
-        actor, critic = x, x
-        for width in self.hidden:
-            actor = nn.tanh(_dense(width, _HIDDEN_GAIN)(actor))
-            critic = nn.tanh(_dense(width, _HIDDEN_GAIN)(critic))
-        logits = _dense(self.num_actions, _POLICY_GAIN)(actor)
-        value = _dense(1, _VALUE_GAIN)(critic)[..., 0]
-        return logits, value
+        return _ActorCritic(self.policy_head, self.hidden)(x)
+
+
+class _ImageEncoder(nn.Module):
+    """A small CNN for channels-last images [B, H, W, C] -> features [B, F]."""
+
+    conv_init: str
+
+    @nn.compact
+    def __call__(self, image):
+        # Small images (MiniGrid's 7x7 view) keep their resolution; larger ones shrink.
+        stride = 1 if min(image.shape[1:3]) < 32 else 2
+        x = image
+        for features in (16, 32, 32):
+            x = nn.relu(_conv(self.conv_init, features, 3, stride, padding="SAME")(x))
+        return x.reshape(x.shape[0], -1)
+
+
+class MultiInput(nn.Module):
+    """Encoder of any observation pytree + actor-critic MLPs -> (policy params, value [B]).
+
+    Attributes:
+      entry_specs: the `ArraySpec` leaves of the env's observation spec, in tree-flatten
+        order; they say which entries are discrete (`num_values`) and which are images.
+    """
+
+    observation: ClassVar[AnyObservation] = ANY_OBSERVATION
+    policy_head: nn.Module
+    entry_specs: tuple[ArraySpec, ...] = ()
+    conv_init: str = "orthogonal"
+    hidden: Sequence[int] = (64, 64)
+
+    @nn.compact
+    def __call__(self, obs):
+        features = []
+        for spec, x in zip(self.entry_specs, jax.tree.leaves(obs), strict=True):
+            batch = x.shape[0]
+            if spec.num_values is not None:
+                x = nn.Embed(spec.num_values, _EMBEDDING_FEATURES)(x.astype(jnp.int32))
+            else:
+                # uint8 entries are pixels or bytes; scaled to [0, 1] like frames.
+                scale = 1.0 / 255.0 if spec.dtype == "uint8" else 1.0
+                x = x.astype(jnp.float32) * scale
+                if _is_image(spec):
+                    x = _ImageEncoder(self.conv_init)(x)
+            features.append(x.reshape(batch, -1))
+        return _ActorCritic(self.policy_head, self.hidden)(jnp.concatenate(features, axis=-1))
 
 
 class NatureCNN(nn.Module):
-    """Mnih et al. (2015): uint8 [B, 4, 84, 84] -> (logits [B, A], value [B])."""
+    """Mnih et al. (2015): uint8 [B, 4, 84, 84] -> (policy parameters, value [B])."""
 
     observation: ClassVar[ObservationKind] = FRAMES
-    num_actions: int
+    policy_head: nn.Module
     conv_init: str = "orthogonal"
 
     @nn.compact
@@ -126,7 +218,7 @@ class NatureCNN(nn.Module):
         x = nn.relu(_conv(self.conv_init, 64, 3, 1)(x))
         x = x.reshape(x.shape[0], -1)
         x = nn.relu(_dense(512, _HIDDEN_GAIN)(x))
-        return _Heads(self.num_actions)(x)
+        return _Heads(self.policy_head)(x)
 
 
 class _ResidualBlock(nn.Module):
@@ -141,10 +233,10 @@ class _ResidualBlock(nn.Module):
 
 
 class ImpalaResNet(nn.Module):
-    """Espeholt et al. (2018): uint8 [B, 4, 84, 84] -> (logits [B, A], value [B])."""
+    """Espeholt et al. (2018): uint8 [B, 4, 84, 84] -> (policy parameters, value [B])."""
 
     observation: ClassVar[ObservationKind] = FRAMES
-    num_actions: int
+    policy_head: nn.Module
     channels: Sequence[int] = (16, 32, 32)
     conv_init: str = "orthogonal"
 
@@ -158,10 +250,15 @@ class ImpalaResNet(nn.Module):
             x = _ResidualBlock(channels, self.conv_init)(x)
         x = nn.relu(x).reshape(x.shape[0], -1)
         x = nn.relu(_dense(256, _HIDDEN_GAIN)(x))
-        return _Heads(self.num_actions)(x)
+        return _Heads(self.policy_head)(x)
 
 
-NETWORKS = {"mlp": MLP, "nature_cnn": NatureCNN, "impala_resnet": ImpalaResNet}
+NETWORKS = {
+    "mlp": MLP,
+    "nature_cnn": NatureCNN,
+    "impala_resnet": ImpalaResNet,
+    "multi_input": MultiInput,
+}
 
 
 def _check_name(name: str) -> type[nn.Module]:
@@ -172,18 +269,43 @@ def _check_name(name: str) -> type[nn.Module]:
     return NETWORKS[name]
 
 
-def make_network(name: str, num_actions: int, conv_init: str = "orthogonal") -> nn.Module:
+def make_network(
+    name: str,
+    action: ActionSpec,
+    conv_init: str = "orthogonal",
+    observation: Any = None,
+) -> nn.Module:
     """Returns the actor-critic network `agent.network` names.
 
     Args:
       name: a key of `NETWORKS`.
-      num_actions: size of the discrete action space (A).
+      action: the action spec; the network ends in its distribution's policy head.
       conv_init: a key of `CONV_INITS`; networks without convolutions ignore it.
+      observation: the observation spec; only "multi_input" needs it.
     """
     network_class = _check_name(name)
     check_choice(conv_init, "agent.conv_init", tuple(CONV_INITS))
-    has_convs = "conv_init" in {field.name for field in dataclasses.fields(network_class)}
-    return network_class(num_actions=num_actions, **({"conv_init": conv_init} if has_convs else {}))
+    fields = {field.name for field in dataclasses.fields(network_class)}
+    entry_specs = tuple(jax.tree.leaves(observation, is_leaf=is_array_spec))
+    options = {"conv_init": conv_init, "entry_specs": entry_specs}
+    return network_class(
+        policy_head=distributions.for_action_spec(action).head(),
+        **{key: value for key, value in options.items() if key in fields},
+    )
+
+
+def describe_observation(observation: Any) -> str:
+    """e.g. "float32 [4]" or "a dict (direction: int32 [] of 4 values, image: ...)"."""
+
+    def describe(spec: ArraySpec) -> str:
+        values = f" of {spec.num_values} values" if spec.num_values is not None else ""
+        return f"{spec.dtype} [{', '.join(map(str, spec.shape))}]{values}"
+
+    if isinstance(observation, ArraySpec):
+        return describe(observation)
+    described = map_observation(describe, observation)
+    entries = ", ".join(f"{name}: {text}" for name, text in described.items())
+    return f"a dict ({entries})"
 
 
 def check_network_fits(name: str, env_spec: EnvSpec) -> None:
@@ -193,16 +315,15 @@ def check_network_fits(name: str, env_spec: EnvSpec) -> None:
     train (or fail deep inside XLA) without saying what is wrong.
     """
     accepted = _check_name(name).observation
-    if accepted.accepts(env_spec.obs_shape, env_spec.obs_dtype):
+    if accepted.accepts(env_spec.observation):
         return
     fitting = [
         other
         for other, network_class in NETWORKS.items()
-        if network_class.observation.accepts(env_spec.obs_shape, env_spec.obs_dtype)
+        if network_class.observation.accepts(env_spec.observation)
     ]
     advice = f"use agent.network={' or '.join(fitting)}" if fitting else "no built-in network fits"
-    shape = ", ".join(map(str, env_spec.obs_shape))
     raise ConfigError(
         f"agent.network {name!r} takes {accepted.description}, but env.id "
-        f"{env_spec.env_id!r} observes {env_spec.obs_dtype} [{shape}]: {advice}"
+        f"{env_spec.env_id!r} observes {describe_observation(env_spec.observation)}: {advice}"
     )

@@ -7,7 +7,9 @@ update, GAE, epochs of shuffled minibatches, advantage normalisation (per miniba
 `agent.norm_adv`), the clipped surrogate, value clipping (`agent.clip_vloss`), entropy
 bonus, global gradient clipping, approx_kl and clipfrac, and the separate actor and
 critic MLPs (`networks.py`). Under the one-step lag the stored log-probabilities and
-values come from the behaviour policy, as in Cleanba.
+values come from the behaviour policy, as in Cleanba. The policy is the action space's
+distribution (`distributions.py`: softmax, diagonal Gaussian or a product of softmaxes),
+so act and loss are the same code for every action space.
 
 Of the 9 Atari details, every Atari run follows the evaluation protocol of Machado et
 al. (2018) that `sebulba.envs` implements, so only these apply:
@@ -35,7 +37,7 @@ import optax
 import rlax
 
 from sebulba import random_streams
-from sebulba.agents import learner, minibatches
+from sebulba.agents import distributions, learner, minibatches
 from sebulba.agents.api import (
     NON_NEGATIVE,
     POSITIVE,
@@ -50,6 +52,7 @@ from sebulba.agents.api import (
 )
 from sebulba.agents.networks import check_network_fits, make_network
 from sebulba.sizes import Sizes
+from sebulba.spaces import zero_observation
 
 # Where advantages are standardised: within each minibatch (baselines ppo2), once over
 # the whole global rollout (Cleanba normalises once per rollout), or not at all.
@@ -74,7 +77,7 @@ def get_config() -> ml_collections.ConfigDict:
     config = ml_collections.ConfigDict()
     config.name = "ppo"  # Agent to train: built-in name or dotted module path.
     config.num_steps = 128  # Steps per env per rollout (T).
-    config.network = "mlp"  # mlp | nature_cnn | impala_resnet.
+    config.network = "mlp"  # mlp | nature_cnn | impala_resnet | multi_input.
     config.learning_rate = 2.5e-4  # Adam step size at the first update.
     config.anneal_lr = True  # Decay the step size linearly to 0 over the updates.
     config.gamma = 0.99  # Discount factor.
@@ -153,7 +156,8 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         "the time steps of a minibatch, agent.num_steps / agent.num_minibatches",
     )
     check_network_fits(hp.network, env_spec)
-    network = make_network(hp.network, env_spec.num_actions, hp.conv_init)
+    network = make_network(hp.network, env_spec.action, hp.conv_init, env_spec.observation)
+    policy = distributions.for_action_spec(env_spec.action)
     steps_per_update = hp.update_epochs * hp.num_minibatches
     # baselines anneals once per update: constant over its epochs and minibatches.
     learning_rate = learner.annealed_learning_rate(
@@ -166,33 +170,28 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
     key = random_streams.learner_key(config.seed)
 
     def init(init_key: jax.Array) -> PPOState:
-        dummy_obs = jnp.zeros((1, *env_spec.obs_shape), env_spec.obs_dtype)
-        params = network.init(init_key, dummy_obs)
+        params = network.init(init_key, zero_observation(env_spec.observation, 1))
         return PPOState(params, optimizer.init(params), jnp.zeros((), jnp.int32))
 
-    def act(params, obs: jax.Array, keys: jax.Array):
-        """obs [B, ...], keys [B] -> actions [B], {"logprob": [B], "value": [B]}."""
-        logits, value = network.apply(params, obs)
-        actions = jax.vmap(jax.random.categorical)(keys, logits)
-        logprob = jnp.take_along_axis(
-            jax.nn.log_softmax(logits), actions[:, None], axis=-1
-        ).squeeze(-1)
-        return actions.astype(jnp.int32), {"logprob": logprob, "value": value}
+    def act(params, obs, keys: jax.Array):
+        """obs [B, ...], keys [B] -> actions [B, ...], {"logprob": [B], "value": [B]}."""
+        policy_params, value = network.apply(params, obs)
+        actions = policy.sample(policy_params, keys)
+        return actions, {"logprob": policy.logprob(policy_params, actions), "value": value}
 
-    def act_greedy(params, obs: jax.Array) -> jax.Array:
-        """obs [B, ...] -> the most likely actions [B] (evaluation, not training)."""
-        logits, _ = network.apply(params, obs)
-        return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    def act_greedy(params, obs) -> jax.Array:
+        """obs [B, ...] -> the most likely actions [B, ...] (evaluation, not training)."""
+        policy_params, _ = network.apply(params, obs)
+        return policy.mode(policy_params)
 
     def loss_fn(params, batch):
         """PPO loss on a minibatch: a dict of [t, B, ...] arrays, sharded along B."""
         # Env-major flattening keeps the sharded env axis leading, so no data moves
         # between devices (a time-major flatten would interleave devices' shards).
         batch = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1).reshape(-1, *x.shape[2:]), batch)
-        logits, value = network.apply(params, batch["obs"])
+        policy_params, value = network.apply(params, batch["obs"])
         weight = batch["valid"].astype(jnp.float32)
-        logp_all = jax.nn.log_softmax(logits)
-        logprob = jnp.take_along_axis(logp_all, batch["actions"][:, None], axis=-1)[:, 0]
+        logprob = policy.logprob(policy_params, batch["actions"])
         logratio = logprob - batch["logprob"]
         ratio = jnp.exp(logratio)
 
@@ -211,7 +210,7 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
             clipped = batch["value"] + jnp.clip(value - batch["value"], -hp.clip_coef, hp.clip_coef)
             value_error = jnp.maximum(value_error, (clipped - batch["returns"]) ** 2)
         v_loss = 0.5 * learner.masked_mean(value_error, weight)
-        entropy = -valid_scale * rlax.entropy_loss(logits, weight)
+        entropy = learner.masked_mean(policy.entropy(policy_params), weight)
         loss = pg_loss - hp.ent_coef * entropy + hp.vf_coef * v_loss
         stats = {
             "policy_loss": pg_loss,
@@ -231,7 +230,7 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         if norm_adv == "batch":
             policy_advantages = normalized_advantages(advantages, rollout.valid.astype(jnp.float32))
         samples = {
-            "obs": rollout.obs[:-1],
+            "obs": jax.tree.map(lambda x: x[:-1], rollout.obs),
             "actions": rollout.actions,
             "valid": rollout.valid,
             "logprob": rollout.policy_outputs["logprob"][:-1],

@@ -1,0 +1,242 @@
+"""What an env observes and accepts, and the host-side conversions to and from it.
+
+In the manner of dm_env's specs (as acme uses them), an `EnvSpec` describes the
+observations as a pytree of `ArraySpec`s (a dict for envpool's dict observations, one
+`ArraySpec` otherwise) and the actions as one action spec: `Discrete`, `Box` or
+`MultiDiscrete`. The pipeline, evaluation and `sebulba.load_policy` build, shard and
+convert every array from these specs and never ask which kind of space they hold; only
+an agent (through `sebulba.agents.distributions`) looks at the action spec's kind.
+
+Host-side conversions live here too, so every caller converts alike:
+`host_observation` turns envpool's observations into the spec's arrays (float64 becomes
+float32, Discrete entries int32), and each action spec's `to_env` turns a batch of
+actions into what the env steps with (Box actions are clipped to the bounds there,
+while the unclipped sample is what the agent stores and learns from).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import numpy as np
+
+from sebulba.errors import ConfigError
+
+# The host dtype of each envpool observation dtype: accelerators prefer 32-bit numbers.
+_HOST_DTYPES = {"float64": "float32", "int64": "int32", "uint64": "uint32"}
+
+
+@dataclasses.dataclass(frozen=True)
+class ArraySpec:
+    """One observation array of one env, as the host holds it.
+
+    Observation bounds are not carried: envpool's are unreliable (dm_control's Boxes
+    claim [2.2e-308, 1.8e308]), and no component relies on them.
+
+    Attributes:
+      shape: its shape, e.g. (4,), (4, 84, 84) or () for a scalar.
+      dtype: numpy dtype name ("float32", "uint8", "int32").
+      num_values: for a discrete entry (gymnasium `Discrete`, e.g. MiniGrid's
+        "direction"), the number of values it takes (0 .. num_values - 1); else None.
+    """
+
+    shape: tuple[int, ...]
+    dtype: str
+    num_values: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Discrete:
+    """One action in {0, ..., num_actions - 1} per env: int32 [B]."""
+
+    num_actions: int
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return ()
+
+    @property
+    def dtype(self) -> str:
+        return "int32"
+
+    def to_env(self, actions: np.ndarray) -> np.ndarray:
+        return np.asarray(actions, np.int32)
+
+
+@dataclasses.dataclass(frozen=True)
+class Box:
+    """A vector of real actions per env: float32 [B, *shape], valid within [low, high]."""
+
+    shape: tuple[int, ...]
+    low: tuple[float, ...]  # Flattened bounds, one per component.
+    high: tuple[float, ...]
+
+    @property
+    def dtype(self) -> str:
+        return "float32"
+
+    def to_env(self, actions: np.ndarray) -> np.ndarray:
+        """Clips to the bounds: a Gaussian policy samples outside them, the env may not."""
+        low = np.reshape(self.low, self.shape)
+        high = np.reshape(self.high, self.shape)
+        return np.clip(np.asarray(actions, np.float32), low, high)
+
+
+@dataclasses.dataclass(frozen=True)
+class MultiDiscrete:
+    """K discrete actions per env, component k in {0, ..., nvec[k] - 1}: int32 [B, K]."""
+
+    nvec: tuple[int, ...]
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (len(self.nvec),)
+
+    @property
+    def dtype(self) -> str:
+        return "int32"
+
+    def to_env(self, actions: np.ndarray) -> np.ndarray:
+        return np.asarray(actions, np.int32)
+
+
+ActionSpec = Discrete | Box | MultiDiscrete
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvSpec:
+    """What an agent may know about the environment.
+
+    Attributes:
+      env_id: envpool task id, e.g. "CartPole-v1".
+      observation: a pytree of `ArraySpec`: a dict of them for dict observations
+        (dm_control, MiniGrid), one `ArraySpec` otherwise.
+      action: the action space.
+      is_atari: whether observations are stacked 84x84 frames of an Atari game.
+    """
+
+    env_id: str
+    observation: Any
+    action: ActionSpec
+    is_atari: bool = False
+
+    @property
+    def obs_shape(self) -> tuple[int, ...]:
+        """Shape of a single-array observation (agents written for one array use it)."""
+        return self._single_observation().shape
+
+    @property
+    def obs_dtype(self) -> str:
+        """dtype name of a single-array observation."""
+        return self._single_observation().dtype
+
+    @property
+    def num_actions(self) -> int:
+        """Size of a Discrete action space (agents written for one use it)."""
+        if not isinstance(self.action, Discrete):
+            raise ConfigError(f"env.id {self.env_id!r} has {self.action}, not a Discrete action")
+        return self.action.num_actions
+
+    def _single_observation(self) -> ArraySpec:
+        if not isinstance(self.observation, ArraySpec):
+            names = ", ".join(self.observation)
+            raise ConfigError(f"env.id {self.env_id!r} observes a dict ({names}), not one array")
+        return self.observation
+
+
+def is_array_spec(x: Any) -> bool:
+    """The leaf test for observation spec pytrees."""
+    return isinstance(x, ArraySpec)
+
+
+def map_observation(fn, observation_spec: Any, *rest: Any) -> Any:
+    """`jax.tree.map` over the leaves of an observation spec (and pytrees like it)."""
+    return jax.tree.map(fn, observation_spec, *rest, is_leaf=is_array_spec)
+
+
+def observation_struct(observation_spec: Any, *leading: int) -> Any:
+    """`jax.ShapeDtypeStruct`s of observations with the `leading` axes, e.g. (T + 1, B)."""
+    return map_observation(
+        lambda s: jax.ShapeDtypeStruct((*leading, *s.shape), np.dtype(s.dtype)), observation_spec
+    )
+
+
+def zero_observation(observation_spec: Any, *leading: int) -> Any:
+    """numpy zeros of the observations with the `leading` axes (e.g. to initialise networks)."""
+    return map_observation(lambda s: np.zeros((*leading, *s.shape), s.dtype), observation_spec)
+
+
+def host_observation(observation_spec: Any, obs: Any) -> Any:
+    """envpool's observations [B, ...] as the spec's arrays (float64 -> float32, ...).
+
+    The one conversion of observations: the actors, evaluation and `load_policy` use it.
+    Raises ValueError if `obs` does not have the spec's structure.
+    """
+    return map_observation(lambda s, x: np.asarray(x, s.dtype), observation_spec, dict_tree(obs))
+
+
+def dict_tree(obs: Any) -> Any:
+    """envpool's dict observations as plain dicts (pytrees); arrays unchanged."""
+    if hasattr(obs, "keys") and not isinstance(obs, np.ndarray):
+        return {key: obs[key] for key in obs.keys()}
+    return obs
+
+
+def _array_spec(space, env_id: str, name: str) -> ArraySpec:
+    kind = type(space).__name__
+    if kind == "Discrete":
+        if int(getattr(space, "start", 0)) != 0:
+            raise ConfigError(f"env.id {env_id!r} observation {name}{space} does not start at 0")
+        return ArraySpec((), "int32", int(space.n))
+    if kind == "Box":
+        dtype = np.dtype(space.dtype).name
+        return ArraySpec(tuple(space.shape), _HOST_DTYPES.get(dtype, dtype))
+    raise ConfigError(
+        f"env.id {env_id!r} has an unsupported observation space {name}{space}: "
+        "observations must be Box or Discrete arrays, or a dict of them"
+    )
+
+
+def observation_spec_of(space, env_id: str) -> Any:
+    """The observation spec of a gymnasium space: Box, Discrete, or a Dict of them.
+
+    Raises:
+      ConfigError: naming env.id and the space, for any other space.
+    """
+    if type(space).__name__ == "Dict":
+        return {name: _array_spec(sub, env_id, f"{name!r}: ") for name, sub in space.spaces.items()}
+    return _array_spec(space, env_id, "")
+
+
+def action_spec_of(space, env_id: str) -> ActionSpec:
+    """The action spec of a gymnasium space: Discrete, Box or MultiDiscrete.
+
+    Raises:
+      ConfigError: naming env.id and the space, for any other space.
+    """
+    kind = type(space).__name__
+    if kind == "Discrete" and int(getattr(space, "start", 0)) == 0:
+        return Discrete(int(space.n))
+    if kind == "Box" and np.issubdtype(space.dtype, np.floating):
+        low = np.broadcast_to(space.low, space.shape).astype(np.float64).ravel()
+        high = np.broadcast_to(space.high, space.shape).astype(np.float64).ravel()
+        return Box(tuple(space.shape), tuple(low.tolist()), tuple(high.tolist()))
+    from_zero = not np.any(getattr(space, "start", 0))
+    if kind == "MultiDiscrete" and np.ndim(space.nvec) == 1 and from_zero:
+        return MultiDiscrete(tuple(int(n) for n in space.nvec))
+    raise ConfigError(
+        f"env.id {env_id!r} has an unsupported action space {space}: actions must be "
+        "Discrete (from 0), a float Box or a 1-D MultiDiscrete (from 0)"
+    )
+
+
+def env_spec_of(env_id: str, envs, *, is_atari: bool = False) -> EnvSpec:
+    """Describes an envpool pool's (gymnasium) spaces; raises ConfigError if unsupported."""
+    return EnvSpec(
+        env_id=env_id,
+        observation=observation_spec_of(envs.observation_space, env_id),
+        action=action_spec_of(envs.action_space, env_id),
+        is_atari=is_atari,
+    )
