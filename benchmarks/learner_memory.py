@@ -14,8 +14,8 @@ behaviour before `sebulba.memory.update_compiler_options`):
 * the same with `agent.gradient_accumulation_steps` 2.
 
 `--pong` compiles (does not run) the full Pong config's update, 128 envs x 128 steps,
-with the default and the memory-optimised scheduler and with accumulation 4 (about
-10 minutes on 2 cores).
+with the default and the memory-optimised scheduler, with accumulation 4, and with
+accumulation 4 in a rolled scan (about 10 minutes on 2 cores).
 """
 
 from __future__ import annotations
@@ -171,6 +171,10 @@ def pong() -> None:
         **common,
         memory_optimised=True,
         gradient_accumulation_steps=4,
+    )
+    common["minibatch_loop"] = "scan"
+    measure(
+        "Pong, scan, accumulation 4", **common, memory_optimised=True, gradient_accumulation_steps=4
     )
 
 
