@@ -14,8 +14,8 @@ behaviour before `sebulba.memory.update_compiler_options`):
 * the same with `agent.gradient_accumulation_steps` 2.
 
 `--pong` compiles (does not run) the full Pong config's update, 128 envs x 128 steps,
-with the default and the memory-optimised scheduler and with accumulation 4 (about
-10 minutes on 2 cores).
+with the default and the memory-optimised scheduler, with accumulation 4, and with
+accumulation 4 in a rolled scan (about 10 minutes on 2 cores).
 """
 
 from __future__ import annotations
@@ -27,12 +27,12 @@ import jax
 import numpy as np
 
 from sebulba.agents import ppo
-from sebulba.agents.api import EnvSpec, Rollout
+from sebulba.agents.api import ArraySpec, Discrete, EnvSpec, Rollout
 from sebulba.config import base_config
 from sebulba.memory import update_compiler_options
 from sebulba.sizes import derive_sizes
 
-PONG = EnvSpec("Pong-v5", (4, 84, 84), "uint8", 6, True)
+PONG = EnvSpec("Pong-v5", ArraySpec((4, 84, 84), "uint8"), Discrete(6), is_atari=True)
 
 
 def make_update(num_steps: int, num_envs: int, **agent):
@@ -171,6 +171,10 @@ def pong() -> None:
         **common,
         memory_optimised=True,
         gradient_accumulation_steps=4,
+    )
+    common["minibatch_loop"] = "scan"
+    measure(
+        "Pong, scan, accumulation 4", **common, memory_optimised=True, gradient_accumulation_steps=4
     )
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
 
 import jax
 import numpy as np
@@ -145,21 +144,15 @@ def check_update_fits(
     )
     if needed.total > available:
         share = f" (1/{len(devices)} of it per learner device)" if len(devices) > 1 else ""
+        cpu_hint = ""
+        if devices[0].platform == "cpu":  # A rolled loop holds one micro-batch, but slower.
+            cpu_hint = ", or set agent.minibatch_loop=scan (less memory, slower on CPU)"
         raise ConfigError(
             f"the learner update needs {_size(needed.total)} per learner device "
             f"(temporaries {_size(needed.temporaries)}, rollouts 2 x "
             f"{_size(needed.next_rollout)}) but {kind}{share} is {_size(available)}: "
             "lower env.num_envs or agent.num_steps, or raise agent.num_minibatches or "
-            "agent.gradient_accumulation_steps (debug.skip_memory_check=True skips this check)"
+            f"agent.gradient_accumulation_steps{cpu_hint} "
+            "(debug.skip_memory_check=True skips this check)"
         )
     return needed
-
-
-def describe(memory: UpdateMemory | None) -> dict[str, Any]:
-    """The figures as MiB, for logs and benchmarks."""
-    if memory is None:
-        return {}
-    return {
-        name: round(getattr(memory, name) / _MIB, 1)
-        for name in ("arguments", "outputs", "temporaries", "aliased", "next_rollout", "total")
-    }

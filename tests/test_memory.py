@@ -13,7 +13,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from sebulba import memory, train
 from sebulba.agents import learner, ppo
-from sebulba.agents.api import EnvSpec, Rollout, rollout_partition_specs
+from sebulba.agents.api import ArraySpec, Discrete, EnvSpec, Rollout, rollout_partition_specs
 from sebulba.errors import ConfigError
 from sebulba.sizes import derive_sizes
 from tests.helpers import agent_config, mesh_of, small_update_config
@@ -57,7 +57,7 @@ def test_unrolled_minibatch_loop_on_cpu_keeps_one_minibatch_of_activations():
     assert unrolled < 1.5 * rolled, (unrolled, rolled)
 
 
-CNN_SPEC = EnvSpec("Pong-v5", (4, 84, 84), "uint8", 6, True)
+CNN_SPEC = EnvSpec("Pong-v5", ArraySpec((4, 84, 84), "uint8"), Discrete(6), is_atari=True)
 
 
 def _ppo_cnn_temporaries(accumulation_steps: int) -> int:
@@ -92,7 +92,7 @@ def test_gradient_accumulation_lowers_the_update_temporaries():
 def _compiled_cartpole_update(num_devices=2):
     config = agent_config(ppo, mesh__learner_device_ids=list(range(num_devices)))
     sizes = derive_sizes(config)
-    agent = ppo.make(config, EnvSpec("CartPole-v1", (4,), "float32", 2, False), sizes)
+    agent = ppo.make(config, EnvSpec("CartPole-v1", ArraySpec((4,), "float32"), Discrete(2)), sizes)
     mesh = mesh_of(num_devices)
     replicated = NamedSharding(mesh, PartitionSpec())
     state = jax.eval_shape(agent.init, jax.random.key(0))

@@ -12,7 +12,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from sebulba import evaluate, random_streams, train
 from sebulba.agents import impala, minibatches, ppo
-from sebulba.agents.api import EnvSpec
+from sebulba.agents.api import ArraySpec, Discrete, EnvSpec
 from sebulba.config import base_config
 from sebulba.pipeline import Pipeline
 from sebulba.policy import Policy
@@ -88,7 +88,7 @@ def inference_keys(seed):
     config = base_config(ppo.get_config())
     policy = Policy(
         config=config,
-        env_spec=EnvSpec("CartPole-v1", (4,), "float32", 2, False),
+        env_spec=EnvSpec("CartPole-v1", ArraySpec((4,), "float32"), Discrete(2)),
         agent=types.SimpleNamespace(act=act),
         params=None,
         restored=types.SimpleNamespace(step=1, path="", meta={}),

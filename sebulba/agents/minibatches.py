@@ -53,6 +53,25 @@ def time_shuffled(tree, key: jax.Array, env_ids: jax.Array, num_minibatches: int
     return jax.tree.map(shuffle, tree)
 
 
+def take_time_steps(tree, time_index: jax.Array):
+    """Gathers, column by column, the time steps `time_index` names (device-local).
+
+    Args:
+      tree: pytree of [T, B, ...] arrays (sharded along B).
+      time_index: [t, B] int32 time steps of each column, e.g. a `time_shuffled` minibatch
+        of `arange(T)` indices.
+
+    Returns:
+      The pytree with leaves [t, B, ...].
+    """
+
+    def take(x):
+        index = time_index.reshape(*time_index.shape, *([1] * (x.ndim - 2)))
+        return jnp.take_along_axis(x, index, axis=0)
+
+    return jax.tree.map(take, tree)
+
+
 def env_groups(tree, key: jax.Array, env_ids: jax.Array, num_minibatches: int):
     """Sends the M envs of every group of consecutive global ids to M minibatches.
 

@@ -238,18 +238,27 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
             "advantages": policy_advantages,
             "returns": returns,
         }
+        # Shuffle time indices, not the samples: each step gathers its own (micro-)batch, so
+        # no shuffled copy of the rollout per epoch is ever materialised.
+        time_index = jnp.broadcast_to(jnp.arange(hp.num_steps)[:, None], rollout.valid.shape)
         update_key = jax.random.fold_in(key, state.update_count)
         epochs = [
             minibatches.time_shuffled(
-                samples, jax.random.fold_in(update_key, epoch), rollout.env_ids, hp.num_minibatches
+                time_index,
+                jax.random.fold_in(update_key, epoch),
+                rollout.env_ids,
+                hp.num_minibatches,
             )
             for epoch in range(hp.update_epochs)
         ]
-        # [epochs * minibatches, T / M, B, ...]: one leading axis to loop over.
-        batches = jax.tree.map(lambda *xs: jnp.concatenate(xs), *epochs)
+        # [epochs * minibatches, T / M, B]: one leading axis to loop over.
+        batches = jnp.concatenate(epochs)
+
+        def gathered_loss(params, batch_time_index):
+            return loss_fn(params, minibatches.take_time_steps(samples, batch_time_index))
 
         params, opt_state, metrics = learner.minibatch_steps(
-            loss_fn,
+            gathered_loss,
             optimizer,
             state.params,
             state.opt_state,
