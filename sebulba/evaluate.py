@@ -22,6 +22,7 @@ tasks), played at real-time speed.
 
 from __future__ import annotations
 
+import logging as std_logging
 import math
 import os
 import sys
@@ -254,5 +255,8 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    # Backend probing logs "Unable to initialize backend 'tpu'" on every machine without
+    # a TPU; it is noise before the one line of results.
+    std_logging.getLogger("jax._src.xla_bridge").setLevel(std_logging.WARNING)
     flags.mark_flag_as_required("workdir")
     app.run(main, flags_parser=parse_flags)
