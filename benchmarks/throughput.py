@@ -2,6 +2,7 @@
 
     python benchmarks/throughput.py              # CartPole + small Atari, lag 0 and 1
     python benchmarks/throughput.py --only=cartpole
+    python benchmarks/throughput.py --only=lstm  # feed-forward vs LSTM PPO, lag 1
 
 Prints one row per run: steps/s (after the first, compiling update), and the fraction
 of wall time the learner waited for rollouts and the actors waited for parameters —
@@ -97,9 +98,17 @@ def atari(policy_lag: int, network: str):
     return config
 
 
+def with_lstm(config, frame_stack: int | None = None):
+    """The same run with an LSTM after the torso (and optionally another frame stack)."""
+    config.agent.core = "lstm"
+    if frame_stack is not None:
+        config.env.frame_stack = frame_stack
+    return config
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", choices=["cartpole", "atari"], default=None)
+    parser.add_argument("--only", choices=["cartpole", "atari", "lstm"], default=None)
     args = parser.parse_args()
     rows = []
     if args.only in (None, "cartpole"):
@@ -109,6 +118,13 @@ def main() -> None:
         for network in ("nature_cnn", "impala_resnet"):
             for lag in (0, 1):
                 rows.append(measure(f"ppo Breakout-v5 {network}", atari(lag, network)))
+    if args.only in (None, "lstm"):
+        rows.append(measure("ppo CartPole-v1 mlp", cartpole(1)))
+        rows.append(measure("ppo CartPole-v1 mlp+lstm", with_lstm(cartpole(1))))
+        rows.append(measure("ppo Breakout-v5 nature_cnn", atari(1, "nature_cnn")))
+        # As configs/ppo_lstm_atari.py: one frame per observation, the LSTM remembers.
+        lstm_atari = with_lstm(atari(1, "nature_cnn"), frame_stack=1)
+        rows.append(measure("ppo Breakout-v5 nature+lstm", lstm_atari))
     print(json.dumps(rows, indent=1))
 
 

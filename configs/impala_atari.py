@@ -3,7 +3,8 @@
 IMPALA ResNet, 50M env steps, 2 actor threads x 64 envs x 20 steps, V-trace, RMSProp,
 Machado et al. (2018) protocol, lecun_normal convolutions and fire on reset as in Cleanba
 (docs/agents.md lists what still differs). `:GAME-v5` selects the game (default Breakout-v5);
-`:smoke` (or `:smoke,GAME-v5`) is a tiny end-to-end run for CPUs and tests.
+`:smoke` (or `:smoke,GAME-v5`) is a tiny end-to-end run for CPUs and tests. `:lstm` adds the
+IMPALA paper's LSTM of 256 units after the ResNet torso (`agent.core`), e.g. `:lstm,smoke`.
 """
 
 from sebulba.agents import impala
@@ -35,9 +36,12 @@ def get_config(arg: str | None = None):
     config.agent.rmsprop_decay = 0.99
     config.agent.rmsprop_eps = 0.01
     config.log.every_updates = 10
-    unknown = [o for o in options if o != "smoke" and not o.endswith("-v5")]
+    if "lstm" in options:
+        config.agent.core = "lstm"
+        config.agent.lstm_size = 256
+    unknown = [o for o in options if o not in ("smoke", "lstm") and not o.endswith("-v5")]
     if unknown:
-        raise ValueError(f"unknown variant {unknown} of impala_atari (known: smoke, GAME-v5)")
+        raise ValueError(f"unknown variant {unknown} of impala_atari (known: smoke, lstm, GAME-v5)")
     if "smoke" in options:
         config.env.num_envs = 4
         config.pipeline.num_actor_threads = 1

@@ -19,6 +19,7 @@ RUN_RANGES = {
     "env.num_threads": NON_NEGATIVE_INT,
     "env.repeat_action_probability": UNIT_INTERVAL,
     "env.max_episode_frames": POSITIVE_INT,
+    "env.frame_stack": POSITIVE_INT,
 }
 
 
@@ -37,6 +38,9 @@ def base_config(agent: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     config.env.full_action_space = True  # Atari: all 18 actions for every game.
     config.env.max_episode_frames = 108_000  # Atari episode cap in emulator frames.
     config.env.use_fire_reset = False  # Atari: press FIRE after reset (envpool's/Cleanba's way).
+    config.env.frame_stack = 4  # Atari: frames stacked per observation (1 for recurrent agents).
+    # e.g. (0, 2): CartPole's positions without their velocities, a memory task.
+    config.env.observation_indices = ()  # Components of a vector observation to keep (): all).
 
     config.agent = agent
 

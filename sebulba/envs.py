@@ -9,7 +9,8 @@ has, and refuses in one line the ones it cannot represent.
 Atari follows the evaluation protocol of Machado et al. (2018), as in the Cleanba paper:
 sticky actions with probability 0.25, the full 18-action space, no life-loss signal, no
 no-op starts, episodes capped at 108,000 frames, 84x84 grey frames (the max of the last
-two of every 4 skipped frames), a 4-frame stack. Rewards are clipped to their sign for
+two of every 4 skipped frames), a 4-frame stack (`env.frame_stack`; 1 for recurrent agents,
+as CleanRL's ppo_atari_lstm). Rewards are clipped to their sign for
 learning while raw returns are reported. `env.use_fire_reset` presses FIRE after each
 reset, as envpool does by default and Cleanba keeps (with the full action space that
 means every game); Machado et al. do not, so the base config leaves it off.
@@ -128,7 +129,7 @@ def make_envs(
             noop_max=1,  # Sticky actions, not no-op starts, make the start stochastic.
             use_fire_reset=env_config.use_fire_reset,
             frame_skip=FRAMES_PER_AGENT_STEP,
-            stack_num=4,
+            stack_num=env_config.frame_stack,
             img_height=84,
             img_width=84,
             gray_scale=True,
@@ -146,10 +147,19 @@ def real_time_step_s(env_id: str) -> float:
 def env_spec_of(env_config: ml_collections.ConfigDict, envs) -> spaces.EnvSpec:
     """Describes a pool's observations and actions for the agent.
 
+    `env.observation_indices` is applied here, so every consumer of the spec (actors,
+    evaluation, `load_policy`) sees the same reduced observations.
+
     Raises:
-      ConfigError: naming env.id and the space, if a space cannot be represented.
+      ConfigError: naming env.id and the space, if a space cannot be represented, or
+        env.observation_indices if it does not fit the observation.
     """
-    return spaces.env_spec_of(env_config.id, envs, is_atari=is_atari(env_config.id))
+    return spaces.env_spec_of(
+        env_config.id,
+        envs,
+        is_atari=is_atari(env_config.id),
+        observation_indices=tuple(env_config.observation_indices),
+    )
 
 
 def learning_rewards(raw_rewards: np.ndarray, clip: bool) -> np.ndarray:

@@ -70,6 +70,7 @@ def run_episodes(
         recording = record_first and first == 0
         envs = envs_lib.make_envs(policy.config.env, len(ids), seed=base + first, render=recording)
         obs, _ = envs.reset()
+        policy.reset()  # A recurrent policy starts these episodes from its initial carry.
         if recording:
             frames.append(_animation_frame(envs.render(env_ids=[0])[0]))
         running = np.ones(len(ids), bool)

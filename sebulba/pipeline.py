@@ -12,6 +12,11 @@ fills the next, and each actor device holds at most two parameter versions (the 
 use and the one arriving). Only the learner thread (the caller of `Pipeline.run`) issues
 work on the learner mesh; actor threads touch only their own devices.
 
+Recurrent agents: each actor thread keeps its envs' carry on its actor device, from step
+to step and rollout to rollout, resets it (`reset_carry`) where an observation starts an
+episode, and stores the carry that obs[0] was processed with in `Rollout.initial_carry`.
+Feed-forward agents go through the same code with a carry of `()`.
+
 Any exception in any thread stops every thread and is re-raised by `Pipeline.run`.
 """
 
@@ -30,7 +35,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from sebulba import random_streams, spaces
-from sebulba.agents.api import Agent, EnvSpec, Rollout, rollout_partition_specs
+from sebulba.agents.api import (
+    Agent,
+    EnvSpec,
+    Rollout,
+    reset_carry,
+    rollout_env_axes,
+    rollout_partition_specs,
+)
 from sebulba.distributed import EpisodeGatherer
 from sebulba.envs import EpisodeTracker, learning_rewards
 from sebulba.handoff import ParamsStore, RunControl, RunStopped, get_or_stop, put_or_stop
@@ -129,14 +141,24 @@ class Pipeline:
         self.transfer_guard = transfer_guard
         self._policy_step = jax.jit(self._policy_step_fn)
         self._stack_outputs = jax.jit(self._stack_outputs_fn, static_argnums=1)
+        self._split_carry = jax.jit(self._split_carry_fn, static_argnums=1)
         self._concat_pieces = jax.jit(self._concat_pieces_fn)
         self._compiled_update = None
 
     # ----- actor side -------------------------------------------------------------
 
-    def _policy_step_fn(self, params, obs, env_ids, step_index):
+    def _policy_step_fn(self, params, carry, obs, starts, env_ids, step_index):
+        """-> (the carry obs was processed with, the next carry, actions, outputs)."""
         keys = random_streams.actor_keys(self.seed, step_index, env_ids)
-        return self.agent.act(params, obs, keys)
+        carry = reset_carry(carry, starts, self.agent.new_carry(env_ids.shape[0]))
+        return carry, *self.agent.recurrent_act(params, carry, obs, keys)
+
+    @staticmethod
+    def _split_carry_fn(carry, num_slices: int) -> list:
+        return [
+            jax.tree.map(lambda x, i=i: jnp.split(x, num_slices, axis=0)[i], carry)
+            for i in range(num_slices)
+        ]
 
     @staticmethod
     def _stack_outputs_fn(outputs: list[dict], num_slices: int) -> list[dict]:
@@ -165,6 +187,10 @@ class Pipeline:
         observation_spec, action_spec = self.env_spec.observation, self.env_spec.action
         action_dtype = np.dtype(action_spec.dtype)
         obs = spaces.host_observation(observation_spec, envs.reset()[0])
+        # The envs (re)start here, so do their carries, also on resume; `starts` flags the
+        # observations that begin an episode (envpool: the one after an auto-reset step).
+        carry = jax.device_put(self.agent.new_carry(sizes.envs_per_thread), device)
+        starts = np.ones(sizes.envs_per_thread, bool)
         T = sizes.num_steps
         for update in range(first_update, sizes.num_updates + 1):
             version = required_policy_version(update, self.policy_lag)
@@ -180,14 +206,27 @@ class Pipeline:
                 for step in range(T + 1):
                     control.raise_if_stopped()
                     step_index = np.int32((update - 1) * (T + 1) + step)
-                    obs_on_device, step_on_device = jax.device_put((obs, step_index), device)
-                    actions, policy_outputs = self._policy_step(
-                        params, obs_on_device, env_ids_on_device, step_on_device
+                    obs_on_device, starts_on_device, step_on_device = jax.device_put(
+                        (obs, starts, step_index), device
+                    )
+                    carry_in, next_carry, actions, policy_outputs = self._policy_step(
+                        params,
+                        carry,
+                        obs_on_device,
+                        starts_on_device,
+                        env_ids_on_device,
+                        step_on_device,
                     )
                     outputs.append(policy_outputs)
                     host["obs"].append(obs)
+                    if step == 0:
+                        initial_carry = carry_in
                     if step == T:
-                        break  # obs[T] and its outputs only bootstrap; no env step.
+                        # obs[T] and its outputs only bootstrap; no env step. The next
+                        # rollout processes obs[T] again, from the same carry.
+                        carry = carry_in
+                        break
+                    carry = next_carry
                     # Stored as sampled; the env steps with the spec's conversion of them
                     # (e.g. Box actions clipped to the bounds).
                     actions = np.asarray(jax.device_get(actions), action_dtype)
@@ -198,6 +237,7 @@ class Pipeline:
                     valid = tracker.step(
                         raw_rewards, terminations, truncations, finished_returns, finished_lengths
                     )
+                    starts = ~valid  # An auto-reset step returns an episode's first obs.
                     host["actions"].append(actions)
                     host["rewards"].append(learning_rewards(raw_rewards, self.clip_rewards))
                     host["terminations"].append(np.asarray(terminations, bool))
@@ -208,6 +248,7 @@ class Pipeline:
                     for name, values in host.items()
                 }
                 output_slices = self._stack_outputs(outputs, num_slices)
+                carry_slices = self._split_carry(initial_carry, num_slices)
                 pieces = []
                 for i, learner_device in enumerate(learner_devices):
                     columns = slice(i * slice_size, (i + 1) * slice_size)
@@ -216,7 +257,9 @@ class Pipeline:
                         for name, tree in stacked.items()
                     }
                     host_piece["env_ids"] = env_ids[columns]
-                    piece = Rollout(**host_piece, policy_outputs=output_slices[i])
+                    piece = Rollout(
+                        **host_piece, policy_outputs=output_slices[i], initial_carry=carry_slices[i]
+                    )
                     pieces.append(jax.device_put(piece, learner_device))
             put_or_stop(
                 handoff,
@@ -244,10 +287,10 @@ class Pipeline:
 
     @staticmethod
     def _concat_pieces_fn(pieces: list[Rollout]) -> Rollout:
-        def concat(*xs):
-            return jnp.concatenate(xs, axis=0 if xs[0].ndim == 1 else 1)
+        def concat(axis, *xs):
+            return jnp.concatenate(xs, axis=axis)
 
-        return jax.tree.map(concat, *pieces)
+        return jax.tree.map(concat, rollout_env_axes(pieces[0]), *pieces)
 
     def rollout_shardings(self, example: Rollout) -> Rollout:
         return jax.tree.map(self.layout.sharding, rollout_partition_specs(example))
@@ -261,12 +304,12 @@ class Pipeline:
         shardings = self.rollout_shardings(per_device[0])
         num_envs = self.sizes.num_envs
 
-        def global_array(sharding, *shards):
+        def global_array(axis, sharding, *shards):
             shape = list(shards[0].shape)
-            shape[0 if shards[0].ndim == 1 else 1] = num_envs
+            shape[axis] = num_envs
             return jax.make_array_from_single_device_arrays(tuple(shape), sharding, list(shards))
 
-        return jax.tree.map(global_array, shardings, *per_device)
+        return jax.tree.map(global_array, rollout_env_axes(per_device[0]), shardings, *per_device)
 
     def rollout_struct(self, state) -> Rollout:
         """Shapes, dtypes and shardings of the global rollout (for AOT compilation)."""
@@ -276,7 +319,8 @@ class Pipeline:
         params = jax.eval_shape(self.agent.policy_params, state)
         obs = spaces.observation_struct(spec.observation, B)
         keys = jax.eval_shape(lambda: jax.random.split(jax.random.key(0), B))
-        _, outputs = jax.eval_shape(self.agent.act, params, obs, keys)
+        carry = jax.eval_shape(lambda: self.agent.new_carry(B))
+        _, _, outputs = jax.eval_shape(self.agent.recurrent_act, params, carry, obs, keys)
         example = Rollout(
             obs=spaces.observation_struct(spec.observation, T + 1, B),
             actions=jax.ShapeDtypeStruct((T, B, *spec.action.shape), np.dtype(spec.action.dtype)),
@@ -288,6 +332,7 @@ class Pipeline:
                 lambda v: jax.ShapeDtypeStruct((T + 1, *v.shape), v.dtype), outputs
             ),
             env_ids=jax.ShapeDtypeStruct((B,), np.int32),
+            initial_carry=carry,
         )
         shardings = self.rollout_shardings(example)
         return jax.tree.map(

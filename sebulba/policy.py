@@ -11,6 +11,10 @@ layout trained it. `sebulba.evaluate` loads its policy through this module too.
 Sampling is deterministic: the actions of call n depend only on the observations, the
 parameters, the seed and n (`inference_keys`), so two fresh loads act alike. Greedy
 acting takes the agent's `act_greedy` (the policy's most likely action).
+
+A recurrent policy (`agent.core="lstm"`) carries its state from call to call, one row
+per observation row; it restarts from the initial carry when the batch size changes,
+on `policy.reset()`, and for the rows flagged by `episode_starts`.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from sebulba import checkpoint as ckpt_lib
 from sebulba import envs as envs_lib
 from sebulba import spaces
 from sebulba.agents import resolve_agent
-from sebulba.agents.api import Agent, EnvSpec, Params
+from sebulba.agents.api import Agent, EnvSpec, Params, reset_carry
 from sebulba.config import base_config
 from sebulba.errors import ConfigError
 from sebulba.random_streams import inference_keys
@@ -116,31 +120,47 @@ class Policy:
         self.greedy, self.seed, self.device = greedy, seed, device
         self.calls = 0  # Calls of `__call__` so far: the step index of the next keys.
         self._actions = jax.jit(functools.partial(_actions, agent, greedy, seed))
+        self._carry = None  # The recurrent state of the current batch's rows, on `device`.
 
-    def __call__(self, obs: np.ndarray) -> np.ndarray:
+    def reset(self) -> None:
+        """Starts every row's episode anew: the next call begins from the initial carry."""
+        self._carry = None
+
+    def __call__(self, obs: np.ndarray, episode_starts: np.ndarray | None = None) -> np.ndarray:
         """Actions for a batch of observations; call n samples with keys (seed, n, row).
 
         Args:
           obs: a batch of observations, as the run's envpool envs return them: an array
             [B, ...] or a dict of them, shaped like `env_spec.observation`.
+          episode_starts: [B] bool, rows whose episode begins with `obs` (a recurrent
+            policy restarts their carry); None: no row does.
 
         Returns:
           [B, *env_spec.action.shape] actions (numpy), as sampled: pass them through
           `env_spec.action.to_env` to step an env (it clips Box actions to the bounds).
         """
-        obs = self._batch(obs)
-        num_rows = len(jax.tree.leaves(obs)[0])
-        actions = self.actions(obs, step=self.calls, row_ids=np.arange(num_rows, dtype=np.int32))
+        # Counted on a converted copy: `actions` converts the observations as they came.
+        num_rows = len(jax.tree.leaves(self._batch(obs))[0])
+        row_ids = np.arange(num_rows, dtype=np.int32)
+        actions = self.actions(obs, step=self.calls, row_ids=row_ids, episode_starts=episode_starts)
         self.calls += 1
         return actions
 
-    def actions(self, obs: np.ndarray, *, step: int, row_ids: np.ndarray) -> np.ndarray:
+    def actions(
+        self,
+        obs: np.ndarray,
+        *,
+        step: int,
+        row_ids: np.ndarray,
+        episode_starts: np.ndarray | None = None,
+    ) -> np.ndarray:
         """Actions with explicit key indices: row i samples with key (seed, step, row_ids[i]).
 
         Args:
           obs: a batch [B, ...] of observations (see `__call__`).
           step: the step index of the keys.
           row_ids: [B] int32 stable row ids (e.g. episode indices).
+          episode_starts: [B] bool rows whose episode begins with `obs` (see `__call__`).
 
         Returns:
           [B, *env_spec.action.shape] actions (numpy).
@@ -148,8 +168,16 @@ class Policy:
         Raises:
           PolicyError: `obs` is not a batch of this policy's observations.
         """
-        inputs = (self._batch(obs), np.int32(step), np.asarray(row_ids, np.int32))
-        return np.asarray(self._actions(self.params, *jax.device_put(inputs, self.device)))
+        obs = self._batch(obs)
+        num_rows = len(jax.tree.leaves(obs)[0])
+        starts = np.zeros(num_rows, bool) if episode_starts is None else episode_starts
+        if self._carry is None or _carry_rows(self._carry, num_rows) != num_rows:
+            self._carry = jax.device_put(self.agent.new_carry(num_rows), self.device)
+        inputs = (obs, np.asarray(starts, bool), np.int32(step), np.asarray(row_ids, np.int32))
+        self._carry, actions = self._actions(
+            self.params, self._carry, *jax.device_put(inputs, self.device)
+        )
+        return np.asarray(actions)
 
     def _batch(self, obs):
         """`obs` as a batch of the policy's observations, converted as the actors do."""
@@ -171,11 +199,20 @@ class Policy:
         return obs
 
 
-def _actions(agent: Agent, greedy: bool, seed: int, params, obs, step, row_ids) -> jax.Array:
-    """Actions [B, ...] of `agent`: its `act_greedy`, or `act` with `inference_keys`."""
+def _carry_rows(carry, num_rows: int) -> int:
+    """Rows of a carry; an empty (feed-forward) carry fits any batch."""
+    leaves = jax.tree.leaves(carry)
+    return leaves[0].shape[0] if leaves else num_rows
+
+
+def _actions(agent: Agent, greedy: bool, seed: int, params, carry, obs, starts, step, row_ids):
+    """(carry, actions [B, ...]) of `agent`: its `act_greedy`, or `act` with `inference_keys`."""
+    carry = reset_carry(carry, starts, agent.new_carry(row_ids.shape[0]))
     if greedy:
-        return agent.act_greedy(params, obs)
-    return agent.act(params, obs, inference_keys(seed, step, row_ids))[0]
+        return agent.recurrent_act_greedy(params, carry, obs)
+    keys = inference_keys(seed, step, row_ids)
+    carry, actions, _ = agent.recurrent_act(params, carry, obs, keys)
+    return carry, actions
 
 
 def load_policy(

@@ -40,11 +40,15 @@ class ArraySpec:
       dtype: numpy dtype name ("float32", "uint8", "int32").
       num_values: for a discrete entry (gymnasium `Discrete`, e.g. MiniGrid's
         "direction"), the number of values it takes (0 .. num_values - 1); else None.
+      components: the indices of the env's vector components this array keeps, in
+        order (`env.observation_indices`, e.g. CartPole's positions without their
+        velocities); None: all of them. `host_observation` selects them.
     """
 
     shape: tuple[int, ...]
     dtype: str
     num_values: int | None = None
+    components: tuple[int, ...] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,7 +178,39 @@ def host_observation(observation_spec: Any, obs: Any) -> Any:
     The one conversion of observations: the actors, evaluation and `load_policy` use it.
     Raises ValueError if `obs` does not have the spec's structure.
     """
-    return map_observation(lambda s, x: np.asarray(x, s.dtype), observation_spec, dict_tree(obs))
+
+    def convert(spec: ArraySpec, x) -> np.ndarray:
+        x = np.asarray(x, spec.dtype)
+        return x if spec.components is None else x[..., list(spec.components)]
+
+    return map_observation(convert, observation_spec, dict_tree(obs))
+
+
+def select_components(observation: Any, indices: tuple[int, ...], env_id: str) -> Any:
+    """The spec of a vector observation reduced to the components `indices` names.
+
+    Hides parts of the state, e.g. to make a task partially observed; `()` keeps all.
+
+    Raises:
+      ConfigError: naming env.observation_indices, unless the observation is one vector
+        [D] and the indices are distinct and in [0, D).
+    """
+    indices = tuple(indices)
+    if not indices:
+        return observation
+    if not (isinstance(observation, ArraySpec) and len(observation.shape) == 1):
+        raise ConfigError(
+            f"env.observation_indices {indices} needs a vector observation [D], but env.id "
+            f"{env_id!r} observes {observation}"
+        )
+    size = observation.shape[0]
+    ints = all(isinstance(i, int) and not isinstance(i, bool) for i in indices)
+    if not ints or len(set(indices)) != len(indices) or not all(0 <= i < size for i in indices):
+        raise ConfigError(
+            f"env.observation_indices {indices} must be distinct integers in [0, {size}) "
+            f"(env.id {env_id!r} observes {size} components)"
+        )
+    return dataclasses.replace(observation, shape=(len(indices),), components=indices)
 
 
 def dict_tree(obs: Any) -> Any:
@@ -232,11 +268,18 @@ def action_spec_of(space, env_id: str) -> ActionSpec:
     )
 
 
-def env_spec_of(env_id: str, envs, *, is_atari: bool = False) -> EnvSpec:
-    """Describes an envpool pool's (gymnasium) spaces; raises ConfigError if unsupported."""
+def env_spec_of(
+    env_id: str, envs, *, is_atari: bool = False, observation_indices: tuple[int, ...] = ()
+) -> EnvSpec:
+    """Describes an envpool pool's (gymnasium) spaces; raises ConfigError if unsupported.
+
+    `observation_indices` (`env.observation_indices`) keeps only those components of a
+    vector observation (`select_components`).
+    """
+    observation = observation_spec_of(envs.observation_space, env_id)
     return EnvSpec(
         env_id=env_id,
-        observation=observation_spec_of(envs.observation_space, env_id),
+        observation=select_components(observation, observation_indices, env_id),
         action=action_spec_of(envs.action_space, env_id),
         is_atari=is_atari,
     )

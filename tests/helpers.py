@@ -10,6 +10,16 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from sebulba.agents.api import rollout_partition_specs
 from sebulba.config import base_config
 
+# PPO with a small LSTM on CartPole without velocities (configs/ppo_memory.py, shrunk):
+# `agent_config(ppo, **LSTM_RUN)`.
+LSTM_RUN = dict(
+    env__observation_indices=(0, 2),
+    agent__core="lstm",
+    agent__lstm_size=16,
+    agent__num_steps=16,
+    agent__num_minibatches=2,
+)
+
 
 def agent_config(agent_module, **overrides):
     """A run config for `agent_module` on CartPole with dotted-key overrides."""

@@ -37,7 +37,7 @@ def documented_files() -> dict[str, str]:
 def lab(tmp_path, monkeypatch):
     """The documented `my_lab` package, in a directory on sys.path and PYTHONPATH."""
     files = documented_files()
-    assert {"my_lab/a2c.py", "my_lab/a2c_cartpole.py"} <= set(files)
+    assert {"my_lab/a2c.py", "my_lab/a2c_cartpole.py", "my_lab/recurrent_a2c.py"} <= set(files)
     package = tmp_path / "lab"
     (package / "my_lab").mkdir(parents=True)
     (package / "my_lab" / "__init__.py").write_text("")
@@ -74,6 +74,23 @@ def test_documented_agent_trains_through_train_train(lab, tmp_path):
     obs = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
     logits, _ = make_network("mlp", Discrete(2)).apply(policy.params, obs)
     assert np.array_equal(policy(obs), np.argmax(logits, axis=-1))
+
+
+def test_documented_recurrent_agent_trains_and_evaluates_with_its_carry(lab, tmp_path):
+    config = importlib.import_module("my_lab.recurrent_a2c_memory").get_config()
+    config.total_timesteps = 8 * 16 * 4
+    config.mesh.learner_device_ids = (1, 2)
+    config.log.tensorboard = False
+    state = train.train(config, str(tmp_path / "run"))
+    assert [line["update"] for line in read_metrics(str(tmp_path / "run"))] == [1, 2, 3, 4]
+    assert "core" in state.params["params"]  # The LSTM is there and was trained.
+    policy = sebulba.load_policy(str(tmp_path / "run"), greedy=True)
+    obs = np.random.default_rng(0).normal(size=(3, 4)).astype(np.float32)
+    first = policy(obs)
+    assert first.shape == (3,) and policy.env_spec.observation.shape == (2,)
+    # The carry persists between calls and restarts on reset().
+    policy.reset()
+    assert np.array_equal(policy(obs), first)
 
 
 def test_agent_name_on_the_command_line_swaps_the_agent(lab, tmp_path):

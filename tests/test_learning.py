@@ -92,3 +92,38 @@ def test_atari_end_to_end(tmp_path, network):
     after = jax.device_get(setup.agent.policy_params(final))
     pairs = zip(jax.tree.leaves(before), jax.tree.leaves(after), strict=True)
     assert any(not np.allclose(a, b) for a, b in pairs)
+
+
+@pytest.mark.slow
+def test_lstm_learns_a_memory_task_that_feed_forward_cannot(tmp_path):
+    # configs/ppo_memory.py: CartPole with its velocities hidden, at two thirds of its
+    # budget. Seed 1 measured a mean return (last 100 episodes) of 189.4 with the LSTM and
+    # 47.8 with agent.core=none: without memory the pole's direction of motion cannot be
+    # known, and the feed-forward policy stays near 50 however long it trains.
+    results = {}
+    for core in ("lstm", "none"):
+        config = load_config("ppo_memory")
+        config.agent.core = core
+        config.total_timesteps = 200_000
+        config.log.tensorboard = False
+        train.train(config, str(tmp_path / core))
+        results[core] = read_summary(str(tmp_path / core))["mean_return"]
+    assert results["lstm"] >= 150, results
+    assert results["none"] <= 70, results
+
+
+@pytest.mark.parametrize("name, arg", [("ppo_lstm_atari", "smoke"), ("impala_atari", "lstm,smoke")])
+def test_lstm_atari_configs_run_end_to_end(tmp_path, name, arg):
+    config = load_config(name, arg)
+    config.log.tensorboard = False
+    setup = train.prepare(config)
+    # CleanRL's ppo_atari_lstm sees one frame per observation; the IMPALA variant keeps 4.
+    frames = 1 if name == "ppo_lstm_atari" else 4
+    assert setup.env_spec.obs_shape == (frames, 84, 84)
+    for pool in setup.envs_per_thread:
+        pool.close()
+    state = train.train(config, str(tmp_path))
+    lines = read_metrics(str(tmp_path))
+    assert [line["update"] for line in lines] == [1, 2]
+    assert all(np.isfinite(v) for line in lines for v in line.values() if isinstance(v, float))
+    assert "core" in state.params["params"]

@@ -8,9 +8,13 @@ import numpy as np
 import pytest
 
 from sebulba import train
+from sebulba.agents import ppo
 from sebulba.pipeline import Pipeline, required_policy_version
 from tests import minimal_agent, probe_agent
-from tests.helpers import agent_config, read_metrics, read_summary
+from tests.helpers import LSTM_RUN, agent_config, read_metrics, read_summary
+
+# The guarantees hold for feed-forward agents and for recurrent ones (the carry).
+REPRODUCIBILITY_AGENTS = {"feed-forward": (minimal_agent, {}), "lstm": (ppo, LSTM_RUN)}
 
 
 def test_required_policy_version_table():
@@ -48,35 +52,59 @@ def test_lag_schedule_holds_in_the_data(tmp_path, policy_lag, delays):
             assert line["learner_policy_version"] - line["actor_policy_version"] == policy_lag + 1
 
 
-def _checksum_and_params(tmp_path, name, **overrides):
-    config = agent_config(minimal_agent, **overrides)
+def _checksum_and_params(tmp_path, name, agent="feed-forward", **overrides):
+    module, agent_overrides = REPRODUCIBILITY_AGENTS[agent]
+    config = agent_config(module, **agent_overrides, **overrides)
     state = train.train(config, str(tmp_path / name))
     return read_summary(str(tmp_path / name))["params_checksum"], jax.device_get(state.params)
 
 
-def test_same_seed_same_checksum_under_injected_delays(tmp_path):
-    reference, _ = _checksum_and_params(tmp_path, "a")
-    again, _ = _checksum_and_params(tmp_path, "b")
-    slow_learner, _ = _checksum_and_params(tmp_path, "c", debug__learner_delay_s=0.03)
-    slow_actor, _ = _checksum_and_params(tmp_path, "d", debug__actor_delay_s=0.03)
-    assert reference == again == slow_learner == slow_actor
-    other_seed, _ = _checksum_and_params(tmp_path, "e", seed=7)
+@pytest.mark.parametrize("agent", list(REPRODUCIBILITY_AGENTS))
+def test_same_seed_same_checksum_under_injected_delays(tmp_path, agent):
+    # Each delayed run is a rerun with the same seed whose timing differs.
+    reference, _ = _checksum_and_params(tmp_path, "a", agent)
+    slow_learner, _ = _checksum_and_params(tmp_path, "c", agent, debug__learner_delay_s=0.03)
+    slow_actor, _ = _checksum_and_params(tmp_path, "d", agent, debug__actor_delay_s=0.03)
+    assert reference == slow_learner == slow_actor
+    other_seed, _ = _checksum_and_params(tmp_path, "e", agent, seed=7)
     assert other_seed != reference
 
 
+LAYOUTS = {
+    "2-learners": {"mesh__learner_device_ids": [1, 2]},
+    "4-learners": {"mesh__learner_device_ids": [1, 2, 3, 4]},
+    "2-threads": {"pipeline__num_actor_threads": 2, "env__num_envs": 4},
+    "2-actor-devices": {
+        "pipeline__num_actor_threads": 2,
+        "env__num_envs": 4,
+        "mesh__actor_device_ids": [0, 5],
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def one_learner_params(tmp_path_factory):
+    """Final parameters of each agent on one learner device, computed once per agent."""
+    cache = {}
+
+    def params(agent):
+        if agent not in cache:
+            tmp_path = tmp_path_factory.mktemp(f"one-{agent}")
+            cache[agent] = _checksum_and_params(
+                tmp_path, "one", agent, mesh__learner_device_ids=[1]
+            )
+        return cache[agent][1]
+
+    return params
+
+
 @pytest.mark.parametrize(
-    "layout",
-    [
-        {"mesh__learner_device_ids": [1, 2]},
-        {"mesh__learner_device_ids": [1, 2, 3, 4]},
-        {"pipeline__num_actor_threads": 2, "env__num_envs": 4},
-        {"pipeline__num_actor_threads": 2, "env__num_envs": 4, "mesh__actor_device_ids": [0, 5]},
-    ],
-    ids=["2-learners", "4-learners", "2-threads", "2-actor-devices"],
+    "agent, layout",
+    [("feed-forward", name) for name in LAYOUTS] + [("lstm", "2-learners"), ("lstm", "2-threads")],
 )
-def test_layouts_agree_to_float_tolerance(tmp_path, layout):
-    _, reference = _checksum_and_params(tmp_path, "one", mesh__learner_device_ids=[1])
-    _, other = _checksum_and_params(tmp_path, "other", **layout)
+def test_layouts_agree_to_float_tolerance(tmp_path, one_learner_params, agent, layout):
+    reference = one_learner_params(agent)
+    _, other = _checksum_and_params(tmp_path, "other", agent, **LAYOUTS[layout])
     for a, b in zip(jax.tree.leaves(reference), jax.tree.leaves(other), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
 

@@ -6,18 +6,25 @@ the agent's own value ranges and divisibility rules (raising `ConfigError`, see
 `sebulba.validation`, whose checks are re-exported here). The pipeline only
 ever calls the four pure functions of `Agent`; it never branches on the agent's name.
 Evaluation and `sebulba.load_policy` also call the optional `act_greedy`.
-See docs/agents.md.
+
+A recurrent agent also declares `initial_carry`: its `act` then takes and returns a
+carry (a pytree of [B, ...] arrays). `Agent.recurrent_act` gives every agent that form
+(a feed-forward agent's carry is `()`), so the pipeline has one code path; `reset_carry`
+and `episode_starts` are the one reset rule that the actors and a learner replaying a
+sequence share. See docs/agents.md.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import chex
 import flax.struct
 import jax
+import jax.numpy as jnp
 from jax.sharding import PartitionSpec
 
 from sebulba.mesh import BATCH_AXIS
@@ -49,6 +56,9 @@ from sebulba.validation import (  # noqa: F401
 
 Params = Any
 LearnerState = Any
+# A pytree of [B, ...] arrays that a recurrent policy carries from step to step; `()`
+# for a feed-forward one.
+Carry = Any
 
 
 @flax.struct.dataclass
@@ -75,6 +85,9 @@ class Rollout:
         values, the behaviour distribution's parameters).
       env_ids: [B] int32 global env index of each column; random keys of the update
         are derived from it so that minibatches do not depend on the device layout.
+      initial_carry: the carry (leaves [B, ...]) that `act` received with obs[0], already
+        reset where obs[0] starts an episode; with `episode_starts(valid)` a learner
+        replays the carries of obs[0 .. T] exactly. `()` for feed-forward agents.
     """
 
     obs: chex.ArrayTree
@@ -85,6 +98,7 @@ class Rollout:
     valid: chex.Array
     policy_outputs: Mapping[str, chex.ArrayTree]
     env_ids: chex.Array
+    initial_carry: chex.ArrayTree = ()
 
     @property
     def num_steps(self) -> int:
@@ -95,19 +109,57 @@ class Rollout:
         return self.actions.shape[1]
 
 
-def rollout_partition_specs(rollout: Rollout) -> Rollout:
-    """PartitionSpecs that split every rollout leaf along its env axis.
+def rollout_env_axes(rollout: Rollout) -> Rollout:
+    """The env axis of every rollout leaf (a `Rollout` of ints).
 
-    The env axis is axis 1 of every time-major [T (+ 1), B, ...] leaf and axis 0 of
-    `env_ids` [B], whatever the spaces make of the trailing axes.
+    Axis 1 of every time-major [T (+ 1), B, ...] leaf and axis 0 of the per-env leaves,
+    `env_ids` [B] and `initial_carry` [B, ...], whatever the spaces or the carry make of
+    the trailing axes.
     """
-    time_major = jax.tree.map(lambda _: PartitionSpec(None, BATCH_AXIS), rollout)
-    return time_major.replace(env_ids=PartitionSpec(BATCH_AXIS))
+    time_major = jax.tree.map(lambda _: 1, rollout)
+    per_env = functools.partial(jax.tree.map, lambda _: 0)
+    return time_major.replace(
+        env_ids=per_env(rollout.env_ids), initial_carry=per_env(rollout.initial_carry)
+    )
+
+
+def rollout_partition_specs(rollout: Rollout) -> Rollout:
+    """PartitionSpecs that split every rollout leaf along its env axis (`rollout_env_axes`)."""
+    return jax.tree.map(
+        lambda axis: PartitionSpec(*([None] * axis), BATCH_AXIS), rollout_env_axes(rollout)
+    )
+
+
+def reset_carry(carry: Carry, starts: jax.Array, initial: Carry) -> Carry:
+    """The carry with the envs where an episode starts set back to the initial carry.
+
+    Args:
+      carry: leaves [B, ...].
+      starts: [B] bool, True where the observation about to be processed is the first
+        of an episode.
+      initial: the initial carry, leaves [B, ...] (or broadcastable to them).
+    """
+
+    def reset(current, fresh):
+        flags = starts.reshape(starts.shape + (1,) * (current.ndim - starts.ndim))
+        return jnp.where(flags, fresh, current)
+
+    return jax.tree.map(reset, carry, initial)
+
+
+def episode_starts(valid: jax.Array) -> jax.Array:
+    """[T, B] `Rollout.valid` -> [T + 1, B] bool, True where obs[t] starts an episode.
+
+    envpool's auto-reset step t (`valid[t]` False) returns the first observation of the
+    next episode as obs[t + 1]. obs[0] is never flagged: `Rollout.initial_carry` has
+    already been reset for it.
+    """
+    return jnp.concatenate([jnp.zeros_like(valid[:1]), jnp.logical_not(valid)], axis=0)
 
 
 @dataclasses.dataclass(frozen=True)
 class Agent:
-    """The four pure functions the pipeline calls, and an optional greedy policy.
+    """The four pure functions the pipeline calls, and optional greedy and recurrent parts.
 
     Attributes:
       init: `init(key) -> learner_state`. The pipeline jits it with every leaf
@@ -116,7 +168,9 @@ class Agent:
         `obs` has [B, ...] leaves shaped like `EnvSpec.observation`, actions have the
         action spec's dtype, and
         `outputs` is a dict of [B, ...] arrays stored in `Rollout.policy_outputs`. Runs
-        on an actor device; `keys` holds one typed PRNG key per env.
+        on an actor device; `keys` holds one typed PRNG key per env. A recurrent agent
+        (one with `initial_carry`) takes and returns its carry:
+        `act(params, carry, obs, keys) -> (carry, actions, outputs)`.
       update: `update(learner_state, rollout) -> (learner_state, metrics)`, one whole
         learner step (all epochs and minibatches). The pipeline jits it with the state
         replicated and the rollout split along envs; `metrics` is a dict of scalars.
@@ -125,11 +179,65 @@ class Agent:
       act_greedy: `act_greedy(params, obs) -> actions [B, *action.shape]`, the policy's
         most likely action (the mode of the distribution `act` samples from). Only
         evaluation and `sebulba.load_policy(..., greedy=True)` call it; None: the agent
-        can only sample.
+        can only sample. Recurrent form: `act_greedy(params, carry, obs) -> (carry,
+        actions)`.
+      initial_carry: `initial_carry(num_envs) -> carry` with leaves [num_envs, ...], the
+        carry of an env at the start of an episode; None: a feed-forward agent.
     """
 
     init: Callable[[jax.Array], LearnerState]
-    act: Callable[[Params, jax.Array, jax.Array], tuple[jax.Array, dict[str, jax.Array]]]
+    act: Callable[..., tuple]
     update: Callable[[LearnerState, Rollout], tuple[LearnerState, dict[str, jax.Array]]]
     policy_params: Callable[[LearnerState], Params]
-    act_greedy: Callable[[Params, jax.Array], jax.Array] | None = None
+    act_greedy: Callable[..., Any] | None = None
+    initial_carry: Callable[[int], Carry] | None = None
+
+    @classmethod
+    def with_carry(
+        cls,
+        *,
+        init: Callable[[jax.Array], LearnerState],
+        act: Callable[..., tuple],
+        update: Callable[[LearnerState, Rollout], tuple[LearnerState, dict[str, jax.Array]]],
+        policy_params: Callable[[LearnerState], Params],
+        act_greedy: Callable[..., Any] | None,
+        initial_carry: Callable[[int], Carry],
+    ) -> Agent:
+        """An agent from recurrent-form functions; an empty carry gives a feed-forward one.
+
+        Lets an agent with an optional recurrent core write `act` once: with a carry of
+        `()` the returned agent has the feed-forward `act(params, obs, keys)` form.
+        """
+        if jax.tree.leaves(jax.eval_shape(lambda: initial_carry(1))):
+            return cls(init, act, update, policy_params, act_greedy, initial_carry)
+
+        def feed_forward_act(params, obs, keys):
+            _, actions, outputs = act(params, (), obs, keys)
+            return actions, outputs
+
+        def feed_forward_greedy(params, obs):
+            return act_greedy(params, (), obs)[1]
+
+        greedy = None if act_greedy is None else feed_forward_greedy
+        return cls(init, feed_forward_act, update, policy_params, greedy)
+
+    @property
+    def is_recurrent(self) -> bool:
+        """Whether `act` takes and returns a carry."""
+        return self.initial_carry is not None
+
+    def new_carry(self, num_envs: int) -> Carry:
+        """The carry of `num_envs` envs at the start of their episodes (`()`: feed-forward)."""
+        return () if self.initial_carry is None else self.initial_carry(num_envs)
+
+    def recurrent_act(self, params: Params, carry: Carry, obs, keys: jax.Array) -> tuple:
+        """`act` in the recurrent form, whatever the agent: `(carry, actions, outputs)`."""
+        if self.initial_carry is None:
+            return (), *self.act(params, obs, keys)
+        return self.act(params, carry, obs, keys)
+
+    def recurrent_act_greedy(self, params: Params, carry: Carry, obs) -> tuple:
+        """`act_greedy` in the recurrent form, whatever the agent: `(carry, actions)`."""
+        if self.initial_carry is None:
+            return (), self.act_greedy(params, obs)
+        return self.act_greedy(params, carry, obs)

@@ -16,6 +16,10 @@ step sizes work. The sum runs over the whole global minibatch, so the update doe
 depend on the number of learner devices D; Cleanba averages per-device sums, so its
 gradient is 1/D of ours (docs/agents.md lists every difference from Cleanba).
 
+With `agent.core="lstm"` an LSTM follows the torso, as in the IMPALA paper's agent
+(`recurrent.py`); the learner replays every sequence's LSTM states from the stored
+initial state, reset where episodes start.
+
 Reads top to bottom: config -> state -> V-trace -> act -> loss -> update -> make.
 """
 
@@ -31,7 +35,7 @@ import optax
 import rlax
 
 from sebulba import random_streams
-from sebulba.agents import distributions, learner, minibatches
+from sebulba.agents import distributions, learner, minibatches, recurrent
 from sebulba.agents.api import (
     NON_NEGATIVE,
     POSITIVE,
@@ -42,11 +46,11 @@ from sebulba.agents.api import (
     Range,
     Rollout,
     check_ranges,
+    episode_starts,
     require_divisible,
 )
 from sebulba.agents.networks import check_network_fits, make_network
 from sebulba.sizes import Sizes
-from sebulba.spaces import zero_observation
 
 # The interval of every numeric hyperparameter; `make` refuses values outside them.
 HYPERPARAMETER_RANGES = {
@@ -63,6 +67,7 @@ HYPERPARAMETER_RANGES = {
     "rmsprop_decay": Range(0, 1, high_open=True),
     # Outside the square root, eps alone keeps the step finite where the average is 0.
     "rmsprop_eps": POSITIVE,
+    "lstm_size": POSITIVE_INT,
 }
 
 
@@ -72,6 +77,8 @@ def get_config() -> ml_collections.ConfigDict:
     config.name = "impala"  # Agent to train: built-in name or dotted module path.
     config.num_steps = 20  # Steps per env per rollout (T); V-trace runs over all of them.
     config.network = "mlp"  # mlp | nature_cnn | impala_resnet | multi_input.
+    config.core = "none"  # none | lstm: an LSTM between the network's torso and its heads.
+    config.lstm_size = 256  # LSTM units (agent.core="lstm"; the IMPALA paper's: 256).
     config.learning_rate = 6e-4  # RMSProp step size at the first update.
     config.anneal_lr = True  # Decay the step size linearly to 0 over the updates.
     config.gamma = 0.99  # Discount factor.
@@ -167,7 +174,14 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         "/ len(mesh.learner_device_ids) / agent.num_minibatches",
     )
     check_network_fits(hp.network, env_spec)
-    network = make_network(hp.network, env_spec.action, hp.conv_init, env_spec.observation)
+    network = make_network(
+        hp.network,
+        env_spec.action,
+        hp.conv_init,
+        env_spec.observation,
+        core=recurrent.make_core(hp.core, hp.lstm_size),
+    )
+    model = recurrent.ActorCritic(network, env_spec.observation, hp.lstm_size)
     policy = distributions.for_action_spec(env_spec.action)
     learning_rate = learner.annealed_learning_rate(
         hp.learning_rate, hp.anneal_lr, sizes.num_updates, hp.num_minibatches
@@ -179,35 +193,24 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
     key = random_streams.learner_key(config.seed)
 
     def init(init_key: jax.Array) -> IMPALAState:
-        params = network.init(init_key, zero_observation(env_spec.observation, 1))
+        params = model.init(init_key)
         return IMPALAState(params, optimizer.init(params), jnp.zeros((), jnp.int32))
 
-    def act(params, obs, keys: jax.Array):
-        """obs [B, ...], keys [B] -> actions [B, ...], {"policy": behaviour distribution}."""
-        policy_params, _ = network.apply(params, obs)
-        return policy.sample(policy_params, keys), {"policy": policy_params}
+    def act(params, carry, obs, keys: jax.Array):
+        """carry, obs [B, ...], keys [B] -> carry, actions [B, ...], {"policy": behaviour}."""
+        carry, policy_params, _ = model.step(params, carry, obs)
+        return carry, policy.sample(policy_params, keys), {"policy": policy_params}
 
-    def act_greedy(params, obs) -> jax.Array:
-        """obs [B, ...] -> the most likely actions [B, ...] (evaluation, not training)."""
-        policy_params, _ = network.apply(params, obs)
-        return policy.mode(policy_params)
-
-    def apply_time_major(params, obs):
-        """obs [T + 1, b, ...] -> policy parameters [T + 1, b, ...], values [T + 1, b]."""
-        # Env-major flattening keeps the sharded env axis leading: no data moves between
-        # devices (a time-major flatten would interleave the devices' shards).
-        steps, envs = jax.tree.leaves(obs)[0].shape[:2]
-        flat_obs = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1).reshape(-1, *x.shape[2:]), obs)
-        policy_params, values = network.apply(params, flat_obs)
-
-        def time_major(x):
-            return jnp.swapaxes(x.reshape(envs, steps, *x.shape[1:]), 0, 1)
-
-        return jax.tree.map(time_major, policy_params), time_major(values)
+    def act_greedy(params, carry, obs):
+        """carry, obs [B, ...] -> carry, the most likely actions [B, ...] (evaluation)."""
+        carry, policy_params, _ = model.step(params, carry, obs)
+        return carry, policy.mode(policy_params)
 
     def loss_fn(params, batch):
         """IMPALA loss on whole sequences: a dict of [T (+ 1), b, ...] arrays, sharded on b."""
-        policy_params, values = apply_time_major(params, batch["obs"])
+        # obs [T + 1, b, ...] -> policy parameters [T + 1, b, ...], values [T + 1, b].
+        initial_carry = jax.tree.map(lambda x: x[0], batch["initial_carry"])
+        policy_params, values = model.sequence(params, initial_carry, batch["obs"], batch["starts"])
         policy_params = jax.tree.map(lambda x: x[:-1], policy_params)
         weight = batch["valid"].astype(jnp.float32)
         log_pi = policy.logprob(policy_params, batch["actions"])
@@ -254,6 +257,9 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
             "truncations": rollout.truncations,
             "valid": rollout.valid,
             "behaviour_policy": jax.tree.map(lambda x: x[:-1], rollout.policy_outputs["policy"]),
+            "starts": episode_starts(rollout.valid),
+            # [1, B, ...]: env_groups splits every leaf along axis 1.
+            "initial_carry": jax.tree.map(lambda x: x[None], rollout.initial_carry),
         }
         update_key = jax.random.fold_in(key, state.update_count)
         # [M, T (+ 1), B / M, ...]: one leading axis to loop over.
@@ -272,10 +278,11 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         metrics["learning_rate"] = learning_rate(state.update_count * hp.num_minibatches)
         return IMPALAState(params, opt_state, state.update_count + 1), metrics
 
-    return Agent(
+    return Agent.with_carry(
         init=init,
         act=act,
         update=update,
         policy_params=lambda s: s.params,
         act_greedy=act_greedy,
+        initial_carry=model.initial_carry,
     )

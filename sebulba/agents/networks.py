@@ -23,6 +23,10 @@ Convolutions are initialised as `conv_init` (`agent.conv_init`) says: "orthogona
 normal of variance 1 / fan_in, which Cleanba's IMPALA ResNet keeps). Biases are zero.
 Each network declares the observations it accepts (`ObservationKind`), and
 `check_network_fits` refuses a network that does not fit the env before any work.
+
+Built with a recurrent `core` (`sebulba.agents.recurrent`, `agent.core`), a network runs
+the core between its torso (everything up to the embedding) and its heads, and takes and
+returns the core's carry (see `recurrent.through_core`).
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sebulba.agents import distributions
+from sebulba.agents import distributions, recurrent
 from sebulba.agents.api import ActionSpec, ArraySpec, EnvSpec
 from sebulba.errors import ConfigError
 from sebulba.spaces import is_array_spec, map_observation
@@ -150,11 +154,17 @@ class MLP(nn.Module):
     observation: ClassVar[ObservationKind] = FEATURE_VECTOR
     policy_head: nn.Module
     hidden: Sequence[int] = (64, 64)
+    core: nn.Module | None = None
+
+    def torso(self, obs):
+        return obs.reshape(obs.shape[0], -1).astype(jnp.float32)
+
+    def heads(self, x):
+        return _ActorCritic(self.policy_head, self.hidden)(x)
 
     @nn.compact
-    def __call__(self, obs):
-        x = obs.reshape(obs.shape[0], -1).astype(jnp.float32)
-        return _ActorCritic(self.policy_head, self.hidden)(x)
+    def __call__(self, obs, carry=None, starts=None):
+        return recurrent.through_core(self, self.torso, self.heads, obs, carry, starts)
 
 
 class _ImageEncoder(nn.Module):
@@ -185,9 +195,16 @@ class MultiInput(nn.Module):
     entry_specs: tuple[ArraySpec, ...] = ()
     conv_init: str = "orthogonal"
     hidden: Sequence[int] = (64, 64)
+    core: nn.Module | None = None
 
     @nn.compact
-    def __call__(self, obs):
+    def __call__(self, obs, carry=None, starts=None):
+        return recurrent.through_core(self, self.torso, self.heads, obs, carry, starts)
+
+    def heads(self, x):
+        return _ActorCritic(self.policy_head, self.hidden)(x)
+
+    def torso(self, obs):
         features = []
         for spec, x in zip(self.entry_specs, jax.tree.leaves(obs), strict=True):
             batch = x.shape[0]
@@ -200,7 +217,7 @@ class MultiInput(nn.Module):
                 if _is_image(spec):
                     x = _ImageEncoder(self.conv_init)(x)
             features.append(x.reshape(batch, -1))
-        return _ActorCritic(self.policy_head, self.hidden)(jnp.concatenate(features, axis=-1))
+        return jnp.concatenate(features, axis=-1)
 
 
 class NatureCNN(nn.Module):
@@ -209,16 +226,22 @@ class NatureCNN(nn.Module):
     observation: ClassVar[ObservationKind] = FRAMES
     policy_head: nn.Module
     conv_init: str = "orthogonal"
+    core: nn.Module | None = None
 
-    @nn.compact
-    def __call__(self, obs):
+    def torso(self, obs):
         x = _frames_to_nhwc(obs)
         x = nn.relu(_conv(self.conv_init, 32, 8, 4)(x))
         x = nn.relu(_conv(self.conv_init, 64, 4, 2)(x))
         x = nn.relu(_conv(self.conv_init, 64, 3, 1)(x))
         x = x.reshape(x.shape[0], -1)
-        x = nn.relu(_dense(512, _HIDDEN_GAIN)(x))
+        return nn.relu(_dense(512, _HIDDEN_GAIN)(x))
+
+    def heads(self, x):
         return _Heads(self.policy_head)(x)
+
+    @nn.compact
+    def __call__(self, obs, carry=None, starts=None):
+        return recurrent.through_core(self, self.torso, self.heads, obs, carry, starts)
 
 
 class _ResidualBlock(nn.Module):
@@ -239,9 +262,16 @@ class ImpalaResNet(nn.Module):
     policy_head: nn.Module
     channels: Sequence[int] = (16, 32, 32)
     conv_init: str = "orthogonal"
+    core: nn.Module | None = None
 
     @nn.compact
-    def __call__(self, obs):
+    def __call__(self, obs, carry=None, starts=None):
+        return recurrent.through_core(self, self.torso, self.heads, obs, carry, starts)
+
+    def heads(self, x):
+        return _Heads(self.policy_head)(x)
+
+    def torso(self, obs):
         x = _frames_to_nhwc(obs)
         for channels in self.channels:
             x = _conv(self.conv_init, channels, 3, padding="SAME")(x)
@@ -249,8 +279,7 @@ class ImpalaResNet(nn.Module):
             x = _ResidualBlock(channels, self.conv_init)(x)
             x = _ResidualBlock(channels, self.conv_init)(x)
         x = nn.relu(x).reshape(x.shape[0], -1)
-        x = nn.relu(_dense(256, _HIDDEN_GAIN)(x))
-        return _Heads(self.policy_head)(x)
+        return nn.relu(_dense(256, _HIDDEN_GAIN)(x))
 
 
 NETWORKS = {
@@ -274,6 +303,7 @@ def make_network(
     action: ActionSpec,
     conv_init: str = "orthogonal",
     observation: Any = None,
+    core: nn.Module | None = None,
 ) -> nn.Module:
     """Returns the actor-critic network `agent.network` names.
 
@@ -282,6 +312,7 @@ def make_network(
       action: the action spec; the network ends in its distribution's policy head.
       conv_init: a key of `CONV_INITS`; networks without convolutions ignore it.
       observation: the observation spec; only "multi_input" needs it.
+      core: a recurrent core (`recurrent.make_core`) between the torso and the heads.
     """
     network_class = _check_name(name)
     check_choice(conv_init, "agent.conv_init", tuple(CONV_INITS))
@@ -290,6 +321,7 @@ def make_network(
     options = {"conv_init": conv_init, "entry_specs": entry_specs}
     return network_class(
         policy_head=distributions.for_action_spec(action).head(),
+        core=core,
         **{key: value for key, value in options.items() if key in fields},
     )
 

@@ -24,6 +24,11 @@ al. (2018) that `sebulba.envs` implements, so only these apply:
 Time-limit truncations bootstrap from the next observation, where baselines and Cleanba
 treat them as terminal; docs/agents.md lists every difference from both.
 
+With `agent.core="lstm"` an LSTM follows the torso (CleanRL `ppo_atari_lstm`, the 5 LSTM
+details of Huang et al. 2022; `recurrent.py`): minibatches are then whole env sequences
+(`minibatches.env_groups`, as CleanRL takes whole envs), whose LSTM states are recomputed
+from each sequence's stored initial state, reset where episodes start.
+
 Reads top to bottom: config -> state -> act -> loss -> update -> make.
 """
 
@@ -37,7 +42,7 @@ import optax
 import rlax
 
 from sebulba import random_streams
-from sebulba.agents import distributions, learner, minibatches
+from sebulba.agents import distributions, learner, minibatches, recurrent
 from sebulba.agents.api import (
     NON_NEGATIVE,
     POSITIVE,
@@ -48,11 +53,11 @@ from sebulba.agents.api import (
     Rollout,
     check_choice,
     check_ranges,
+    episode_starts,
     require_divisible,
 )
 from sebulba.agents.networks import check_network_fits, make_network
 from sebulba.sizes import Sizes
-from sebulba.spaces import zero_observation
 
 # Where advantages are standardised: within each minibatch (baselines ppo2), once over
 # the whole global rollout (Cleanba normalises once per rollout), or not at all.
@@ -69,6 +74,7 @@ HYPERPARAMETER_RANGES = {
     "ent_coef": NON_NEGATIVE,
     "vf_coef": NON_NEGATIVE,
     "max_grad_norm": POSITIVE,
+    "lstm_size": POSITIVE_INT,
 }
 
 
@@ -78,11 +84,14 @@ def get_config() -> ml_collections.ConfigDict:
     config.name = "ppo"  # Agent to train: built-in name or dotted module path.
     config.num_steps = 128  # Steps per env per rollout (T).
     config.network = "mlp"  # mlp | nature_cnn | impala_resnet | multi_input.
+    config.core = "none"  # none | lstm: an LSTM between the network's torso and its heads.
+    config.lstm_size = 128  # LSTM units (agent.core="lstm"; CleanRL ppo_atari_lstm: 128).
     config.learning_rate = 2.5e-4  # Adam step size at the first update.
     config.anneal_lr = True  # Decay the step size linearly to 0 over the updates.
     config.gamma = 0.99  # Discount factor.
     config.gae_lambda = 0.95  # GAE lambda.
-    config.num_minibatches = 4  # Minibatches per epoch (must divide num_steps).
+    # Must divide num_steps; with core "lstm" (whole env sequences) the envs per device.
+    config.num_minibatches = 4  # Minibatches per epoch.
     config.update_epochs = 4  # Passes over each rollout.
     config.norm_adv = "minibatch"  # minibatch (baselines) | batch (whole rollout) | none.
     config.clip_coef = 0.1  # Surrogate clipping epsilon.
@@ -144,19 +153,44 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
     """
     hp = config.agent
     check_ranges(hp, "agent", HYPERPARAMETER_RANGES)
-    require_divisible(hp.num_steps, "agent.num_steps", hp.num_minibatches, "agent.num_minibatches")
+    core = recurrent.make_core(hp.core, hp.lstm_size)
+    sequences = core is not None  # Minibatches of whole env sequences, not of time steps.
+    if sequences:
+        # As IMPALA: groups of M consecutive global env ids must not straddle two devices.
+        require_divisible(
+            sizes.envs_per_thread // sizes.learner_devices_per_process,
+            "env.num_envs per learner device (env.num_envs / len(mesh.learner_device_ids))",
+            hp.num_minibatches,
+            "agent.num_minibatches",
+        )
+    else:
+        require_divisible(
+            hp.num_steps, "agent.num_steps", hp.num_minibatches, "agent.num_minibatches"
+        )
     # config.json of runs from before the modes existed holds a bool.
     norm_adv = ("none", "minibatch")[hp.norm_adv] if isinstance(hp.norm_adv, bool) else hp.norm_adv
     check_choice(norm_adv, "agent.norm_adv", NORM_ADV_MODES)
     unroll = learner.unrolls_minibatch_loop(hp.minibatch_loop)
-    accumulation_steps = learner.check_accumulation_steps(
-        hp.gradient_accumulation_steps,
-        "agent.gradient_accumulation_steps",
-        hp.num_steps // hp.num_minibatches,
-        "the time steps of a minibatch, agent.num_steps / agent.num_minibatches",
-    )
+    if sequences:
+        accumulation_steps = learner.check_accumulation_steps(
+            hp.gradient_accumulation_steps,
+            "agent.gradient_accumulation_steps",
+            sizes.envs_per_learner_device // hp.num_minibatches,
+            "a minibatch's envs per learner device, env.num_envs x pipeline.num_actor_threads "
+            "/ len(mesh.learner_device_ids) / agent.num_minibatches",
+        )
+    else:
+        accumulation_steps = learner.check_accumulation_steps(
+            hp.gradient_accumulation_steps,
+            "agent.gradient_accumulation_steps",
+            hp.num_steps // hp.num_minibatches,
+            "the time steps of a minibatch, agent.num_steps / agent.num_minibatches",
+        )
     check_network_fits(hp.network, env_spec)
-    network = make_network(hp.network, env_spec.action, hp.conv_init, env_spec.observation)
+    network = make_network(
+        hp.network, env_spec.action, hp.conv_init, env_spec.observation, core=core
+    )
+    model = recurrent.ActorCritic(network, env_spec.observation, hp.lstm_size)
     policy = distributions.for_action_spec(env_spec.action)
     steps_per_update = hp.update_epochs * hp.num_minibatches
     # baselines anneals once per update: constant over its epochs and minibatches.
@@ -170,26 +204,39 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
     key = random_streams.learner_key(config.seed)
 
     def init(init_key: jax.Array) -> PPOState:
-        params = network.init(init_key, zero_observation(env_spec.observation, 1))
+        params = model.init(init_key)
         return PPOState(params, optimizer.init(params), jnp.zeros((), jnp.int32))
 
-    def act(params, obs, keys: jax.Array):
-        """obs [B, ...], keys [B] -> actions [B, ...], {"logprob": [B], "value": [B]}."""
-        policy_params, value = network.apply(params, obs)
+    def act(params, carry, obs, keys: jax.Array):
+        """carry, obs [B, ...], keys [B] -> carry, actions [B, ...], {"logprob", "value": [B]}."""
+        carry, policy_params, value = model.step(params, carry, obs)
         actions = policy.sample(policy_params, keys)
-        return actions, {"logprob": policy.logprob(policy_params, actions), "value": value}
+        return carry, actions, {"logprob": policy.logprob(policy_params, actions), "value": value}
 
-    def act_greedy(params, obs) -> jax.Array:
-        """obs [B, ...] -> the most likely actions [B, ...] (evaluation, not training)."""
-        policy_params, _ = network.apply(params, obs)
-        return policy.mode(policy_params)
+    def act_greedy(params, carry, obs):
+        """carry, obs [B, ...] -> carry, the most likely actions [B, ...] (evaluation)."""
+        carry, policy_params, _ = model.step(params, carry, obs)
+        return carry, policy.mode(policy_params)
+
+    def env_major(x):
+        # Env-major flattening keeps the sharded env axis leading, so no data moves
+        # between devices (a time-major flatten would interleave devices' shards).
+        return jnp.swapaxes(x, 0, 1).reshape(-1, *x.shape[2:])
+
+    def replay(params, batch):
+        """Policy parameters and values of a minibatch, and its samples, flat env-major."""
+        if sequences:
+            initial_carry = jax.tree.map(lambda x: x[0], batch.pop("initial_carry"))
+            outputs = model.sequence(params, initial_carry, batch["obs"], batch["starts"])
+            policy_params, value = jax.tree.map(env_major, outputs)
+            return policy_params, value, jax.tree.map(env_major, batch)
+        batch = jax.tree.map(env_major, batch)
+        _, policy_params, value = model.step(params, (), batch["obs"])
+        return policy_params, value, batch
 
     def loss_fn(params, batch):
         """PPO loss on a minibatch: a dict of [t, B, ...] arrays, sharded along B."""
-        # Env-major flattening keeps the sharded env axis leading, so no data moves
-        # between devices (a time-major flatten would interleave devices' shards).
-        batch = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1).reshape(-1, *x.shape[2:]), batch)
-        policy_params, value = network.apply(params, batch["obs"])
+        policy_params, value, batch = replay(params, dict(batch))
         weight = batch["valid"].astype(jnp.float32)
         logprob = policy.logprob(policy_params, batch["actions"])
         logratio = logprob - batch["logprob"]
@@ -238,24 +285,45 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
             "advantages": policy_advantages,
             "returns": returns,
         }
-        # Shuffle time indices, not the samples: each step gathers its own (micro-)batch, so
-        # no shuffled copy of the rollout per epoch is ever materialised.
-        time_index = jnp.broadcast_to(jnp.arange(hp.num_steps)[:, None], rollout.valid.shape)
         update_key = jax.random.fold_in(key, state.update_count)
-        epochs = [
-            minibatches.time_shuffled(
-                time_index,
-                jax.random.fold_in(update_key, epoch),
-                rollout.env_ids,
-                hp.num_minibatches,
+        if sequences:
+            samples["starts"] = episode_starts(rollout.valid)[:-1]
+            # [1, B, ...]: env_groups splits every leaf along axis 1.
+            samples["initial_carry"] = jax.tree.map(lambda x: x[None], rollout.initial_carry)
+            # [epochs * minibatches, T, B / M, ...]: whole env sequences, reshuffled per epoch.
+            batches = jax.tree.map(
+                lambda *xs: jnp.concatenate(xs),
+                *[
+                    minibatches.env_groups(
+                        samples,
+                        jax.random.fold_in(update_key, epoch),
+                        rollout.env_ids,
+                        hp.num_minibatches,
+                    )
+                    for epoch in range(hp.update_epochs)
+                ],
             )
-            for epoch in range(hp.update_epochs)
-        ]
-        # [epochs * minibatches, T / M, B]: one leading axis to loop over.
-        batches = jnp.concatenate(epochs)
+            gathered_loss, split = loss_fn, minibatches.env_micro_batches
+        else:
+            # Shuffle time indices, not the samples: each step gathers its own
+            # (micro-)batch, so no shuffled copy of the rollout per epoch is materialised.
+            time_index = jnp.broadcast_to(jnp.arange(hp.num_steps)[:, None], rollout.valid.shape)
+            epochs = [
+                minibatches.time_shuffled(
+                    time_index,
+                    jax.random.fold_in(update_key, epoch),
+                    rollout.env_ids,
+                    hp.num_minibatches,
+                )
+                for epoch in range(hp.update_epochs)
+            ]
+            # [epochs * minibatches, T / M, B]: one leading axis to loop over.
+            batches = jnp.concatenate(epochs)
 
-        def gathered_loss(params, batch_time_index):
-            return loss_fn(params, minibatches.take_time_steps(samples, batch_time_index))
+            def gathered_loss(params, batch_time_index):
+                return loss_fn(params, minibatches.take_time_steps(samples, batch_time_index))
+
+            split = minibatches.time_micro_batches
 
         params, opt_state, metrics = learner.minibatch_steps(
             gathered_loss,
@@ -265,7 +333,7 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
             batches,
             unroll,
             accumulation_steps=accumulation_steps,
-            split=minibatches.time_micro_batches,
+            split=split,
             combine="mean",
         )
         metrics["learning_rate"] = learning_rate(state.update_count * steps_per_update)
@@ -274,10 +342,11 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         )
         return PPOState(params, opt_state, state.update_count + 1), metrics
 
-    return Agent(
+    return Agent.with_carry(
         init=init,
         act=act,
         update=update,
         policy_params=lambda s: s.params,
         act_greedy=act_greedy,
+        initial_carry=model.initial_carry,
     )

@@ -1,0 +1,54 @@
+"""PPO with an LSTM on Atari, with the settings of CleanRL's `ppo_atari_lstm.py`.
+
+No frame stack (`env.frame_stack = 1`: the LSTM remembers), Nature CNN with orthogonal
+convolutions, then an LSTM of 128 units before the policy and value heads (`agent.core`),
+8 envs x 128 steps, 4 minibatches of whole env sequences, 4 epochs, Adam 2.5e-4 annealed
+to 0, GAE lambda 0.95, clip 0.1 with value clipping, entropy 0.01, advantages normalised
+per minibatch, 10M env steps. Envs follow the Machado et al. (2018) protocol of
+`sebulba.envs` (sticky actions, no life-loss signal) where CleanRL uses no-op starts and
+episodic life; fire on reset as in CleanRL. `:GAME-v5` selects the game (default
+Breakout-v5); `:smoke` (or `:smoke,GAME-v5`) is a tiny end-to-end run for CPUs and tests.
+"""
+
+from sebulba.agents import ppo
+from sebulba.config import base_config
+
+
+def get_config(arg: str | None = None):
+    options = [] if arg is None else arg.split(",")
+    config = base_config(ppo.get_config())
+    config.env.id = next((o for o in options if o.endswith("-v5")), "Breakout-v5")
+    config.env.num_envs = 8
+    config.env.frame_stack = 1
+    config.env.clip_rewards = True
+    config.env.use_fire_reset = True  # CleanRL's FireResetEnv.
+    config.total_timesteps = 10_000_000
+    config.agent.network = "nature_cnn"
+    config.agent.conv_init = "orthogonal"
+    config.agent.core = "lstm"
+    config.agent.lstm_size = 128
+    config.agent.num_steps = 128
+    config.agent.learning_rate = 2.5e-4
+    config.agent.anneal_lr = True
+    config.agent.gamma = 0.99
+    config.agent.gae_lambda = 0.95
+    config.agent.num_minibatches = 4
+    config.agent.update_epochs = 4
+    config.agent.norm_adv = "minibatch"
+    config.agent.clip_coef = 0.1
+    config.agent.clip_vloss = True
+    config.agent.vf_coef = 0.5
+    config.agent.ent_coef = 0.01
+    config.agent.max_grad_norm = 0.5
+    config.log.every_updates = 10
+    unknown = [o for o in options if o != "smoke" and not o.endswith("-v5")]
+    if unknown:
+        raise ValueError(f"unknown variant {unknown} of ppo_lstm_atari (known: smoke, GAME-v5)")
+    if "smoke" in options:
+        config.env.num_envs = 4
+        config.agent.num_steps = 8
+        config.agent.num_minibatches = 2
+        config.agent.update_epochs = 1
+        config.total_timesteps = 4 * 8 * 2
+        config.log.every_updates = 1
+    return config
