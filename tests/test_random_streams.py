@@ -12,7 +12,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from sebulba import evaluate, random_streams, train
 from sebulba.agents import impala, minibatches, ppo
-from sebulba.agents.api import ArraySpec, Discrete, EnvSpec
+from sebulba.agents.api import Agent, ArraySpec, Discrete, EnvSpec
 from sebulba.config import base_config
 from sebulba.pipeline import Pipeline
 from sebulba.policy import Policy
@@ -45,13 +45,21 @@ def init_keys(seed):
 
 def actor_keys(seed):
     """Keys the pipeline's policy step hands to `agent.act`, over steps and envs."""
-    fake_pipeline = types.SimpleNamespace(
-        seed=seed, agent=types.SimpleNamespace(act=lambda params, obs, keys: _key_data(keys))
+    agent = Agent(
+        init=None,
+        act=lambda params, obs, keys: (_key_data(keys), {}),
+        update=None,
+        policy_params=None,
     )
+    fake_pipeline = types.SimpleNamespace(seed=seed, agent=agent)
     env_ids = np.arange(ENVS, dtype=np.int32)
+    starts = np.zeros(ENVS, bool)
     rows = set()
     for step in range(STEPS):
-        rows |= _rows(Pipeline._policy_step_fn(fake_pipeline, None, None, env_ids, np.int32(step)))
+        _, _, keys, _ = Pipeline._policy_step_fn(
+            fake_pipeline, None, (), None, starts, env_ids, np.int32(step)
+        )
+        rows |= _rows(keys)
     return rows
 
 
@@ -89,7 +97,7 @@ def inference_keys(seed):
     policy = Policy(
         config=config,
         env_spec=EnvSpec("CartPole-v1", ArraySpec((4,), "float32"), Discrete(2)),
-        agent=types.SimpleNamespace(act=act),
+        agent=Agent(init=None, act=act, update=None, policy_params=None),
         params=None,
         restored=types.SimpleNamespace(step=1, path="", meta={}),
         greedy=False,
