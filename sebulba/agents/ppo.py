@@ -21,6 +21,17 @@ al. (2018) that `sebulba.envs` implements, so only these apply:
   False in the base config);
 * never: no-op starts (sticky actions, `env.repeat_action_probability`, randomise the
   start instead) and episodic life (no life-loss signal).
+The 9 continuous-action details: a Gaussian policy with a state-independent log-std,
+independent action components whose log-probabilities are summed (`distributions.py`),
+separate 64-64 tanh policy and value networks (`agent.network="mlp"`), actions clipped to
+the bounds only when stepping the env while the sampled action is stored and learned
+from (`spaces.Box.to_env`), observation normalisation by a running mean and variance and
+clipping to [-10, 10] (`agent.normalize_observations`, `agent.observation_clip`), and
+reward scaling by the running std of the discounted return and clipping to [-10, 10]
+(`agent.normalize_rewards`, `agent.reward_clip`; `normalization.py`, whose statistics are
+learner state that travels to the actors inside the policy parameters);
+configs/ppo_mujoco.py switches them on.
+
 Time-limit truncations bootstrap from the next observation, where baselines and Cleanba
 treat them as terminal; docs/agents.md lists every difference from both.
 
