@@ -16,6 +16,9 @@ step sizes work. The sum runs over the whole global minibatch, so the update doe
 depend on the number of learner devices D; Cleanba averages per-device sums, so its
 gradient is 1/D of ours (docs/agents.md lists every difference from Cleanba).
 
+Observation normalisation and reward scaling (`agent.normalize_observations`,
+`agent.normalize_rewards`; off by default) work as in PPO (`normalization.py`).
+
 Reads top to bottom: config -> state -> V-trace -> act -> loss -> update -> make.
 """
 
