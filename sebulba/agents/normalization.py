@@ -241,6 +241,7 @@ class Normalizer:
         return self._normalized(state.observation, obs)
 
     def _normalized(self, stats: Any, obs: Any) -> Any:
+        """Normalises every floating leaf of `obs` with its `RunningMeanStd` in `stats`."""
 
         def leaf(spec: ArraySpec, leaf_stats: Any, x: jax.Array) -> jax.Array:
             if not _normalized_leaf(spec):
