@@ -16,6 +16,9 @@ step sizes work. The sum runs over the whole global minibatch, so the update doe
 depend on the number of learner devices D; Cleanba averages per-device sums, so its
 gradient is 1/D of ours (docs/agents.md lists every difference from Cleanba).
 
+Observation normalisation and reward scaling (`agent.normalize_observations`,
+`agent.normalize_rewards`; off by default) work as in PPO (`normalization.py`).
+
 With `agent.core="lstm"` an LSTM follows the torso, as in the IMPALA paper's agent
 (`recurrent.py`); the learner replays every sequence's LSTM states from the stored
 initial state, reset where episodes start.
@@ -35,7 +38,7 @@ import optax
 import rlax
 
 from sebulba import random_streams
-from sebulba.agents import distributions, learner, minibatches, recurrent
+from sebulba.agents import distributions, learner, minibatches, normalization, recurrent
 from sebulba.agents.api import (
     NON_NEGATIVE,
     POSITIVE,
@@ -68,6 +71,8 @@ HYPERPARAMETER_RANGES = {
     # Outside the square root, eps alone keeps the step finite where the average is 0.
     "rmsprop_eps": POSITIVE,
     "lstm_size": POSITIVE_INT,
+    "observation_clip": POSITIVE,
+    "reward_clip": POSITIVE,
 }
 
 
@@ -98,6 +103,10 @@ def get_config() -> ml_collections.ConfigDict:
     # Every k-th env column of a minibatch; the loss is a sum, so the summed gradients equal
     # the unsplit minibatch's. Memory falls with it.
     config.gradient_accumulation_steps = 1  # Micro-batches per minibatch (gradients summed).
+    config.normalize_observations = False  # Running mean/std normalisation of float obs.
+    config.normalize_rewards = False  # Scale rewards by the running std of discounted returns.
+    config.observation_clip = 10.0  # Normalised observations are clipped to +-this.
+    config.reward_clip = 10.0  # Scaled rewards are clipped to +-this.
     return config
 
 
@@ -108,6 +117,24 @@ class IMPALAState:
     params: dict
     opt_state: optax.OptState
     update_count: jax.Array  # int32 scalar; keys and the LR schedule derive from it.
+
+
+@flax.struct.dataclass
+class NormalizedIMPALAState(IMPALAState):
+    """IMPALAState with the observation / reward statistics (`agent.normalize_*` on).
+
+    A separate class, so that the state of runs without normalisation keeps its tree and
+    their checkpoints stay loadable.
+    """
+
+    normalization: normalization.NormalizationState
+
+
+def learner_state(params, opt_state, update_count, stats) -> IMPALAState:
+    """An IMPALAState, or a NormalizedIMPALAState when there are statistics."""
+    if stats is None:
+        return IMPALAState(params, opt_state, update_count)
+    return NormalizedIMPALAState(params, opt_state, update_count, stats)
 
 
 def vtrace(
@@ -183,6 +210,7 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
     )
     model = recurrent.ActorCritic(network, env_spec.observation, hp.lstm_size)
     policy = distributions.for_action_spec(env_spec.action)
+    normalizer = normalization.normalizer_of(hp, env_spec.observation, sizes.num_envs)
     learning_rate = learner.annealed_learning_rate(
         hp.learning_rate, hp.anneal_lr, sizes.num_updates, hp.num_minibatches
     )
@@ -194,15 +222,21 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
 
     def init(init_key: jax.Array) -> IMPALAState:
         params = model.init(init_key)
-        return IMPALAState(params, optimizer.init(params), jnp.zeros((), jnp.int32))
+        count = jnp.zeros((), jnp.int32)
+        return learner_state(params, optimizer.init(params), count, normalizer.init())
+
+    def statistics(state: IMPALAState):
+        return state.normalization if normalizer.enabled else None
 
     def act(params, carry, obs, keys: jax.Array):
         """carry, obs [B, ...], keys [B] -> carry, actions [B, ...], {"policy": behaviour}."""
+        params, obs = normalizer.network_inputs(params, obs)
         carry, policy_params, _ = model.step(params, carry, obs)
         return carry, policy.sample(policy_params, keys), {"policy": policy_params}
 
     def act_greedy(params, carry, obs):
         """carry, obs [B, ...] -> carry, the most likely actions [B, ...] (evaluation)."""
+        params, obs = normalizer.network_inputs(params, obs)
         carry, policy_params, _ = model.step(params, carry, obs)
         return carry, policy.mode(policy_params)
 
@@ -249,10 +283,14 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         return loss, stats
 
     def update(state: IMPALAState, rollout: Rollout):
+        stats = statistics(state)
+        # As in PPO: rewards scaled before V-trace, observations normalised with this
+        # version's statistics, which take in the rollout's moments after the steps.
+        rewards, stats = normalizer.rewards(stats, rollout)
         sequences = {
-            "obs": rollout.obs,
+            "obs": normalizer.observations(stats, rollout.obs),
             "actions": rollout.actions,
-            "rewards": rollout.rewards,
+            "rewards": rewards,
             "terminations": rollout.terminations,
             "truncations": rollout.truncations,
             "valid": rollout.valid,
@@ -276,13 +314,14 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
             combine="sum",
         )
         metrics["learning_rate"] = learning_rate(state.update_count * hp.num_minibatches)
-        return IMPALAState(params, opt_state, state.update_count + 1), metrics
+        stats = normalizer.observed(stats, jax.tree.map(lambda x: x[:-1], rollout.obs))
+        return learner_state(params, opt_state, state.update_count + 1, stats), metrics
 
     return Agent.with_carry(
         init=init,
         act=act,
         update=update,
-        policy_params=lambda s: s.params,
+        policy_params=lambda s: normalizer.policy_params(s.params, statistics(s)),
         act_greedy=act_greedy,
         initial_carry=model.initial_carry,
     )
