@@ -249,8 +249,11 @@ def _run(signals: StopSignals) -> None:
         _config_error(str(error))
     import jax
 
-    from sebulba import train
+    from sebulba import compile_cache, train
     from sebulba.metrics import params_checksum
+
+    cache = compile_cache.enable()
+    logging.info("compilation cache: %s", cache or f"off ({compile_cache.ENV_VAR} is empty)")
 
     monitor = None
     if options.enabled:

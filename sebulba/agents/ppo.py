@@ -50,7 +50,7 @@ from sebulba.agents.api import (
     check_ranges,
     require_divisible,
 )
-from sebulba.agents.networks import check_network_fits, make_network
+from sebulba.agents.networks import check_network_fits, has_convolutions, make_network
 from sebulba.sizes import Sizes
 from sebulba.spaces import zero_observation
 
@@ -91,8 +91,9 @@ def get_config() -> ml_collections.ConfigDict:
     config.vf_coef = 0.5  # Value loss coefficient.
     config.max_grad_norm = 0.5  # Global gradient-norm clip.
     config.conv_init = "orthogonal"  # CNN kernels: orthogonal (baselines) | lecun_normal.
-    # auto: unrolled on CPU learners, where XLA runs conv gradients inside a rolled
-    # scan ~8x slower; rolled lax.scan elsewhere (smaller programs, faster compiles).
+    # auto: unrolled for convolutional networks on CPU learners, where XLA runs conv
+    # gradients inside a rolled scan 20-30x slower; rolled lax.scan elsewhere (an MLP
+    # gains little from unrolling and compiles many times longer).
     config.minibatch_loop = "auto"  # auto | scan | unrolled.
     # Memory falls with it. Advantage normalisation and the means over valid samples are
     # then per micro-batch (exact split only for a plain mean: norm_adv "none", all valid).
@@ -148,7 +149,6 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
     # config.json of runs from before the modes existed holds a bool.
     norm_adv = ("none", "minibatch")[hp.norm_adv] if isinstance(hp.norm_adv, bool) else hp.norm_adv
     check_choice(norm_adv, "agent.norm_adv", NORM_ADV_MODES)
-    unroll = learner.unrolls_minibatch_loop(hp.minibatch_loop)
     accumulation_steps = learner.check_accumulation_steps(
         hp.gradient_accumulation_steps,
         "agent.gradient_accumulation_steps",
@@ -157,6 +157,9 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
     )
     check_network_fits(hp.network, env_spec)
     network = make_network(hp.network, env_spec.action, hp.conv_init, env_spec.observation)
+    unroll = learner.unrolls_minibatch_loop(
+        hp.minibatch_loop, convolutional=has_convolutions(network, env_spec.observation)
+    )
     policy = distributions.for_action_spec(env_spec.action)
     steps_per_update = hp.update_epochs * hp.num_minibatches
     # baselines anneals once per update: constant over its epochs and minibatches.
