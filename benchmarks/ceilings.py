@@ -210,6 +210,7 @@ def end_to_end_sps(config, policy_lag: int, updates: int) -> float:
     """Steady-state steps/s of a real run (`train.train`), from metrics.jsonl."""
     config = config.copy_and_resolve_references()
     config.pipeline.policy_lag = policy_lag
+    config.total_timesteps = 10**12  # Only to derive the update size.
     sizes = derive_sizes(config, num_processes=jax.process_count())
     config.total_timesteps = sizes.steps_per_update * updates
     config.log.every_updates = 1
