@@ -186,6 +186,15 @@ class Restored:
     meta: dict[str, Any]
 
 
+def read_meta(directory: str, step: int) -> dict[str, Any]:
+    """The JSON metadata of checkpoint `step` in `directory`; {} if it cannot be read."""
+    try:
+        args = ocp.args.Composite(meta=ocp.args.JsonRestore())
+        return dict(_manager(directory).restore(step, args=args)[_META])
+    except Exception:  # noqa: BLE001 - an unreadable checkpoint is reported by `restore`.
+        return {}
+
+
 def _check_compatible(meta: dict, signature: list[str], expect: dict, path: str) -> None:
     if meta.get("format") != FORMAT_VERSION:
         raise ValueError(f"unknown format {meta.get('format')!r}")

@@ -214,11 +214,15 @@ def load_policy(
             f"{', '.join(map(str, available))}"
         )
     device = device or jax.local_devices()[0]
+    # The learner state's shapes may follow the global env count (e.g. the per-env
+    # returns of reward scaling), which counts the processes that trained the run.
+    meta = ckpt_lib.read_meta(directory, available[-1] if checkpoint is None else checkpoint)
     try:
         probe = envs_lib.make_envs(config.env, 1, seed=0)
         env_spec = envs_lib.env_spec_of(config.env, probe)
         probe.close()
-        agent = resolve_agent(config.agent.name).make(config, env_spec, derive_sizes(config))
+        sizes = derive_sizes(config, num_processes=meta.get("num_processes", 1))
+        agent = resolve_agent(config.agent.name).make(config, env_spec, sizes)
     except ConfigError as error:
         raise PolicyError(f"cannot rebuild the agent from config.json: {error}") from None
     if greedy and agent.act_greedy is None:

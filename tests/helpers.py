@@ -25,6 +25,20 @@ def agent_config(agent_module, **overrides):
     return config
 
 
+def normalized_continuous_overrides(num_steps=16):
+    """`agent_config` overrides: PPO or IMPALA on Pendulum-v1 (Box actions, float obs) with
+    observation normalisation and reward scaling on, 6 short updates."""
+    return {
+        "env__id": "Pendulum-v1",
+        "agent__normalize_observations": True,
+        "agent__normalize_rewards": True,
+        "agent__minibatch_loop": "scan",
+        "agent__num_steps": num_steps,
+        "agent__num_minibatches": 2,
+        "total_timesteps": 8 * num_steps * 6,
+    }
+
+
 def small_update_config(agent_module, num_steps, num_envs, **agent):
     """A config for unit tests of an agent's update: 10 updates of num_envs x num_steps."""
     config = base_config(agent_module.get_config())

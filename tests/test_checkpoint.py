@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 
 from sebulba import checkpoint, random_streams, train
+from sebulba.agents import ppo
 from sebulba.errors import ConfigError
 from tests import minimal_agent, probe_agent
-from tests.helpers import agent_config, read_metrics, read_summary
+from tests.helpers import agent_config, normalized_continuous_overrides, read_metrics, read_summary
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEST_CONFIG = os.path.join(ROOT, "tests", "configs", "minimal_cartpole.py")
@@ -278,6 +279,38 @@ def test_resume_on_another_layout_runs_to_completion(saved_run, tmp_path):
     assert read_summary(four)["updates"] == 6
     for a, b in zip(jax.tree.leaves(two_state), jax.tree.leaves(four_state), strict=True):
         np.testing.assert_allclose(jax.device_get(a), jax.device_get(b), rtol=1e-5, atol=1e-7)
+
+
+def test_resume_restores_the_normalization_statistics_exactly(tmp_path):
+    # PPO on Pendulum with both normalisations: 6 updates of 8 envs x 16 steps.
+    overrides = normalized_continuous_overrides()
+    samples_per_update = 8 * 16
+    first = str(tmp_path / "first")
+    saved = train.train(agent_config(ppo, ckpt__every_updates=3, **overrides), first)
+    saved = jax.device_get(saved)
+    setup = train.prepare(agent_config(ppo, ckpt__resume_from=first, **overrides))
+    start = train.restore_or_init(setup, str(tmp_path / "new"))
+    assert start.first_update == 7
+    for restored, expected in zip(
+        jax.tree.leaves(start.state), jax.tree.leaves(saved), strict=True
+    ):
+        np.testing.assert_array_equal(jax.device_get(restored), expected)  # Bit-exact.
+    stats = start.state.normalization
+    assert float(stats.observation.count) == pytest.approx(6 * samples_per_update)
+    assert np.any(np.asarray(stats.reward.returns) != 0)
+    # policy_lag 1: the actors' version 6 was normalised with the statistics of 5 updates.
+    previous = start.previous_params["observation_stats"]
+    assert float(previous.count) == pytest.approx(5 * samples_per_update)
+
+    # Two resumes from update 3 agree, and continue the statistics of updates 1-3.
+    source = os.path.join(first, "checkpoints", "3")
+    results = []
+    for name in ("a", "b"):
+        config = agent_config(ppo, ckpt__resume_from=source, **overrides)
+        state = train.train(config, str(tmp_path / name))
+        assert float(state.normalization.observation.count) == pytest.approx(6 * samples_per_update)
+        results.append(read_summary(str(tmp_path / name))["params_checksum"])
+    assert results[0] == results[1]
 
 
 def test_sigkill_during_a_save_leaves_the_previous_checkpoint(tmp_path):

@@ -488,3 +488,36 @@ def test_a_workdir_the_hosts_do_not_share_stops_the_run_in_seconds(tmp_path):
     # Stopped before anything was read or written: no checkpoint, no metrics.
     assert not (workdir / "checkpoints").exists()
     assert not (workdir / "metrics.jsonl").exists()
+
+
+def test_normalization_statistics_agree_between_two_processes_and_one(tmp_path):
+    # PPO on InvertedPendulum with both normalisations: the statistics are reduced over
+    # the global env axis, and the reward scaler follows global env ids, so two processes
+    # end where one process with two actor threads and two learner devices does.
+    config = os.path.join(ROOT, "configs", "ppo_mujoco.py") + ":InvertedPendulum-v4"
+    small = (
+        f"--config.total_timesteps={GLOBAL_ENVS * 16 * 4}",
+        "--config.agent.num_steps=16",
+        "--config.agent.num_minibatches=2",
+        "--config.agent.update_epochs=2",
+        "--config.log.tensorboard=False",
+    )
+    two, processes = launch(tmp_path, "two", *TWO_PROCESS_LAYOUT, *small, config=config)
+    assert_all_succeeded(processes)
+    one, processes = launch(
+        tmp_path, "one", *ONE_PROCESS_LAYOUT, *small, num_processes=1, devices=3, config=config
+    )
+    assert_all_succeeded(processes)
+    final, final_ref = saved_state(two, 4), saved_state(one, 4)
+    stats = final["normalization"]
+    assert stats["observation"]["count"] == pytest.approx(GLOBAL_ENVS * 16 * 4)
+    assert stats["reward"]["returns"].shape == (GLOBAL_ENVS,)
+    for a, b in zip(jax.tree.leaves(final), jax.tree.leaves(final_ref), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    # A one-device policy of the two-process run restores its 16 envs' statistics.
+    from sebulba import load_policy
+
+    policy = load_policy(str(two), greedy=True)
+    np.testing.assert_array_equal(
+        policy.params["observation_stats"].mean, stats["observation"]["mean"]
+    )

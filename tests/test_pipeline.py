@@ -8,9 +8,17 @@ import numpy as np
 import pytest
 
 from sebulba import train
+from sebulba.agents import ppo
 from sebulba.pipeline import Pipeline, required_policy_version
 from tests import minimal_agent, probe_agent
-from tests.helpers import agent_config, read_metrics, read_summary
+from tests.helpers import agent_config, normalized_continuous_overrides, read_metrics, read_summary
+
+# The reproducibility tests run the minimal agent, and PPO with Box actions and both
+# normalisations on, whose statistics are learner state that must keep the guarantees.
+AGENT_CASES = {
+    "minimal": (minimal_agent, {}),
+    "ppo-normalized": (ppo, normalized_continuous_overrides()),
+}
 
 
 def test_required_policy_version_table():
@@ -48,19 +56,23 @@ def test_lag_schedule_holds_in_the_data(tmp_path, policy_lag, delays):
             assert line["learner_policy_version"] - line["actor_policy_version"] == policy_lag + 1
 
 
-def _checksum_and_params(tmp_path, name, **overrides):
-    config = agent_config(minimal_agent, **overrides)
+def _checksum_and_params(tmp_path, name, case="minimal", **overrides):
+    """A run's checksum and its final learner state's leaves (parameters and statistics)."""
+    agent_module, case_overrides = AGENT_CASES[case]
+    config = agent_config(agent_module, **case_overrides, **overrides)
     state = train.train(config, str(tmp_path / name))
-    return read_summary(str(tmp_path / name))["params_checksum"], jax.device_get(state.params)
+    learned = state.params if case == "minimal" else state
+    return read_summary(str(tmp_path / name))["params_checksum"], jax.device_get(learned)
 
 
-def test_same_seed_same_checksum_under_injected_delays(tmp_path):
-    reference, _ = _checksum_and_params(tmp_path, "a")
-    again, _ = _checksum_and_params(tmp_path, "b")
-    slow_learner, _ = _checksum_and_params(tmp_path, "c", debug__learner_delay_s=0.03)
-    slow_actor, _ = _checksum_and_params(tmp_path, "d", debug__actor_delay_s=0.03)
+@pytest.mark.parametrize("case", list(AGENT_CASES))
+def test_same_seed_same_checksum_under_injected_delays(tmp_path, case):
+    reference, _ = _checksum_and_params(tmp_path, "a", case)
+    again, _ = _checksum_and_params(tmp_path, "b", case)
+    slow_learner, _ = _checksum_and_params(tmp_path, "c", case, debug__learner_delay_s=0.03)
+    slow_actor, _ = _checksum_and_params(tmp_path, "d", case, debug__actor_delay_s=0.03)
     assert reference == again == slow_learner == slow_actor
-    other_seed, _ = _checksum_and_params(tmp_path, "e", seed=7)
+    other_seed, _ = _checksum_and_params(tmp_path, "e", case, seed=7)
     assert other_seed != reference
 
 
@@ -79,6 +91,26 @@ def test_layouts_agree_to_float_tolerance(tmp_path, layout):
     _, other = _checksum_and_params(tmp_path, "other", **layout)
     for a, b in zip(jax.tree.leaves(reference), jax.tree.leaves(other), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [
+        {"mesh__learner_device_ids": [1, 2]},
+        {"pipeline__num_actor_threads": 2, "env__num_envs": 4},
+    ],
+    ids=["2-learners", "2-threads"],
+)
+def test_normalization_statistics_agree_across_layouts(tmp_path, layout):
+    _, reference = _checksum_and_params(
+        tmp_path, "one", "ppo-normalized", mesh__learner_device_ids=[1]
+    )
+    _, other = _checksum_and_params(tmp_path, "other", "ppo-normalized", **layout)
+    stats = reference.normalization
+    np.testing.assert_allclose(stats.observation.count, 8 * 16 * 6, rtol=1e-6)
+    assert np.any(np.asarray(stats.reward.returns) != 0)
+    for a, b in zip(jax.tree.leaves(reference), jax.tree.leaves(other), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
 def test_rollout_is_sharded_over_learner_devices_without_gathering(tmp_path):

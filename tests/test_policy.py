@@ -21,9 +21,10 @@ from sebulba.agents import impala, ppo
 from sebulba.agents.api import ArraySpec, Discrete, EnvSpec
 from sebulba.agents.networks import make_network
 from sebulba.config import base_config
+from sebulba.evaluate import evaluate
 from sebulba.sizes import derive_sizes
 from tests import minimal_agent
-from tests.helpers import agent_config
+from tests.helpers import agent_config, normalized_continuous_overrides
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -187,3 +188,31 @@ def test_a_run_written_before_newer_config_keys_still_loads(trained, observation
     assert policy.config.mesh.learner_device_ids == (0,)
     expected = sebulba.load_policy(trained, greedy=True)(observations)
     assert np.array_equal(policy(observations), expected)
+
+
+@pytest.mark.parametrize("agent_module", [ppo, impala], ids=["ppo", "impala"])
+def test_a_normalized_run_acts_with_its_stored_statistics(tmp_path, agent_module):
+    # Pendulum (Box actions) with observation normalisation and reward scaling.
+    workdir = str(tmp_path / "run")
+    config = agent_config(agent_module, **normalized_continuous_overrides())
+    state = train.train(config, workdir)
+    policy = sebulba.load_policy(workdir, greedy=True)
+    stats = jax.device_get(policy.params["observation_stats"])
+    learned = jax.device_get(state.normalization.observation)
+    for restored, final in zip(jax.tree.leaves(stats), jax.tree.leaves(learned), strict=True):
+        np.testing.assert_array_equal(restored, final)
+    assert float(stats.count) == pytest.approx(8 * 16 * 6)
+
+    envs = envs_lib.make_envs(config.env, 8, seed=5)
+    obs, _ = envs.reset()
+    envs.close()
+    network = make_network("mlp", policy.env_spec.action, "orthogonal", policy.env_spec.observation)
+    normalized = np.clip((obs - stats.mean) / np.sqrt(stats.var + 1e-8), -10, 10)
+    network_params = policy.params["network"]
+    expected = network.apply(network_params, normalized.astype(np.float32))[0]["mean"]
+    np.testing.assert_allclose(policy(obs), expected, rtol=1e-5, atol=1e-6)
+    # Not vacuous: the raw observations would give other actions.
+    raw = network.apply(network_params, obs.astype(np.float32))[0]["mean"]
+    assert not np.allclose(raw, expected, atol=1e-4)
+    result = evaluate(workdir, episodes=2, num_envs=2)
+    assert result["episodes"] == 2 and np.isfinite(result["mean_return"])

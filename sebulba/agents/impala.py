@@ -16,6 +16,9 @@ step sizes work. The sum runs over the whole global minibatch, so the update doe
 depend on the number of learner devices D; Cleanba averages per-device sums, so its
 gradient is 1/D of ours (docs/agents.md lists every difference from Cleanba).
 
+Observation normalisation and reward scaling (`agent.normalize_observations`,
+`agent.normalize_rewards`; off by default) work as in PPO (`normalization.py`).
+
 Reads top to bottom: config -> state -> V-trace -> act -> loss -> update -> make.
 """
 
@@ -31,7 +34,7 @@ import optax
 import rlax
 
 from sebulba import random_streams
-from sebulba.agents import distributions, learner, minibatches
+from sebulba.agents import distributions, learner, minibatches, normalization
 from sebulba.agents.api import (
     NON_NEGATIVE,
     POSITIVE,
@@ -63,6 +66,8 @@ HYPERPARAMETER_RANGES = {
     "rmsprop_decay": Range(0, 1, high_open=True),
     # Outside the square root, eps alone keeps the step finite where the average is 0.
     "rmsprop_eps": POSITIVE,
+    "observation_clip": POSITIVE,
+    "reward_clip": POSITIVE,
 }
 
 
@@ -92,6 +97,10 @@ def get_config() -> ml_collections.ConfigDict:
     # Every k-th env column of a minibatch; the loss is a sum, so the summed gradients equal
     # the unsplit minibatch's. Memory falls with it.
     config.gradient_accumulation_steps = 1  # Micro-batches per minibatch (gradients summed).
+    config.normalize_observations = False  # Running mean/std normalisation of float obs.
+    config.normalize_rewards = False  # Scale rewards by the running std of discounted returns.
+    config.observation_clip = 10.0  # Normalised observations are clipped to +-this.
+    config.reward_clip = 10.0  # Scaled rewards are clipped to +-this.
     return config
 
 
@@ -102,6 +111,24 @@ class IMPALAState:
     params: dict
     opt_state: optax.OptState
     update_count: jax.Array  # int32 scalar; keys and the LR schedule derive from it.
+
+
+@flax.struct.dataclass
+class NormalizedIMPALAState(IMPALAState):
+    """IMPALAState with the observation / reward statistics (`agent.normalize_*` on).
+
+    A separate class, so that the state of runs without normalisation keeps its tree and
+    their checkpoints stay loadable.
+    """
+
+    normalization: normalization.NormalizationState
+
+
+def learner_state(params, opt_state, update_count, stats) -> IMPALAState:
+    """An IMPALAState, or a NormalizedIMPALAState when there are statistics."""
+    if stats is None:
+        return IMPALAState(params, opt_state, update_count)
+    return NormalizedIMPALAState(params, opt_state, update_count, stats)
 
 
 def vtrace(
@@ -172,6 +199,7 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         hp.minibatch_loop, convolutional=has_convolutions(network, env_spec.observation)
     )
     policy = distributions.for_action_spec(env_spec.action)
+    normalizer = normalization.normalizer_of(hp, env_spec.observation, sizes.num_envs)
     learning_rate = learner.annealed_learning_rate(
         hp.learning_rate, hp.anneal_lr, sizes.num_updates, hp.num_minibatches
     )
@@ -183,15 +211,21 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
 
     def init(init_key: jax.Array) -> IMPALAState:
         params = network.init(init_key, zero_observation(env_spec.observation, 1))
-        return IMPALAState(params, optimizer.init(params), jnp.zeros((), jnp.int32))
+        count = jnp.zeros((), jnp.int32)
+        return learner_state(params, optimizer.init(params), count, normalizer.init())
+
+    def statistics(state: IMPALAState):
+        return state.normalization if normalizer.enabled else None
 
     def act(params, obs, keys: jax.Array):
         """obs [B, ...], keys [B] -> actions [B, ...], {"policy": behaviour distribution}."""
+        params, obs = normalizer.network_inputs(params, obs)
         policy_params, _ = network.apply(params, obs)
         return policy.sample(policy_params, keys), {"policy": policy_params}
 
     def act_greedy(params, obs) -> jax.Array:
         """obs [B, ...] -> the most likely actions [B, ...] (evaluation, not training)."""
+        params, obs = normalizer.network_inputs(params, obs)
         policy_params, _ = network.apply(params, obs)
         return policy.mode(policy_params)
 
@@ -249,10 +283,14 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         return loss, stats
 
     def update(state: IMPALAState, rollout: Rollout):
+        stats = statistics(state)
+        # As in PPO: rewards scaled before V-trace, observations normalised with this
+        # version's statistics, which take in the rollout's moments after the steps.
+        rewards, stats = normalizer.rewards(stats, rollout)
         sequences = {
-            "obs": rollout.obs,
+            "obs": normalizer.observations(stats, rollout.obs),
             "actions": rollout.actions,
-            "rewards": rollout.rewards,
+            "rewards": rewards,
             "terminations": rollout.terminations,
             "truncations": rollout.truncations,
             "valid": rollout.valid,
@@ -273,12 +311,13 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
             combine="sum",
         )
         metrics["learning_rate"] = learning_rate(state.update_count * hp.num_minibatches)
-        return IMPALAState(params, opt_state, state.update_count + 1), metrics
+        stats = normalizer.observed(stats, jax.tree.map(lambda x: x[:-1], rollout.obs))
+        return learner_state(params, opt_state, state.update_count + 1, stats), metrics
 
     return Agent(
         init=init,
         act=act,
         update=update,
-        policy_params=lambda s: s.params,
+        policy_params=lambda s: normalizer.policy_params(s.params, statistics(s)),
         act_greedy=act_greedy,
     )

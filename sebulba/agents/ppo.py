@@ -21,6 +21,17 @@ al. (2018) that `sebulba.envs` implements, so only these apply:
   False in the base config);
 * never: no-op starts (sticky actions, `env.repeat_action_probability`, randomise the
   start instead) and episodic life (no life-loss signal).
+The 9 continuous-action details: a Gaussian policy with a state-independent log-std,
+independent action components whose log-probabilities are summed (`distributions.py`),
+separate 64-64 tanh policy and value networks (`agent.network="mlp"`), actions clipped to
+the bounds only when stepping the env while the sampled action is stored and learned
+from (`spaces.Box.to_env`), observation normalisation by a running mean and variance and
+clipping to [-10, 10] (`agent.normalize_observations`, `agent.observation_clip`), and
+reward scaling by the running std of the discounted return and clipping to [-10, 10]
+(`agent.normalize_rewards`, `agent.reward_clip`; `normalization.py`, whose statistics are
+learner state that travels to the actors inside the policy parameters);
+configs/ppo_mujoco.py switches them on.
+
 Time-limit truncations bootstrap from the next observation, where baselines and Cleanba
 treat them as terminal; docs/agents.md lists every difference from both.
 
@@ -37,7 +48,7 @@ import optax
 import rlax
 
 from sebulba import random_streams
-from sebulba.agents import distributions, learner, minibatches
+from sebulba.agents import distributions, learner, minibatches, normalization
 from sebulba.agents.api import (
     NON_NEGATIVE,
     POSITIVE,
@@ -69,6 +80,8 @@ HYPERPARAMETER_RANGES = {
     "ent_coef": NON_NEGATIVE,
     "vf_coef": NON_NEGATIVE,
     "max_grad_norm": POSITIVE,
+    "observation_clip": POSITIVE,
+    "reward_clip": POSITIVE,
 }
 
 
@@ -98,6 +111,10 @@ def get_config() -> ml_collections.ConfigDict:
     # Memory falls with it. Advantage normalisation and the means over valid samples are
     # then per micro-batch (exact split only for a plain mean: norm_adv "none", all valid).
     config.gradient_accumulation_steps = 1  # Micro-batches per minibatch (gradients averaged).
+    config.normalize_observations = False  # Running mean/std normalisation of float obs.
+    config.normalize_rewards = False  # Scale rewards by the running std of discounted returns.
+    config.observation_clip = 10.0  # Normalised observations are clipped to +-this.
+    config.reward_clip = 10.0  # Scaled rewards are clipped to +-this.
     return config
 
 
@@ -108,6 +125,24 @@ class PPOState:
     params: dict
     opt_state: optax.OptState
     update_count: jax.Array  # int32 scalar; keys and the LR schedule derive from it.
+
+
+@flax.struct.dataclass
+class NormalizedPPOState(PPOState):
+    """PPOState with the observation / reward statistics (`agent.normalize_*` on).
+
+    A separate class, so that the state of runs without normalisation keeps its tree and
+    their checkpoints stay loadable.
+    """
+
+    normalization: normalization.NormalizationState
+
+
+def learner_state(params, opt_state, update_count, stats) -> PPOState:
+    """A PPOState, or a NormalizedPPOState when there are statistics (`stats` not None)."""
+    if stats is None:
+        return PPOState(params, opt_state, update_count)
+    return NormalizedPPOState(params, opt_state, update_count, stats)
 
 
 def advantages_and_returns(rollout: Rollout, gamma: float, gae_lambda: float):
@@ -161,6 +196,7 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         hp.minibatch_loop, convolutional=has_convolutions(network, env_spec.observation)
     )
     policy = distributions.for_action_spec(env_spec.action)
+    normalizer = normalization.normalizer_of(hp, env_spec.observation, sizes.num_envs)
     steps_per_update = hp.update_epochs * hp.num_minibatches
     # baselines anneals once per update: constant over its epochs and minibatches.
     learning_rate = learner.annealed_learning_rate(
@@ -174,16 +210,22 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
 
     def init(init_key: jax.Array) -> PPOState:
         params = network.init(init_key, zero_observation(env_spec.observation, 1))
-        return PPOState(params, optimizer.init(params), jnp.zeros((), jnp.int32))
+        count = jnp.zeros((), jnp.int32)
+        return learner_state(params, optimizer.init(params), count, normalizer.init())
+
+    def statistics(state: PPOState):
+        return state.normalization if normalizer.enabled else None
 
     def act(params, obs, keys: jax.Array):
         """obs [B, ...], keys [B] -> actions [B, ...], {"logprob": [B], "value": [B]}."""
+        params, obs = normalizer.network_inputs(params, obs)
         policy_params, value = network.apply(params, obs)
         actions = policy.sample(policy_params, keys)
         return actions, {"logprob": policy.logprob(policy_params, actions), "value": value}
 
     def act_greedy(params, obs) -> jax.Array:
         """obs [B, ...] -> the most likely actions [B, ...] (evaluation, not training)."""
+        params, obs = normalizer.network_inputs(params, obs)
         policy_params, _ = network.apply(params, obs)
         return policy.mode(policy_params)
 
@@ -227,6 +269,13 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         return loss, stats
 
     def update(state: PPOState, rollout: Rollout):
+        stats = statistics(state)
+        # Rewards are scaled before GAE; observations are normalised with this version's
+        # statistics (the behaviour's at policy_lag 0, so the first ratio is 1) and only
+        # merged into them after the gradient steps, for the next version.
+        rewards, stats = normalizer.rewards(stats, rollout)
+        raw_obs = rollout.obs
+        rollout = rollout.replace(obs=normalizer.observations(stats, raw_obs), rewards=rewards)
         advantages, returns = advantages_and_returns(rollout, hp.gamma, hp.gae_lambda)
         # The returns (value targets) keep the raw advantages.
         policy_advantages = advantages
@@ -275,12 +324,13 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         metrics["explained_variance"] = learner.explained_variance(
             returns, rollout.policy_outputs["value"][:-1], rollout.valid.astype(jnp.float32)
         )
-        return PPOState(params, opt_state, state.update_count + 1), metrics
+        stats = normalizer.observed(stats, jax.tree.map(lambda x: x[:-1], raw_obs))
+        return learner_state(params, opt_state, state.update_count + 1, stats), metrics
 
     return Agent(
         init=init,
         act=act,
         update=update,
-        policy_params=lambda s: s.params,
+        policy_params=lambda s: normalizer.policy_params(s.params, statistics(s)),
         act_greedy=act_greedy,
     )

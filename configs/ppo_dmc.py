@@ -1,0 +1,50 @@
+"""PPO on the dm_control suite with the continuous-control settings of configs/ppo_mujoco.py.
+
+dm_control observations are dicts of named vectors (e.g. `position`, `velocity`), so the
+network is `multi_input` (the entries flattened and concatenated, then separate 64-64 tanh
+actor and critic); each entry is normalised by its own running statistics. 1M env steps,
+2048 per update (8 envs x 256 steps), 32 minibatches, 10 epochs, step size 3e-4 annealed.
+
+`:CheetahRun-v1` (the default) or any other envpool dm_control task id selects the task;
+`:smoke` is a seconds-long CheetahRun-v1 run used by the tests.
+"""
+
+from sebulba.agents import ppo
+from sebulba.config import base_config
+from sebulba.envs import envpool_families
+
+_DM_CONTROL_FAMILY = "envpool.mujoco.dmc"
+
+
+def get_config(arg: str | None = None):
+    config = base_config(ppo.get_config())
+    config.env.id = "CheetahRun-v1"
+    config.env.num_envs = 8
+    config.total_timesteps = 1_000_000
+    config.agent.network = "multi_input"
+    config.agent.num_steps = 256
+    config.agent.learning_rate = 3e-4
+    config.agent.num_minibatches = 32
+    config.agent.update_epochs = 10
+    # A rolled loop: "auto" unrolls on CPU, which for 320 minibatch steps per update takes
+    # minutes and gigabytes to compile (it only pays off for convolutions).
+    config.agent.minibatch_loop = "scan"
+    config.agent.clip_coef = 0.2
+    config.agent.ent_coef = 0.0
+    config.agent.normalize_observations = True
+    config.agent.normalize_rewards = True
+    config.log.every_updates = 10
+    if arg == "smoke":
+        config.total_timesteps = 8 * 16 * 4
+        config.agent.num_steps = 16
+        config.agent.num_minibatches = 2
+        config.agent.update_epochs = 2
+        config.log.every_updates = 1
+    elif arg is not None and envpool_families().get(arg) == _DM_CONTROL_FAMILY:
+        config.env.id = arg
+    elif arg is not None:
+        raise ValueError(
+            f"unknown variant {arg!r} of ppo_dmc (known: smoke, or an envpool dm_control task "
+            "id such as CheetahRun-v1)"
+        )
+    return config

@@ -1,0 +1,48 @@
+"""PPO on MiniGrid/BabyAI: the partially observed grid worlds, from their dict observations.
+
+MiniGrid observes a dict: a 7x7x3 uint8 `image` of the agent's view, its `direction` and
+the `mission`; the `multi_input` network encodes the image with a small CNN, embeds the
+discrete entries and feeds separate 64-64 tanh actor and critic. Settings are baselines'
+PPO defaults (the rl-starter-files' ones for MiniGrid): 16 envs x 128 steps, 4 minibatches,
+4 epochs, step size 2.5e-4 annealed, clip 0.2, entropy 0.01, gamma 0.99; no normalisation
+(the observations are integers, the rewards already in [0, 1]). 500k env steps.
+
+`:MiniGrid-DoorKey-5x5-v0` (the default) or any other envpool MiniGrid/BabyAI task id
+selects the task; `:smoke` is a seconds-long run used by the tests.
+"""
+
+from sebulba.agents import ppo
+from sebulba.config import base_config
+from sebulba.envs import envpool_families
+
+_MINIGRID_FAMILY = "envpool.minigrid"
+
+
+def get_config(arg: str | None = None):
+    config = base_config(ppo.get_config())
+    config.env.id = "MiniGrid-DoorKey-5x5-v0"
+    config.env.num_envs = 16
+    config.total_timesteps = 500_000
+    config.agent.network = "multi_input"
+    config.agent.num_steps = 128
+    config.agent.learning_rate = 2.5e-4
+    config.agent.num_minibatches = 4
+    config.agent.update_epochs = 4
+    config.agent.clip_coef = 0.2
+    config.agent.ent_coef = 0.01
+    config.log.every_updates = 10
+    if arg == "smoke":
+        config.env.num_envs = 8
+        config.total_timesteps = 8 * 16 * 4
+        config.agent.num_steps = 16
+        config.agent.num_minibatches = 2
+        config.agent.update_epochs = 2
+        config.log.every_updates = 1
+    elif arg is not None and envpool_families().get(arg) == _MINIGRID_FAMILY:
+        config.env.id = arg
+    elif arg is not None:
+        raise ValueError(
+            f"unknown variant {arg!r} of ppo_minigrid (known: smoke, or an envpool MiniGrid "
+            "task id such as MiniGrid-DoorKey-5x5-v0)"
+        )
+    return config

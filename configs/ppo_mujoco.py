@@ -1,0 +1,64 @@
+"""PPO on the gymnasium MuJoCo tasks with CleanRL's `ppo_continuous_action` settings.
+
+1M env steps; 2048 env steps per update, cut into 32 minibatches of 64 for 10 epochs;
+step size 3e-4 annealed to 0; gamma 0.99, GAE lambda 0.95, clip 0.2, no entropy bonus,
+value coefficient 0.5 with value clipping, gradient norm 0.5, advantages normalised per
+minibatch; separate 64-64 tanh actor and critic, a Gaussian policy with a
+state-independent log-std; observations normalised and rewards scaled by the running
+std of the discounted return, both clipped to +-10. CleanRL steps 1 env for 2048 steps;
+here 8 envs x 256 steps make the same 2048-step batch with 8x fewer (batched) policy
+calls, which is what a CPU actor pays for (docs/benchmarks.md).
+
+`:Hopper-v4` (the default), `:HalfCheetah-v4`, `:Walker2d-v4`, `:InvertedPendulum-v4` or
+any other envpool MuJoCo task id selects the task; `:smoke` is a seconds-long Hopper-v4
+run used by the tests.
+"""
+
+from sebulba.agents import ppo
+from sebulba.config import base_config
+from sebulba.envs import envpool_families
+
+_MUJOCO_FAMILY = "envpool.mujoco.gym"
+
+
+def get_config(arg: str | None = None):
+    config = base_config(ppo.get_config())
+    config.env.id = "Hopper-v4"
+    config.env.num_envs = 8
+    config.total_timesteps = 1_000_000
+    config.agent.network = "mlp"
+    config.agent.num_steps = 256
+    config.agent.learning_rate = 3e-4
+    config.agent.anneal_lr = True
+    config.agent.gamma = 0.99
+    config.agent.gae_lambda = 0.95
+    config.agent.num_minibatches = 32
+    config.agent.update_epochs = 10
+    # A rolled loop: "auto" unrolls on CPU, which for 320 minibatch steps per update takes
+    # minutes and gigabytes to compile (it only pays off for convolutions).
+    config.agent.minibatch_loop = "scan"
+    config.agent.norm_adv = "minibatch"
+    config.agent.clip_coef = 0.2
+    config.agent.clip_vloss = True
+    config.agent.ent_coef = 0.0
+    config.agent.vf_coef = 0.5
+    config.agent.max_grad_norm = 0.5
+    config.agent.normalize_observations = True
+    config.agent.normalize_rewards = True
+    config.agent.observation_clip = 10.0
+    config.agent.reward_clip = 10.0
+    config.log.every_updates = 10
+    if arg == "smoke":
+        config.total_timesteps = 8 * 16 * 4
+        config.agent.num_steps = 16
+        config.agent.num_minibatches = 2
+        config.agent.update_epochs = 2
+        config.log.every_updates = 1
+    elif arg is not None and envpool_families().get(arg) == _MUJOCO_FAMILY:
+        config.env.id = arg
+    elif arg is not None:
+        raise ValueError(
+            f"unknown variant {arg!r} of ppo_mujoco (known: smoke, or an envpool MuJoCo task "
+            "id such as Hopper-v4)"
+        )
+    return config
