@@ -252,8 +252,7 @@ def _run(signals: StopSignals) -> None:
     from sebulba import compile_cache, train
     from sebulba.metrics import params_checksum
 
-    cache = compile_cache.enable()
-    logging.info("compilation cache: %s", cache or f"off ({compile_cache.ENV_VAR} is empty)")
+    compile_cache.enable()  # Logged by train.train once the config is accepted.
 
     monitor = None
     if options.enabled:

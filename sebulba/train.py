@@ -361,6 +361,7 @@ def train(
     with stop_signals or ckpt_lib.StopSignals() as signals:
         setup = prepare(config)
         sizes, layout = setup.sizes, setup.layout
+        logging.info("compilation cache: %s", jax.config.jax_compilation_cache_dir or "off")
         is_main_process = jax.process_index() == 0
         distributed.check_workdir_shared(workdir, shared_workdir_timeout_s)
         start = restore_or_init(setup, workdir)
