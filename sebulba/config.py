@@ -51,6 +51,8 @@ def base_config(agent: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     config.pipeline = ml_collections.ConfigDict()
     config.pipeline.num_actor_threads = 1  # Actor threads per process (round-robin devices).
     config.pipeline.policy_lag = 1  # 1: rollout k uses version max(1, k-1); 0: synchronous.
+    # For inference on an accelerator; on CPU-only hosts it rarely pays (docs/benchmarks.md).
+    config.pipeline.overlap_env_steps = False  # Two env halves: one steps while the other infers.
 
     config.log = ml_collections.ConfigDict()
     config.log.every_updates = 1  # Write a metrics line every this many updates.

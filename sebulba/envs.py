@@ -17,6 +17,11 @@ means every game); Machado et al. do not, so the base config leaves it off.
 
 Env seeds follow the global env index: env i of a pool whose first env has global
 index g0 is seeded with `seed + g0 + i`, whatever thread or process steps it.
+
+`SplitPool` steps an actor thread's envs as two fixed halves (two sync pools), so the
+actor can run one half's policy while the other half's envs step (envpool's C++ threads
+release the GIL): the overlap of simulation and inference of Weng et al. (2022), with
+every step still returning every env of a half, in order.
 """
 
 from __future__ import annotations
@@ -135,6 +140,96 @@ def make_envs(
             gray_scale=True,
         )
     return envpool.make(env_config.id, env_type="gymnasium", **kwargs)
+
+
+class SplitPool:
+    """One actor thread's envs as fixed groups of consecutive envs, each a sync pool.
+
+    Behaves as one pool of all the envs (`reset`, `step`, `close`, the spaces), so code
+    that steps envs whole works unchanged; the pipeline steps `groups` one at a time to
+    overlap them with inference. Env i of the whole is env i - g of the group starting at
+    g, seeded `seed + i` either way, so splitting changes no env's episodes.
+    """
+
+    def __init__(self, groups: list):
+        self.groups = list(groups)
+        self.observation_space = self.groups[0].observation_space
+        self.action_space = self.groups[0].action_space
+
+    def reset(self):
+        results = [group.reset() for group in self.groups]
+        return tuple(_concat_envs(*parts) for parts in zip(*results, strict=True))
+
+    def step(self, actions):
+        start = 0
+        for group in self.groups:
+            size = group.config["num_envs"]
+            group.send(actions[start : start + size])
+            start += size
+        results = [group.recv() for group in self.groups]
+        return tuple(_concat_envs(*parts) for parts in zip(*results, strict=True))
+
+    def close(self) -> None:
+        for group in self.groups:
+            group.close()
+
+
+def _concat_envs(*parts):
+    """Joins per-group results (arrays [n, ...] or dicts of them) along the env axis."""
+    if isinstance(parts[0], dict):
+        return {key: _concat_envs(*(p[key] for p in parts)) for key in parts[0]}
+    return np.concatenate([np.asarray(p) for p in parts], axis=0)
+
+
+class _SteppedWhole:
+    """A pool (or a wrapper of one) driven through `send`/`recv` by its `step` alone."""
+
+    def __init__(self, pool):
+        self.pool = pool
+        self._actions = None
+
+    def reset(self):
+        return self.pool.reset()
+
+    def send(self, actions) -> None:
+        self._actions = actions
+
+    def recv(self):
+        return self.pool.step(self._actions)
+
+
+def step_groups(pool) -> list:
+    """The groups of a thread's envs, in env order, each with `reset`, `send` and `recv`.
+
+    A `SplitPool`'s halves, or the whole pool as one group. Anything else with a
+    gymnasium-style `reset`/`step` (an envpool pool or a wrapper of one) is stepped whole,
+    through its own `step`.
+    """
+    if isinstance(pool, SplitPool):
+        return list(pool.groups)
+    return [_SteppedWhole(pool)]
+
+
+def make_thread_envs(
+    env_config: ml_collections.ConfigDict, num_envs: int, seed: int, *, split: bool
+):
+    """The envs of one actor thread: one pool, or a `SplitPool` of two halves if `split`.
+
+    Args:
+      env_config: the `env` section of the config.
+      num_envs: envs of the thread (>= 2 if `split`).
+      seed: seed of the thread's first env; env i gets `seed + i`.
+      split: step the envs as two fixed halves (`pipeline.overlap_env_steps`).
+    """
+    if not split:
+        return make_envs(env_config, num_envs, seed)
+    first_half = num_envs // 2
+    return SplitPool(
+        [
+            make_envs(env_config, first_half, seed),
+            make_envs(env_config, num_envs - first_half, seed + first_half),
+        ]
+    )
 
 
 def real_time_step_s(env_id: str) -> float:

@@ -249,8 +249,10 @@ def _run(signals: StopSignals) -> None:
         _config_error(str(error))
     import jax
 
-    from sebulba import train
+    from sebulba import compile_cache, train
     from sebulba.metrics import params_checksum
+
+    compile_cache.enable()  # Logged by train.train once the config is accepted.
 
     monitor = None
     if options.enabled:

@@ -213,6 +213,7 @@ class MetricsLogger:
         # includes compilation and the first rollout, so it is left out.
         self._last_record_time: float | None = None
         self._steady_s = self._steady_rollout_wait = self._steady_params_wait = 0.0
+        self._steady_updates = 0
         self._writer = self._jsonl = self._wandb = self._console = None
         if not is_main_process:
             return
@@ -247,6 +248,7 @@ class MetricsLogger:
         now = time.perf_counter()
         if self._last_record_time is not None:
             self._steady_s += now - self._last_record_time
+            self._steady_updates += 1
             self._steady_rollout_wait += report.rollout_wait_s
             self._steady_params_wait += report.params_wait_s
         self._last_record_time = now
@@ -336,11 +338,18 @@ class MetricsLogger:
         """The end-of-run summary (written to summary.json by the caller)."""
         wall = time.perf_counter() - self.start_time
         steps_this_run = global_step - (self.first_update - 1) * self.sizes.steps_per_update
+        sps_including_compile = steps_this_run / max(wall, 1e-9)
+        # Steady state: the updates after this segment's first, which compiles the actor
+        # step and waits for the first rollout; a one-update run has no steady state.
+        sps = sps_including_compile
+        if self._steady_updates:
+            sps = self._steady_updates * self.sizes.steps_per_update / max(self._steady_s, 1e-9)
         return {
             "global_step": global_step,
             "updates": updates,
             "wall_time_s": self.elapsed_before_s + wall,
-            "sps": steps_this_run / max(wall, 1e-9),
+            "sps": sps,
+            "sps_including_compile": sps_including_compile,
             "mean_return": (float(np.mean(self.recent_returns)) if self.recent_returns else None),
             "episodes": self.episodes_finished,
             "params_checksum": checksum,

@@ -22,7 +22,6 @@ Any exception in any thread stops every thread and is re-raised by `Pipeline.run
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import queue
 import threading
@@ -34,6 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from sebulba import envs as envs_lib
 from sebulba import random_streams, spaces
 from sebulba.agents.api import (
     Agent,
@@ -92,6 +92,101 @@ class UpdateReport:
     agent_metrics: dict[str, jax.Array]
 
 
+@dataclasses.dataclass
+class _EnvGroup:
+    """A fixed group of consecutive envs of an actor thread, stepped as one pool.
+
+    Everything per env lives here, split by the same columns as the envs themselves.
+
+    Attributes:
+      pool: the group's envs, with `reset`, `send` and `recv` (`envs.step_groups`).
+      columns: the group's envs among the thread's envs.
+      env_ids: [n] int32 global env indices, on the actor device.
+      step_index: int32 scalar on the actor device, the next policy step's index.
+      tracker: the envs' running episode returns and reset flags.
+      obs: the envs' current observations on the host, each leaf [n, ...].
+      actions: [n] actions of the last dispatched policy step, on the actor device.
+      carry: the envs' recurrent carry (leaves [n, ...]) on the actor device; `()` for
+        feed-forward agents.
+      starts: [n] bool on the host, where `obs` starts an episode (reset the carry).
+      initial_carry: the carry obs[0] of the current rollout was processed with.
+    """
+
+    pool: Any
+    columns: slice
+    env_ids: jax.Array
+    step_index: jax.Array
+    tracker: EpisodeTracker
+    obs: Any
+    actions: jax.Array | None = None
+    carry: Any = ()
+    starts: np.ndarray | None = None
+    initial_carry: Any = ()
+
+
+@dataclasses.dataclass
+class _HostRollout:
+    """One actor thread's rollout on the host, time-major, filled in place step by step.
+
+    Fresh buffers every rollout: a device copy on a CPU backend may alias host memory.
+    """
+
+    obs: Any  # Leaves [T + 1, n, ...].
+    actions: np.ndarray  # [T, n, *action.shape]
+    rewards: np.ndarray  # [T, n] float32, raw until `learning_rewards`.
+    terminations: np.ndarray  # [T, n] bool
+    truncations: np.ndarray  # [T, n] bool
+    valid: np.ndarray  # [T, n] bool
+    env_ids: np.ndarray  # [n] int32
+    episode_returns: list[float] = dataclasses.field(default_factory=list)
+    episode_lengths: list[int] = dataclasses.field(default_factory=list)
+    policy_outputs: list[Any] = dataclasses.field(default_factory=list)  # Per learner slice.
+    initial_carry: list[Any] = dataclasses.field(default_factory=list)  # Per learner slice.
+
+    @classmethod
+    def empty(cls, env_spec: EnvSpec, T: int, n: int, env_ids: np.ndarray) -> _HostRollout:
+        action = env_spec.action
+        return cls(
+            obs=spaces.map_observation(
+                lambda s: np.empty((T + 1, n, *s.shape), s.dtype), env_spec.observation
+            ),
+            actions=np.empty((T, n, *action.shape), np.dtype(action.dtype)),
+            rewards=np.empty((T, n), np.float32),
+            terminations=np.empty((T, n), bool),
+            truncations=np.empty((T, n), bool),
+            valid=np.empty((T, n), bool),
+            env_ids=env_ids,
+        )
+
+    def record_obs(self, t: int, group: _EnvGroup) -> None:
+        def write(buffer, x):
+            buffer[t, group.columns] = x
+
+        jax.tree.map(write, self.obs, group.obs)
+
+    def record_step(self, t, group: _EnvGroup, raw_rewards, terminations, truncations) -> None:
+        columns = group.columns
+        self.valid[t, columns] = group.tracker.step(
+            raw_rewards, terminations, truncations, self.episode_returns, self.episode_lengths
+        )
+        self.rewards[t, columns] = raw_rewards
+        self.terminations[t, columns] = terminations
+        self.truncations[t, columns] = truncations
+
+    def piece(self, columns: slice, policy_outputs, initial_carry) -> Rollout:
+        return Rollout(
+            obs=jax.tree.map(lambda x: x[:, columns], self.obs),
+            actions=self.actions[:, columns],
+            rewards=self.rewards[:, columns],
+            terminations=self.terminations[:, columns],
+            truncations=self.truncations[:, columns],
+            valid=self.valid[:, columns],
+            policy_outputs=policy_outputs,
+            env_ids=self.env_ids[columns],
+            initial_carry=initial_carry,
+        )
+
+
 class Pipeline:
     """Runs actor threads and the learner loop for one training run.
 
@@ -139,7 +234,7 @@ class Pipeline:
         self.learner_delay_s = learner_delay_s
         self.actor_delay_s = actor_delay_s
         self.transfer_guard = transfer_guard
-        self._policy_step = jax.jit(self._policy_step_fn)
+        self._actor_step = jax.jit(self._actor_step_fn)
         self._stack_outputs = jax.jit(self._stack_outputs_fn, static_argnums=1)
         self._split_carry = jax.jit(self._split_carry_fn, static_argnums=1)
         self._concat_pieces = jax.jit(self._concat_pieces_fn)
@@ -153,16 +248,31 @@ class Pipeline:
         carry = reset_carry(carry, starts, self.agent.new_carry(env_ids.shape[0]))
         return carry, *self.agent.recurrent_act(params, carry, obs, keys)
 
+    def _actor_step_fn(self, params, carry, obs, starts, env_ids, step_index):
+        # The step index lives on the device and advances here, so a step transfers only
+        # its observations and episode-start flags (one host-to-device copy) and its
+        # actions (one copy back); the carry stays on the device.
+        carry_in, next_carry, actions, outputs = self._policy_step_fn(
+            params, carry, obs, starts, env_ids, step_index
+        )
+        return carry_in, next_carry, actions, outputs, step_index + 1
+
     @staticmethod
-    def _split_carry_fn(carry, num_slices: int) -> list:
+    def _split_carry_fn(carries_per_group: list, num_slices: int) -> list:
+        """Per group, carries [n_g, ...] -> per learner slice [b, ...]."""
+        carry = jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=0), *carries_per_group)
         return [
             jax.tree.map(lambda x, i=i: jnp.split(x, num_slices, axis=0)[i], carry)
             for i in range(num_slices)
         ]
 
     @staticmethod
-    def _stack_outputs_fn(outputs: list[dict], num_slices: int) -> list[dict]:
-        stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *outputs)
+    def _stack_outputs_fn(outputs_per_group: list[list[dict]], num_slices: int) -> list[dict]:
+        """Per group, T + 1 steps of outputs [n_g, ...] -> per learner slice [T + 1, b, ...]."""
+        stacked = jax.tree.map(
+            lambda *xs: jnp.concatenate(xs, axis=1),
+            *[jax.tree.map(lambda *xs: jnp.stack(xs), *group) for group in outputs_per_group],
+        )
         return [
             jax.tree.map(lambda x, i=i: jnp.split(x, num_slices, axis=1)[i], stacked)
             for i in range(num_slices)
@@ -173,26 +283,46 @@ class Pipeline:
         threads_before = jax.process_index() * self.sizes.num_actor_threads + thread_index
         return threads_before * self.sizes.envs_per_thread
 
+    def thread_env_ids(self, thread_index: int) -> np.ndarray:
+        """[envs_per_thread] int32 global indices of the envs of this process's thread."""
+        first = self.thread_env_offset(thread_index)
+        return np.arange(first, first + self.sizes.envs_per_thread, dtype=np.int32)
+
+    def _actor_groups(self, thread_index: int, envs, device, first_update: int) -> list[_EnvGroup]:
+        """The thread's env groups (fixed, in env order), reset, with their device state."""
+        env_ids = self.thread_env_ids(thread_index)
+        # Step (update - 1) * (T + 1) + t of the run draws the keys of step t of rollout
+        # `update`; each rollout advances the counter by its T + 1 policy steps.
+        first_step = np.int32((first_update - 1) * (self.sizes.num_steps + 1))
+        groups, start = [], 0
+        for pool in envs_lib.step_groups(envs):
+            obs = spaces.host_observation(self.env_spec.observation, pool.reset()[0])
+            size = len(jax.tree.leaves(obs)[0])
+            columns = slice(start, start + size)
+            groups.append(
+                _EnvGroup(
+                    pool=pool,
+                    columns=columns,
+                    env_ids=jax.device_put(env_ids[columns], device),
+                    step_index=jax.device_put(first_step, device),
+                    tracker=EpisodeTracker(size),
+                    obs=obs,
+                    # The envs (re)start here, so do their carries, also on resume.
+                    carry=jax.device_put(self.agent.new_carry(size), device),
+                    starts=np.ones(size, bool),
+                )
+            )
+            start += size
+        if start != self.sizes.envs_per_thread:
+            raise ValueError(f"the thread's pools hold {start} envs, not env.num_envs")
+        return groups
+
     def _actor_loop(self, thread_index, envs, store, handoff, first_update, control):
-        sizes = self.sizes
         device_index = thread_index % len(self.layout.actor_devices)
         device = self.layout.actor_devices[device_index]
-        learner_devices = self.layout.local_learner_devices
-        num_slices = len(learner_devices)
-        slice_size = sizes.envs_per_thread // num_slices
-        env_ids = self.thread_env_offset(thread_index) + np.arange(sizes.envs_per_thread)
-        env_ids = env_ids.astype(np.int32)
-        env_ids_on_device = jax.device_put(env_ids, device)
-        tracker = EpisodeTracker(sizes.envs_per_thread)
-        observation_spec, action_spec = self.env_spec.observation, self.env_spec.action
-        action_dtype = np.dtype(action_spec.dtype)
-        obs = spaces.host_observation(observation_spec, envs.reset()[0])
-        # The envs (re)start here, so do their carries, also on resume; `starts` flags the
-        # observations that begin an episode (envpool: the one after an auto-reset step).
-        carry = jax.device_put(self.agent.new_carry(sizes.envs_per_thread), device)
-        starts = np.ones(sizes.envs_per_thread, bool)
-        T = sizes.num_steps
-        for update in range(first_update, sizes.num_updates + 1):
+        groups = self._actor_groups(thread_index, envs, device, first_update)
+        env_ids = self.thread_env_ids(thread_index)
+        for update in range(first_update, self.sizes.num_updates + 1):
             version = required_policy_version(update, self.policy_lag)
             wait_start = time.perf_counter()
             params = store.get(version, device_index)
@@ -200,79 +330,86 @@ class Pipeline:
             if self.actor_delay_s:
                 time.sleep(self.actor_delay_s)
             with jax.transfer_guard(self.transfer_guard):
-                host = collections.defaultdict(list)
-                outputs = []
-                finished_returns, finished_lengths = [], []
-                for step in range(T + 1):
-                    control.raise_if_stopped()
-                    step_index = np.int32((update - 1) * (T + 1) + step)
-                    obs_on_device, starts_on_device, step_on_device = jax.device_put(
-                        (obs, starts, step_index), device
-                    )
-                    carry_in, next_carry, actions, policy_outputs = self._policy_step(
-                        params,
-                        carry,
-                        obs_on_device,
-                        starts_on_device,
-                        env_ids_on_device,
-                        step_on_device,
-                    )
-                    outputs.append(policy_outputs)
-                    host["obs"].append(obs)
-                    if step == 0:
-                        initial_carry = carry_in
-                    if step == T:
-                        # obs[T] and its outputs only bootstrap; no env step. The next
-                        # rollout processes obs[T] again, from the same carry.
-                        carry = carry_in
-                        break
-                    carry = next_carry
-                    # Stored as sampled; the env steps with the spec's conversion of them
-                    # (e.g. Box actions clipped to the bounds).
-                    actions = np.asarray(jax.device_get(actions), action_dtype)
-                    obs, raw_rewards, terminations, truncations, _ = envs.step(
-                        action_spec.to_env(actions)
-                    )
-                    obs = spaces.host_observation(observation_spec, obs)
-                    valid = tracker.step(
-                        raw_rewards, terminations, truncations, finished_returns, finished_lengths
-                    )
-                    starts = ~valid  # An auto-reset step returns an episode's first obs.
-                    host["actions"].append(actions)
-                    host["rewards"].append(learning_rewards(raw_rewards, self.clip_rewards))
-                    host["terminations"].append(np.asarray(terminations, bool))
-                    host["truncations"].append(np.asarray(truncations, bool))
-                    host["valid"].append(valid)
-                stacked = {
-                    name: jax.tree.map(lambda *xs: np.stack(xs), *values)
-                    for name, values in host.items()
-                }
-                output_slices = self._stack_outputs(outputs, num_slices)
-                carry_slices = self._split_carry(initial_carry, num_slices)
-                pieces = []
-                for i, learner_device in enumerate(learner_devices):
-                    columns = slice(i * slice_size, (i + 1) * slice_size)
-                    host_piece = {
-                        name: jax.tree.map(lambda x, c=columns: x[:, c], tree)
-                        for name, tree in stacked.items()
-                    }
-                    host_piece["env_ids"] = env_ids[columns]
-                    piece = Rollout(
-                        **host_piece, policy_outputs=output_slices[i], initial_carry=carry_slices[i]
-                    )
-                    pieces.append(jax.device_put(piece, learner_device))
+                rollout = self._collect(groups, env_ids, params, device, control)
+                pieces = self._to_learner_devices(rollout)
             put_or_stop(
                 handoff,
                 ActorRollout(
                     update=update,
                     policy_version=version,
                     pieces=pieces,
-                    episode_returns=finished_returns,
-                    episode_lengths=finished_lengths,
+                    episode_returns=rollout.episode_returns,
+                    episode_lengths=rollout.episode_lengths,
                     params_wait_s=params_wait_s,
                 ),
                 control,
             )
+
+    def _collect(self, groups: list[_EnvGroup], env_ids, params, device, control) -> _HostRollout:
+        """Steps every group T times with `params`; returns the thread's host rollout.
+
+        Groups take turns: while one group's envs step (envpool's threads, GIL released),
+        the actor fetches the next group's actions and dispatches the stepped groups'
+        next policy step. Which key, env and parameters meet at each step is fixed, so
+        the data do not depend on timing.
+        """
+        T, n = self.sizes.num_steps, self.sizes.envs_per_thread
+        action_spec = self.env_spec.action
+        action_dtype = np.dtype(action_spec.dtype)
+        rollout = _HostRollout.empty(self.env_spec, T, n, env_ids)
+        outputs = [[] for _ in groups]
+
+        def dispatch(g: int, t: int) -> None:
+            group = groups[g]
+            rollout.record_obs(t, group)
+            obs_on_device, starts_on_device = jax.device_put((group.obs, group.starts), device)
+            carry_in, next_carry, group.actions, step_outputs, group.step_index = self._actor_step(
+                params,
+                group.carry,
+                obs_on_device,
+                starts_on_device,
+                group.env_ids,
+                group.step_index,
+            )
+            outputs[g].append(step_outputs)
+            if t == 0:
+                group.initial_carry = carry_in
+            # obs[T] is processed again as obs[0] of the next rollout, from the same carry.
+            group.carry = carry_in if t == T else next_carry
+
+        for g in range(len(groups)):
+            dispatch(g, 0)
+        for t in range(T):
+            control.raise_if_stopped()
+            for group in groups:
+                # Stored as sampled; the env steps with the spec's conversion of them
+                # (e.g. Box actions clipped to the bounds).
+                actions = np.asarray(jax.device_get(group.actions), action_dtype)
+                rollout.actions[t, group.columns] = actions
+                group.pool.send(action_spec.to_env(actions))
+            for g, group in enumerate(groups):
+                obs, raw_rewards, terminations, truncations, _ = group.pool.recv()
+                group.obs = spaces.host_observation(self.env_spec.observation, obs)
+                rollout.record_step(t, group, raw_rewards, terminations, truncations)
+                # An auto-reset step returns the first observation of an episode.
+                group.starts = ~rollout.valid[t, group.columns]
+                dispatch(g, t + 1)  # obs[T] and its outputs only bootstrap.
+        rollout.rewards = learning_rewards(rollout.rewards, self.clip_rewards)
+        num_slices = len(self.layout.local_learner_devices)
+        rollout.policy_outputs = self._stack_outputs(outputs, num_slices)
+        rollout.initial_carry = self._split_carry([g.initial_carry for g in groups], num_slices)
+        return rollout
+
+    def _to_learner_devices(self, rollout: _HostRollout) -> list[Rollout]:
+        """One `Rollout` per local learner device: its slice of the thread's envs."""
+        learner_devices = self.layout.local_learner_devices
+        slice_size = self.sizes.envs_per_thread // len(learner_devices)
+        pieces = []
+        for i, learner_device in enumerate(learner_devices):
+            columns = slice(i * slice_size, (i + 1) * slice_size)
+            piece = rollout.piece(columns, rollout.policy_outputs[i], rollout.initial_carry[i])
+            pieces.append(jax.device_put(piece, learner_device))
+        return pieces
 
     def _run_actor(self, *args):
         control = args[-1]

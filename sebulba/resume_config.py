@@ -37,6 +37,7 @@ MAY_CHANGE_ON_RESUME: dict[str, str] = {
     "pipeline.num_actor_threads": "layout, if the global env count stays (the checkpoint checks)",
     "env.num_envs": "envs per actor thread: same rule as pipeline.num_actor_threads",
     "agent.minibatch_loop": "how the minibatch loop is compiled (scan or unrolled), not its maths",
+    "pipeline.overlap_env_steps": "envs stepped whole or as two halves: same envs, keys and data",
 }
 
 

@@ -71,6 +71,16 @@ def prepare(config: ml_collections.ConfigDict) -> RunSetup:
             f"number of mesh.actor_device_ids ({len(layout.actor_devices)}): "
             "every actor device needs a thread"
         )
+    if config.pipeline.overlap_env_steps not in (True, False):
+        raise ConfigError(
+            f"pipeline.overlap_env_steps must be True or False, got "
+            f"{config.pipeline.overlap_env_steps!r}"
+        )
+    if config.pipeline.overlap_env_steps and sizes.envs_per_thread < 2:
+        raise ConfigError(
+            f"pipeline.overlap_env_steps splits each thread's envs in two halves: "
+            f"env.num_envs ({sizes.envs_per_thread}) must be at least 2"
+        )
     envs_lib.check_env_id(config.env.id)
     agent_module = resolve_agent(config.agent.name, config.agent)
     _check_ckpt_config(config.ckpt)
@@ -100,17 +110,25 @@ def _check_ckpt_config(ckpt: ml_collections.ConfigDict) -> None:
 
 
 def make_env_pools(config: ml_collections.ConfigDict, sizes: Sizes, first_update: int) -> list:
-    """One envpool pool per actor thread of this process; env g is seeded `base + g`.
+    """The envs of each actor thread of this process; env g is seeded `base + g`.
 
-    `base` is the seed for a fresh run and is re-derived for a resumed one
-    (`random_streams.env_seed_base`), since envpool cannot restore env state.
+    One envpool pool per thread, or two halves of one (`envs_lib.SplitPool`) with
+    `pipeline.overlap_env_steps`. `base` is the seed for a fresh run and is re-derived for
+    a resumed one (`random_streams.env_seed_base`), since envpool cannot restore env state.
     """
     base = random_streams.env_seed_base(config.seed, first_update)
     pools = []
     for thread_index in range(sizes.num_actor_threads):
         threads_before = jax.process_index() * sizes.num_actor_threads + thread_index
         first_env = threads_before * sizes.envs_per_thread
-        pools.append(envs_lib.make_envs(config.env, sizes.envs_per_thread, seed=base + first_env))
+        pools.append(
+            envs_lib.make_thread_envs(
+                config.env,
+                sizes.envs_per_thread,
+                seed=base + first_env,
+                split=config.pipeline.overlap_env_steps,
+            )
+        )
     return pools
 
 
@@ -298,7 +316,8 @@ def _final_report(summary: dict[str, Any]) -> str:
     bottleneck = summary["bottleneck"]
     return (
         f"sebulba: done, {summary['global_step']:,} steps in {summary['wall_time_s']:.0f}s "
-        f"({summary['sps']:,.0f} sps), mean return of the last "
+        f"({summary['sps']:,.0f} sps after update 1, {summary['sps_including_compile']:,.0f} "
+        "including start-up), mean return of the last "
         f"{min(summary['episodes'], 100)} episodes "
         f"{'-' if mean_return is None else f'{mean_return:.1f}'}\n"
         f"sebulba: throughput limited by: {bottleneck['limited_by']} ({bottleneck['detail']})"
@@ -342,6 +361,7 @@ def train(
     with stop_signals or ckpt_lib.StopSignals() as signals:
         setup = prepare(config)
         sizes, layout = setup.sizes, setup.layout
+        logging.info("compilation cache: %s", jax.config.jax_compilation_cache_dir or "off")
         is_main_process = jax.process_index() == 0
         distributed.check_workdir_shared(workdir, shared_workdir_timeout_s)
         start = restore_or_init(setup, workdir)

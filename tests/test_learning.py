@@ -1,4 +1,4 @@
-"""End to end: PPO learns CartPole; Atari runs through the whole pipeline."""
+"""End to end: PPO learns CartPole and InvertedPendulum; Atari and the task configs run."""
 
 import importlib.util
 import os

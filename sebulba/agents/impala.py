@@ -52,7 +52,7 @@ from sebulba.agents.api import (
     episode_starts,
     require_divisible,
 )
-from sebulba.agents.networks import check_network_fits, make_network
+from sebulba.agents.networks import check_network_fits, has_convolutions, make_network
 from sebulba.sizes import Sizes
 
 # The interval of every numeric hyperparameter; `make` refuses values outside them.
@@ -97,8 +97,9 @@ def get_config() -> ml_collections.ConfigDict:
     config.rmsprop_decay = 0.99  # RMSProp decay of the squared-gradient average.
     config.rmsprop_eps = 0.01  # RMSProp epsilon, added outside the square root.
     config.conv_init = "lecun_normal"  # CNN kernels: lecun_normal (Cleanba) | orthogonal.
-    # auto: unrolled on CPU learners, where XLA runs conv gradients inside a rolled
-    # scan ~8x slower; rolled lax.scan elsewhere (smaller programs, faster compiles).
+    # auto: unrolled for convolutional networks on CPU learners, where XLA runs conv
+    # gradients inside a rolled scan 20-30x slower; rolled lax.scan elsewhere (an MLP
+    # gains little from unrolling and compiles many times longer).
     config.minibatch_loop = "auto"  # auto | scan | unrolled.
     # Every k-th env column of a minibatch; the loss is a sum, so the summed gradients equal
     # the unsplit minibatch's. Memory falls with it.
@@ -192,7 +193,6 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         hp.num_minibatches,
         "agent.num_minibatches",
     )
-    unroll = learner.unrolls_minibatch_loop(hp.minibatch_loop)
     accumulation_steps = learner.check_accumulation_steps(
         hp.gradient_accumulation_steps,
         "agent.gradient_accumulation_steps",
@@ -209,6 +209,11 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         core=recurrent.make_core(hp.core, hp.lstm_size),
     )
     model = recurrent.ActorCritic(network, env_spec.observation, hp.lstm_size)
+    # The core adds no convolutions: the feed-forward network tells.
+    torso_only = make_network(hp.network, env_spec.action, hp.conv_init, env_spec.observation)
+    unroll = learner.unrolls_minibatch_loop(
+        hp.minibatch_loop, convolutional=has_convolutions(torso_only, env_spec.observation)
+    )
     policy = distributions.for_action_spec(env_spec.action)
     normalizer = normalization.normalizer_of(hp, env_spec.observation, sizes.num_envs)
     learning_rate = learner.annealed_learning_rate(

@@ -64,13 +64,20 @@ def annealed_learning_rate(
     return schedule
 
 
-def unrolls_minibatch_loop(minibatch_loop: str) -> bool:
+def unrolls_minibatch_loop(minibatch_loop: str, convolutional: bool) -> bool:
     """Resolves `agent.minibatch_loop`; True where the loop over minibatches is unrolled.
 
-    "auto" unrolls on CPU learners, where XLA runs convolution gradients inside a rolled
-    `lax.scan` about 8x slower, and keeps the rolled scan elsewhere (smaller programs,
-    faster compiles). An unrolled loop keeps one minibatch's activations alive at a time
-    only when compiled with `sebulba.memory.update_compiler_options` (the pipeline does).
+    "auto" unrolls only convolutional networks on CPU learners: XLA:CPU runs convolution
+    gradients inside a rolled `lax.scan` 20-30x slower than straight-line code (measured
+    in docs/benchmarks.md), while an unrolled MLP update gains little and compiles for
+    many times longer. Everything else keeps the rolled scan (smaller programs, faster
+    compiles). An unrolled loop keeps one minibatch's activations alive at a time only
+    when compiled with `sebulba.memory.update_compiler_options` (the pipeline does).
+
+    Args:
+      minibatch_loop: the config value, auto | scan | unrolled.
+      convolutional: whether the agent's network has convolutions
+        (`networks.has_convolutions`).
 
     Raises:
       ConfigError: for a value other than auto, scan or unrolled.
@@ -80,7 +87,7 @@ def unrolls_minibatch_loop(minibatch_loop: str) -> bool:
             f"agent.minibatch_loop {minibatch_loop!r} must be one of {', '.join(MINIBATCH_LOOPS)}"
         )
     return minibatch_loop == "unrolled" or (
-        minibatch_loop == "auto" and jax.default_backend() == "cpu"
+        minibatch_loop == "auto" and convolutional and jax.default_backend() == "cpu"
     )
 
 

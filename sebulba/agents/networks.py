@@ -43,7 +43,7 @@ import numpy as np
 from sebulba.agents import distributions, recurrent
 from sebulba.agents.api import ActionSpec, ArraySpec, EnvSpec
 from sebulba.errors import ConfigError
-from sebulba.spaces import is_array_spec, map_observation
+from sebulba.spaces import is_array_spec, map_observation, zero_observation
 from sebulba.validation import check_choice
 
 _HIDDEN_GAIN = float(np.sqrt(2))
@@ -324,6 +324,36 @@ def make_network(
         core=core,
         **{key: value for key, value in options.items() if key in fields},
     )
+
+
+def has_convolutions(network: nn.Module, observation: Any) -> bool:
+    """Whether `network` convolves the observations `observation` describes.
+
+    Decided from the traced forward pass (nothing runs), so it holds for every network,
+    including "multi_input", whose encoders depend on the observation spec.
+    """
+    dummy = zero_observation(observation, 1)
+    jaxpr = jax.make_jaxpr(network.init)(jax.random.key(0), dummy)
+    return _contains_primitive(jaxpr.jaxpr, "conv_general_dilated")
+
+
+def _contains_primitive(jaxpr, name: str) -> bool:
+    def sub_jaxprs(value):
+        if hasattr(value, "eqns"):  # A Jaxpr.
+            yield value
+        elif hasattr(value, "jaxpr") and hasattr(value.jaxpr, "eqns"):  # A ClosedJaxpr.
+            yield value.jaxpr
+        elif isinstance(value, tuple | list):
+            for item in value:
+                yield from sub_jaxprs(item)
+
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == name:
+            return True
+        for value in eqn.params.values():
+            if any(_contains_primitive(sub, name) for sub in sub_jaxprs(value)):
+                return True
+    return False
 
 
 def describe_observation(observation: Any) -> str:

@@ -67,7 +67,7 @@ from sebulba.agents.api import (
     episode_starts,
     require_divisible,
 )
-from sebulba.agents.networks import check_network_fits, make_network
+from sebulba.agents.networks import check_network_fits, has_convolutions, make_network
 from sebulba.sizes import Sizes
 
 # Where advantages are standardised: within each minibatch (baselines ppo2), once over
@@ -113,8 +113,9 @@ def get_config() -> ml_collections.ConfigDict:
     config.vf_coef = 0.5  # Value loss coefficient.
     config.max_grad_norm = 0.5  # Global gradient-norm clip.
     config.conv_init = "orthogonal"  # CNN kernels: orthogonal (baselines) | lecun_normal.
-    # auto: unrolled on CPU learners, where XLA runs conv gradients inside a rolled
-    # scan ~8x slower; rolled lax.scan elsewhere (smaller programs, faster compiles).
+    # auto: unrolled for convolutional networks on CPU learners, where XLA runs conv
+    # gradients inside a rolled scan 20-30x slower; rolled lax.scan elsewhere (an MLP
+    # gains little from unrolling and compiles many times longer).
     config.minibatch_loop = "auto"  # auto | scan | unrolled.
     # Memory falls with it. Advantage normalisation and the means over valid samples are
     # then per micro-batch (exact split only for a plain mean: norm_adv "none", all valid).
@@ -205,7 +206,6 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
     # config.json of runs from before the modes existed holds a bool.
     norm_adv = ("none", "minibatch")[hp.norm_adv] if isinstance(hp.norm_adv, bool) else hp.norm_adv
     check_choice(norm_adv, "agent.norm_adv", NORM_ADV_MODES)
-    unroll = learner.unrolls_minibatch_loop(hp.minibatch_loop)
     if sequences:
         accumulation_steps = learner.check_accumulation_steps(
             hp.gradient_accumulation_steps,
@@ -226,6 +226,11 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         hp.network, env_spec.action, hp.conv_init, env_spec.observation, core=core
     )
     model = recurrent.ActorCritic(network, env_spec.observation, hp.lstm_size)
+    # The core adds no convolutions: the feed-forward network tells.
+    torso_only = make_network(hp.network, env_spec.action, hp.conv_init, env_spec.observation)
+    unroll = learner.unrolls_minibatch_loop(
+        hp.minibatch_loop, convolutional=has_convolutions(torso_only, env_spec.observation)
+    )
     policy = distributions.for_action_spec(env_spec.action)
     normalizer = normalization.normalizer_of(hp, env_spec.observation, sizes.num_envs)
     steps_per_update = hp.update_epochs * hp.num_minibatches
