@@ -7,7 +7,10 @@ minibatch; separate 64-64 tanh actor and critic, a Gaussian policy with a
 state-independent log-std; observations normalised and rewards scaled by the running
 std of the discounted return, both clipped to +-10. CleanRL steps 1 env for 2048 steps;
 here 8 envs x 256 steps make the same 2048-step batch with 8x fewer (batched) policy
-calls, which is what a CPU actor pays for (docs/benchmarks.md).
+calls, which is what a CPU actor pays for (docs/benchmarks.md). The one deliberate
+difference in schedule: `pipeline.policy_lag` stays 1 (Cleanba's one-step lag, the
+platform's default), where CleanRL collects each rollout with the newest parameters;
+`--config.pipeline.policy_lag=0` gives CleanRL's synchronous schedule.
 
 `:Hopper-v4` (the default), `:HalfCheetah-v4`, `:Walker2d-v4`, `:InvertedPendulum-v4` or
 any other envpool MuJoCo task id selects the task; `:smoke` is a seconds-long Hopper-v4
@@ -34,8 +37,8 @@ def get_config(arg: str | None = None):
     config.agent.gae_lambda = 0.95
     config.agent.num_minibatches = 32
     config.agent.update_epochs = 10
-    # A rolled loop: "auto" unrolls on CPU, which for 320 minibatch steps per update takes
-    # minutes and gigabytes to compile (it only pays off for convolutions).
+    # Pinned to the rolled loop ("auto" picks it too for these MLPs): unrolled, 320
+    # minibatch steps per update take minutes and gigabytes to compile.
     config.agent.minibatch_loop = "scan"
     config.agent.norm_adv = "minibatch"
     config.agent.clip_coef = 0.2

@@ -29,7 +29,8 @@ def test_ppo_learns_cartpole_with_the_default_config(tmp_path):
     train.train(config, str(tmp_path))
     summary = read_summary(str(tmp_path))
     assert summary["global_step"] >= 490_000
-    # Seeds 1-4 peak at 484-500 and end at 397-499 (mean of the last 100 episodes):
+    # Seeds 1-3 end at 375.8, 471.6, 471.4 (mean of the last 100 episodes; seed 1 peaks
+    # at 475.4):
     # PPO reaches near-optimal play, and a late dip of CartPole may cost some of it.
     returns = [line["episodic_return"] for line in read_metrics(str(tmp_path))]
     assert max(r for r in returns if r is not None) >= 450, returns
