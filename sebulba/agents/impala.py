@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import functools
 
-import flax.struct
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -111,31 +110,9 @@ def get_config() -> ml_collections.ConfigDict:
     return config
 
 
-@flax.struct.dataclass
-class IMPALAState:
-    """Learner state: parameters, RMSProp state and the number of updates done."""
-
-    params: dict
-    opt_state: optax.OptState
-    update_count: jax.Array  # int32 scalar; keys and the LR schedule derive from it.
-
-
-@flax.struct.dataclass
-class NormalizedIMPALAState(IMPALAState):
-    """IMPALAState with the observation / reward statistics (`agent.normalize_*` on).
-
-    A separate class, so that the state of runs without normalisation keeps its tree and
-    their checkpoints stay loadable.
-    """
-
-    normalization: normalization.NormalizationState
-
-
-def learner_state(params, opt_state, update_count, stats) -> IMPALAState:
-    """An IMPALAState, or a NormalizedIMPALAState when there are statistics."""
-    if stats is None:
-        return IMPALAState(params, opt_state, update_count)
-    return NormalizedIMPALAState(params, opt_state, update_count, stats)
+# The learner state: parameters, RMSProp state, update count (and the normalisation
+# statistics when `agent.normalize_*` is on), shared with the other built-in agent.
+IMPALAState = learner.TrainState
 
 
 def vtrace(
@@ -228,7 +205,7 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
     def init(init_key: jax.Array) -> IMPALAState:
         params = model.init(init_key)
         count = jnp.zeros((), jnp.int32)
-        return learner_state(params, optimizer.init(params), count, normalizer.init())
+        return learner.train_state(params, optimizer.init(params), count, normalizer.init())
 
     def statistics(state: IMPALAState):
         return state.normalization if normalizer.enabled else None
@@ -320,7 +297,7 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         )
         metrics["learning_rate"] = learning_rate(state.update_count * hp.num_minibatches)
         stats = normalizer.observed(stats, jax.tree.map(lambda x: x[:-1], rollout.obs))
-        return learner_state(params, opt_state, state.update_count + 1, stats), metrics
+        return learner.train_state(params, opt_state, state.update_count + 1, stats), metrics
 
     return Agent.with_carry(
         init=init,

@@ -9,7 +9,9 @@ Cleanba) and take one optimizer step per minibatch along a leading minibatch axi
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
+import flax.struct
 import jax
 import jax.numpy as jnp
 import optax
@@ -17,6 +19,33 @@ import optax
 from sebulba.errors import ConfigError
 
 MINIBATCH_LOOPS = ("auto", "scan", "unrolled")
+
+
+@flax.struct.dataclass
+class TrainState:
+    """A learner state: parameters, optimizer state and the number of updates done."""
+
+    params: Any
+    opt_state: optax.OptState
+    update_count: jax.Array  # int32 scalar; keys and the LR schedule derive from it.
+
+
+@flax.struct.dataclass
+class NormalizedTrainState(TrainState):
+    """TrainState with the observation / reward statistics (`agent.normalize_*` on).
+
+    A separate class, so that the state of runs without normalisation keeps its tree and
+    their checkpoints stay loadable.
+    """
+
+    normalization: Any  # sebulba.agents.normalization.NormalizationState
+
+
+def train_state(params, opt_state, update_count, stats) -> TrainState:
+    """A TrainState, or a NormalizedTrainState when there are statistics (`stats` not None)."""
+    if stats is None:
+        return TrainState(params, opt_state, update_count)
+    return NormalizedTrainState(params, opt_state, update_count, stats)
 
 
 def masked_mean(x: jax.Array, weight: jax.Array) -> jax.Array:

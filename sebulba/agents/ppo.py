@@ -45,7 +45,6 @@ Reads top to bottom: config -> state -> act -> loss -> update -> make.
 
 from __future__ import annotations
 
-import flax.struct
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -127,31 +126,9 @@ def get_config() -> ml_collections.ConfigDict:
     return config
 
 
-@flax.struct.dataclass
-class PPOState:
-    """Learner state: parameters, Adam state and the number of updates done."""
-
-    params: dict
-    opt_state: optax.OptState
-    update_count: jax.Array  # int32 scalar; keys and the LR schedule derive from it.
-
-
-@flax.struct.dataclass
-class NormalizedPPOState(PPOState):
-    """PPOState with the observation / reward statistics (`agent.normalize_*` on).
-
-    A separate class, so that the state of runs without normalisation keeps its tree and
-    their checkpoints stay loadable.
-    """
-
-    normalization: normalization.NormalizationState
-
-
-def learner_state(params, opt_state, update_count, stats) -> PPOState:
-    """A PPOState, or a NormalizedPPOState when there are statistics (`stats` not None)."""
-    if stats is None:
-        return PPOState(params, opt_state, update_count)
-    return NormalizedPPOState(params, opt_state, update_count, stats)
+# The learner state: parameters, Adam state, update count (and the normalisation
+# statistics when `agent.normalize_*` is on), shared with the other built-in agent.
+PPOState = learner.TrainState
 
 
 def advantages_and_returns(rollout: Rollout, gamma: float, gae_lambda: float):
@@ -247,7 +224,7 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
     def init(init_key: jax.Array) -> PPOState:
         params = model.init(init_key)
         count = jnp.zeros((), jnp.int32)
-        return learner_state(params, optimizer.init(params), count, normalizer.init())
+        return learner.train_state(params, optimizer.init(params), count, normalizer.init())
 
     def statistics(state: PPOState):
         return state.normalization if normalizer.enabled else None
@@ -395,7 +372,7 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
             returns, rollout.policy_outputs["value"][:-1], rollout.valid.astype(jnp.float32)
         )
         stats = normalizer.observed(stats, jax.tree.map(lambda x: x[:-1], raw_obs))
-        return learner_state(params, opt_state, state.update_count + 1, stats), metrics
+        return learner.train_state(params, opt_state, state.update_count + 1, stats), metrics
 
     return Agent.with_carry(
         init=init,
