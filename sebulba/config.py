@@ -31,6 +31,8 @@ def base_config(agent: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
 
     config.env = ml_collections.ConfigDict()
     config.env.id = "CartPole-v1"  # envpool task id (families: README.md), e.g. Hopper-v4.
+    # e.g. ("MiniGrid-Empty-5x5-v0", "MiniGrid-DoorKey-5x5-v0"); docs/multitask.md.
+    config.env.ids = ()  # Tasks trained jointly by one policy (): the single task env.id).
     config.env.num_envs = 8  # Envs stepped by each actor thread (one envpool pool).
     config.env.num_threads = 0  # envpool worker threads per pool (0: envpool decides).
     config.env.clip_rewards = False  # Learn from sign(reward) (Atari); returns stay raw.

@@ -210,26 +210,104 @@ def step_groups(pool) -> list:
     return [_SteppedWhole(pool)]
 
 
+class JointPool:
+    """Several pools of consecutive envs (e.g. one per task) stepped as one pool.
+
+    `send` hands every pool its envs' actions before `recv` waits for any, so the pools
+    step concurrently (envpool's C++ threads release the GIL); results are joined along
+    the env axis in env order. The pools must share their spaces (`sebulba.tasks`).
+    """
+
+    def __init__(self, pools: list):
+        self.pools = list(pools)
+        self.observation_space = self.pools[0].observation_space
+        self.action_space = self.pools[0].action_space
+        self.config = {"num_envs": sum(pool.config["num_envs"] for pool in self.pools)}
+
+    def reset(self):
+        results = [pool.reset() for pool in self.pools]
+        return tuple(_concat_envs(*parts) for parts in zip(*results, strict=True))
+
+    def send(self, actions) -> None:
+        start = 0
+        for pool in self.pools:
+            size = pool.config["num_envs"]
+            pool.send(actions[start : start + size])
+            start += size
+
+    def recv(self):
+        results = [pool.recv() for pool in self.pools]
+        return tuple(_concat_envs(*parts) for parts in zip(*results, strict=True))
+
+    def step(self, actions):
+        self.send(actions)
+        return self.recv()
+
+    def close(self) -> None:
+        for pool in self.pools:
+            pool.close()
+
+
 def make_thread_envs(
-    env_config: ml_collections.ConfigDict, num_envs: int, seed: int, *, split: bool
+    env_config: ml_collections.ConfigDict,
+    task_layout,
+    first_env: int,
+    num_envs: int,
+    seed_base: int,
+    *,
+    split: bool,
 ):
-    """The envs of one actor thread: one pool, or a `SplitPool` of two halves if `split`.
+    """The envs of one actor thread: global envs [first_env, first_env + num_envs).
+
+    Global env g is seeded `seed_base + g` and runs the task that owns g
+    (`sebulba.tasks.TaskLayout`): the thread holds one pool per task block it overlaps,
+    joined into one (`JointPool`) when there are several. With `split`
+    (`pipeline.overlap_env_steps`) the thread's envs form two fixed halves, each built
+    the same way, stepped as a `SplitPool`.
 
     Args:
       env_config: the `env` section of the config.
+      task_layout: the run's `sebulba.tasks.TaskLayout`.
+      first_env: global index of the thread's first env.
       num_envs: envs of the thread (>= 2 if `split`).
-      seed: seed of the thread's first env; env i gets `seed + i`.
-      split: step the envs as two fixed halves (`pipeline.overlap_env_steps`).
+      seed_base: seed of global env 0.
+      split: step the envs as two fixed halves.
     """
+    from sebulba.tasks import task_env_config  # tasks imports nothing of envs.
+
+    def envs_of(first: int, count: int):
+        pools = [
+            make_envs(
+                task_env_config(env_config, task_layout.ids[task]), stop - start, seed_base + start
+            )
+            for task, start, stop in task_layout.segments(first, count)
+        ]
+        return pools[0] if len(pools) == 1 else JointPool(pools)
+
     if not split:
-        return make_envs(env_config, num_envs, seed)
+        return envs_of(first_env, num_envs)
     first_half = num_envs // 2
     return SplitPool(
         [
-            make_envs(env_config, first_half, seed),
-            make_envs(env_config, num_envs - first_half, seed + first_half),
+            envs_of(first_env, first_half),
+            envs_of(first_env + first_half, num_envs - first_half),
         ]
     )
+
+
+def task_env_specs(env_config: ml_collections.ConfigDict, ids) -> dict[str, spaces.EnvSpec]:
+    """Each task's `EnvSpec`, read from a one-env pool of it (closed again)."""
+    from sebulba.tasks import task_env_config
+
+    specs = {}
+    for task_id in ids:
+        single = task_env_config(env_config, task_id)
+        pool = make_envs(single, 1, seed=0)
+        try:
+            specs[task_id] = env_spec_of(single, pool)
+        finally:
+            pool.close()
+    return specs
 
 
 def real_time_step_s(env_id: str) -> float:

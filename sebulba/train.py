@@ -22,7 +22,7 @@ import ml_collections
 from absl import logging
 
 from sebulba import checkpoint as ckpt_lib
-from sebulba import distributed, memory, random_streams, resume_config
+from sebulba import distributed, memory, random_streams, resume_config, tasks
 from sebulba import envs as envs_lib
 from sebulba import workdir as workdir_lib
 from sebulba.agents import resolve_agent
@@ -81,11 +81,16 @@ def prepare(config: ml_collections.ConfigDict) -> RunSetup:
             f"pipeline.overlap_env_steps splits each thread's envs in two halves: "
             f"env.num_envs ({sizes.envs_per_thread}) must be at least 2"
         )
-    envs_lib.check_env_id(config.env.id)
+    tasks.check_task_ids(config.env)
+    layout_of_tasks = tasks.task_layout(config, sizes.num_envs)
+    for task_id in layout_of_tasks.ids:
+        envs_lib.check_env_id(task_id)
     agent_module = resolve_agent(config.agent.name, config.agent)
     _check_ckpt_config(config.ckpt)
+    specs = envs_lib.task_env_specs(config.env, layout_of_tasks.ids)
+    tasks.check_compatible(specs)
+    env_spec = specs[layout_of_tasks.ids[0]]
     envs_per_thread = make_env_pools(config, sizes, first_update=1)
-    env_spec = envs_lib.env_spec_of(config.env, envs_per_thread[0])
     agent = agent_module.make(config, env_spec, sizes)
     return RunSetup(config, sizes, layout, envs_per_thread, env_spec, agent)
 
@@ -112,20 +117,23 @@ def _check_ckpt_config(ckpt: ml_collections.ConfigDict) -> None:
 def make_env_pools(config: ml_collections.ConfigDict, sizes: Sizes, first_update: int) -> list:
     """The envs of each actor thread of this process; env g is seeded `base + g`.
 
-    One envpool pool per thread, or two halves of one (`envs_lib.SplitPool`) with
+    One envpool pool per thread and task block (`sebulba.tasks`), joined into one set
+    of envs, or two halves of them (`envs_lib.SplitPool`) with
     `pipeline.overlap_env_steps`. `base` is the seed for a fresh run and is re-derived for
     a resumed one (`random_streams.env_seed_base`), since envpool cannot restore env state.
     """
     base = random_streams.env_seed_base(config.seed, first_update)
+    layout_of_tasks = tasks.task_layout(config, sizes.num_envs)
     pools = []
     for thread_index in range(sizes.num_actor_threads):
         threads_before = jax.process_index() * sizes.num_actor_threads + thread_index
-        first_env = threads_before * sizes.envs_per_thread
         pools.append(
             envs_lib.make_thread_envs(
                 config.env,
+                layout_of_tasks,
+                threads_before * sizes.envs_per_thread,
                 sizes.envs_per_thread,
-                seed=base + first_env,
+                base,
                 split=config.pipeline.overlap_env_steps,
             )
         )

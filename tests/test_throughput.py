@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sebulba import compile_cache, random_streams, train
+from sebulba import compile_cache, random_streams, tasks, train
 from sebulba import envs as envs_lib
 from sebulba.agents import learner
 from sebulba.agents.api import Discrete
@@ -126,7 +126,9 @@ def test_each_actor_step_moves_observations_and_actions_once(overlap, monkeypatc
 def test_split_pool_steps_the_same_envs_as_one_pool():
     config = base_config(minimal_agent.get_config())
     whole = envs_lib.make_envs(config.env, 7, seed=11)
-    split = envs_lib.make_thread_envs(config.env, 7, seed=11, split=True)
+    split = envs_lib.make_thread_envs(
+        config.env, tasks.TaskLayout((config.env.id,), 7), 0, 7, 11, split=True
+    )
     assert [g.config["num_envs"] for g in envs_lib.step_groups(split)] == [3, 4]
     np.testing.assert_array_equal(whole.reset()[0], split.reset()[0])
     rng = np.random.default_rng(0)
