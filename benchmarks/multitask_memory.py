@@ -28,6 +28,7 @@ TensorBoard are written as in any run.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import subprocess
@@ -44,6 +45,15 @@ MINIGRID_TASKS = (
     "MiniGrid-Empty-16x16-v0",
 )
 _MIB = 2**20
+_SCALED = ("rss_mib", "malloc_used_mib")  # Compared across the scaling grid.
+# Columns of the memory tables: sample field -> header (MiB).
+_COLUMNS = {
+    "rss_mib": "RSS",
+    "anon_mib": "anonymous",
+    "file_mib": "file-backed",
+    "malloc_used_mib": "malloc used",
+    "malloc_free_mib": "malloc free",
+}
 
 
 # ----------------------------------------------------------------------------------------
@@ -56,12 +66,37 @@ def _rss_mib() -> float:
     return psutil.Process().memory_info().rss / _MIB
 
 
-def _memory_sample() -> dict[str, float]:
-    """VmRSS and its anonymous (heap, arrays) and file-backed (mapped libraries) parts.
+class _MallInfo2(ctypes.Structure):
+    """glibc's `struct mallinfo2` (glibc >= 2.33): malloc's totals over all arenas."""
 
-    The file-backed part moves with the machine's page cache (the kernel drops and
-    re-reads pages of the mapped libraries, jaxlib's ~0.5 GiB above all), so growth with
-    updates shows in the anonymous part.
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost"
+        ).split()
+    ]
+
+
+def _malloc_totals() -> tuple[float, float]:
+    """(MiB malloc has handed out and not got back, MiB it holds free), or NaNs."""
+    try:
+        mallinfo2 = ctypes.CDLL("libc.so.6").mallinfo2
+    except (OSError, AttributeError):  # Not glibc, or an older one.
+        return float("nan"), float("nan")
+    mallinfo2.restype = _MallInfo2
+    info = mallinfo2()
+    return (info.uordblks + info.hblkhd) / _MIB, info.fordblks / _MIB
+
+
+def _memory_sample() -> dict[str, float]:
+    """VmRSS, its anonymous and file-backed parts, and malloc's bytes in use and free.
+
+    The file-backed part (mapped libraries, jaxlib's above all) moves with the machine's
+    page cache. The anonymous part holds, besides live data, the memory malloc keeps
+    free for reuse: after compiling, about 175 MiB here, which glibc returns to the
+    system only when the top of its heap becomes free (around update 1000 in the long
+    run). Growth of live data with updates therefore shows in malloc's bytes in use
+    (and in the Python objects; Python's small-object arenas are not malloc's).
     """
     fields = {"VmRSS": "rss_mib", "RssAnon": "anon_mib", "RssFile": "file_mib"}
     sample = {name: float("nan") for name in fields.values()}
@@ -73,6 +108,7 @@ def _memory_sample() -> dict[str, float]:
                     sample[fields[key]] = int(value.split()[0]) / 1024  # kB
     except OSError:  # Not Linux: the total only.
         sample["rss_mib"] = _rss_mib()
+    sample["malloc_used_mib"], sample["malloc_free_mib"] = _malloc_totals()
     return sample
 
 
@@ -213,20 +249,19 @@ def long_run(args) -> dict:
     warmup = int(args.updates * args.warmup_fraction)
     steady = [s for s in samples if s["update"] > warmup]
     print(
-        f"{'update':>8} {'seconds':>8} {'RSS MiB':>9} {'anon MiB':>9} {'file MiB':>9} "
-        f"{'py objects':>11}"
+        f"{'update':>8} {'seconds':>8}"
+        + "".join(f"{label:>13}" for label in _COLUMNS.values())
+        + f"{'py objects':>12}"
     )
-    print(
-        f"{'(start)':>8} {'':>8} {baseline['rss_mib']:>9.1f} {baseline['anon_mib']:>9.1f} "
-        f"{baseline['file_mib']:>9.1f}"
-    )
+    print(f"{'(start)':>8} {'':>8}" + "".join(f"{baseline[c]:>13.1f}" for c in _COLUMNS))
     stride = max(1, len(samples) // args.max_rows)
     for i, s in enumerate(samples):
         if i % stride == 0 or i == len(samples) - 1:
-            mark = "" if s["update"] > warmup else "  (warm-up)"
             print(
-                f"{s['update']:>8} {s['seconds']:>8.1f} {s['rss_mib']:>9.1f} {s['anon_mib']:>9.1f} "
-                f"{s['file_mib']:>9.1f} {s['python_objects']:>11,}{mark}"
+                f"{s['update']:>8} {s['seconds']:>8.1f}"
+                + "".join(f"{s[c]:>13.1f}" for c in _COLUMNS)
+                + f"{s['python_objects']:>12,}"
+                + ("" if s["update"] > warmup else "  (warm-up)")
             )
     updates = [s["update"] for s in steady]
     summary = {
@@ -240,7 +275,7 @@ def long_run(args) -> dict:
         "end": samples[-1],
         "samples": samples,
     }
-    for name in ("rss_mib", "anon_mib", "python_objects"):
+    for name in (*_COLUMNS, "python_objects"):
         values = [s[name] for s in steady]
         summary[f"{name}_steady_min"] = min(values, default=float("nan"))
         summary[f"{name}_steady_max"] = max(values, default=float("nan"))
@@ -249,15 +284,16 @@ def long_run(args) -> dict:
         print("no samples after the warm-up: raise --updates or lower --warmup_fraction")
         return summary
     first, end = steady[0], samples[-1]
-    for name, label in (("rss_mib", "RSS"), ("anon_mib", "anonymous")):
+    print(f"after the warm-up (updates {first['update']}..{end['update']}), MiB:")
+    for name in ("rss_mib", "anon_mib", "malloc_used_mib"):
         print(
-            f"{label} MiB: start (JAX up, before training) {baseline[name]:.1f}, after warm-up "
-            f"(update {first['update']}) {first[name]:.1f}, end {end[name]:.1f}; after warm-up "
-            f"min {summary[name + '_steady_min']:.1f} max {summary[name + '_steady_max']:.1f}, "
-            f"slope {summary[name + '_slope_per_1000_updates']:+.2f} MiB per 1000 updates"
+            f"  {_COLUMNS[name]:<13} start (JAX up) {baseline[name]:6.1f}, after warm-up "
+            f"{first[name]:6.1f}, end {end[name]:6.1f}; min {summary[name + '_steady_min']:6.1f}"
+            f" max {summary[name + '_steady_max']:6.1f}, slope "
+            f"{summary[name + '_slope_per_1000_updates']:+6.2f} per 1000 updates"
         )
     print(
-        f"Python objects after warm-up: {summary['python_objects_steady_min']:,} .. "
+        f"  Python objects {summary['python_objects_steady_min']:,} .. "
         f"{summary['python_objects_steady_max']:,}, slope "
         f"{summary['python_objects_slope_per_1000_updates']:+.0f} per 1000 updates ({wall:.0f} s)",
         flush=True,
@@ -290,28 +326,24 @@ def scaling(args) -> dict:
             )
             late = [s for s in result["samples"] if s["update"] > args.scaling_updates // 2]
             pools = run_child("pools", {"tasks": tasks, "envs": n, "steps": 32})
-            row = {
-                "tasks": k,
-                "envs": n,
-                "rss_mib": float(np.median([s["rss_mib"] for s in late])),
-                "anon_mib": float(np.median([s["anon_mib"] for s in late])),
-                "start": result["baseline"],
-                "pools_rss_mib": pools["rss_mib"],
-                "pools_anon_mib": pools["anon_mib"],
-                "wall_s": time.perf_counter() - start,
-            }
+            row = {"tasks": k, "envs": n, "start": result["baseline"]}
+            for name in _SCALED:
+                row[name] = float(np.median([s[name] for s in late]))
+                row[f"pools_{name}"] = pools[name]
+            row["wall_s"] = time.perf_counter() - start
             rows.append(row)
             print(
-                f"  tasks {k} envs {n:>4}: RSS {row['rss_mib']:7.1f} MiB, anonymous "
-                f"{row['anon_mib']:7.1f} (before training {row['start']['rss_mib']:.1f} / "
-                f"{row['start']['anon_mib']:.1f}); its pools alone RSS {row['pools_rss_mib']:+.1f}"
-                f" anonymous {row['pools_anon_mib']:+.1f} ({row['wall_s']:.0f} s)",
+                f"  tasks {k} envs {n:>4}: RSS {row['rss_mib']:6.1f} MiB, malloc used "
+                f"{row['malloc_used_mib']:6.1f} (before training {row['start']['rss_mib']:.1f} / "
+                f"{row['start']['malloc_used_mib']:.1f}); its pools alone: RSS "
+                f"{row['pools_rss_mib']:+.1f}, malloc used {row['pools_malloc_used_mib']:+.1f} "
+                f"({row['wall_s']:.0f} s)",
                 flush=True,
             )
     table = {(r["tasks"], r["envs"]): r for r in rows}
     per_env = {}
-    for name, label in (("rss_mib", "RSS"), ("anon_mib", "anonymous memory")):
-        print(f"\n{label} after warm-up, MiB (rows: tasks, columns: global envs)")
+    for name in _SCALED:
+        print(f"\n{_COLUMNS[name]} after warm-up, MiB (rows: tasks, columns: global envs)")
         print("tasks " + "".join(f"{n:>9}" for n in env_counts) + "   MiB per env (fit)")
         for k in task_counts:
             values = [table[(k, n)][name] for n in env_counts]
@@ -320,19 +352,20 @@ def scaling(args) -> dict:
             print(f"{k:>5} " + "".join(f"{v:>9.1f}" for v in values) + f"   {fit:+.3f}")
     base = task_counts[0]
     print(
-        f"\nwhat more tasks add at fixed envs, vs {base} task(s), MiB: "
-        "training run RSS | anonymous | the extra pools alone (anonymous)"
+        f"\nwhat more tasks add at fixed envs, vs {base} task(s), MiB (training run | the "
+        "extra pools alone): RSS | malloc used"
     )
     extra = []
     for n in env_counts:
         for k in task_counts[1:]:
             row = {"envs": n, "tasks": k}
-            for name in ("rss_mib", "anon_mib", "pools_anon_mib"):
+            for name in (*_SCALED, *(f"pools_{name}" for name in _SCALED)):
                 row[name] = table[(k, n)][name] - table[(base, n)][name]
             extra.append(row)
             print(
-                f"  envs {n:>4}, tasks {k}: {row['rss_mib']:+7.1f} | {row['anon_mib']:+7.1f} | "
-                f"{row['pools_anon_mib']:+7.1f}"
+                f"  envs {n:>4}, tasks {k}: RSS {row['rss_mib']:+7.1f} | "
+                f"{row['pools_rss_mib']:+5.1f}   malloc used {row['malloc_used_mib']:+7.1f} | "
+                f"{row['pools_malloc_used_mib']:+5.1f}"
             )
     return {"rows": rows, "mib_per_env": per_env, "extra_for_tasks": extra}
 
