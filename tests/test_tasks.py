@@ -43,18 +43,15 @@ def end_steps(length: int, first_step: int, last_step: int) -> list[int]:
 
 
 def known_length_config(**overrides):
-    config = agent_config(
-        probe_agent,
+    """The probe agent turning left in the three `KNOWN_LENGTHS` tasks for `UPDATES`."""
+    known = dict(
         env__ids=IDS,
         env__num_envs=GLOBAL_ENVS,
         agent__num_steps=NUM_STEPS,
         agent__constant_action=TURN_LEFT,
         total_timesteps=GLOBAL_ENVS * NUM_STEPS * UPDATES,
     )
-    for dotted, value in overrides.items():
-        section, _, field = dotted.rpartition("__")
-        config[section][field] = value
-    return config
+    return agent_config(probe_agent, **{**known, **overrides})
 
 
 # ----- the mapping ----------------------------------------------------------------
