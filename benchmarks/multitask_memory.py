@@ -1,6 +1,6 @@
 """Resident memory of joint multi-task training: flat over updates, linear in envs.
 
-    python benchmarks/multitask_memory.py                  # long run + scaling grid, ~8 min
+    python benchmarks/multitask_memory.py                  # long run + scaling grid, ~10 min
     python benchmarks/multitask_memory.py --only=long --updates=20000
     python benchmarks/multitask_memory.py --only=scaling --tasks=1,2,4 --envs=8,32,128,512
     python benchmarks/multitask_memory.py --json=memory.json
@@ -94,8 +94,8 @@ def _memory_sample() -> dict[str, float]:
     The file-backed part (mapped libraries, jaxlib's above all) moves with the machine's
     page cache. The anonymous part holds, besides live data, the memory malloc keeps
     free for reuse: after compiling, about 175 MiB here, which glibc returns to the
-    system only when the top of its heap becomes free (around update 1000 in the long
-    run). Growth of live data with updates therefore shows in malloc's bytes in use
+    system only when the top of its heap becomes free (after several hundred updates
+    in the long run). Growth of live data with updates therefore shows in malloc's bytes in use
     (and in the Python objects; Python's small-object arenas are not malloc's).
     """
     fields = {"VmRSS": "rss_mib", "RssAnon": "anon_mib", "RssFile": "file_mib"}
