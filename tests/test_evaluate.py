@@ -281,3 +281,21 @@ def test_evaluate_cli_prints_one_line_per_task(trained_joint):
     for line, task_id in zip(lines[1:], ids, strict=False):
         assert line.startswith(f"  {task_id}: 2 episodes, return "), lines
     assert lines[-1].startswith("mean return over tasks ") and "wrote" in lines[-1], lines
+
+
+def test_a_joint_atari_run_reports_human_normalized_scores_per_game(tmp_path):
+    config = load_config("impala_atari_multitask", "smoke")
+    config.log.tensorboard = False
+    train.train(config, str(tmp_path))
+    result = evaluate.evaluate(str(tmp_path), episodes=1, seed=0, greedy=True)
+    scores = []
+    for game in config.env.ids:
+        task = result["tasks"][game]
+        random_score, human_score = atari_scores.RANDOM_AND_HUMAN_SCORES[game]
+        expected = (task["mean_return"] - random_score) / (human_score - random_score)
+        assert task["human_normalized_score"] == pytest.approx(expected)
+        assert (task["random_score"], task["human_score"]) == (random_score, human_score)
+        scores.append(expected)
+    assert result["atari_median_hns"] == pytest.approx(np.median(scores))
+    assert result["atari_mean_hns"] == pytest.approx(np.mean(scores))
+    assert "human_normalized_score" not in result  # Per game only.
