@@ -109,8 +109,8 @@ def updated_state(
     chex.assert_shape(moments, (3, state.shift.shape[0]))
     counts, sums, squares = moments
     safe_counts = jnp.maximum(counts, 1.0)
-    # 1 - (1 - beta)^n, accurately for small beta; 0 when n = 0.
-    rate = -jnp.expm1(counts * jnp.log1p(-step_size))
+    # 1 - (1 - beta)^n, accurately for small beta; 0 when n = 0 (also for beta = 1).
+    rate = jnp.where(counts > 0, -jnp.expm1(counts * jnp.log1p(-step_size)), 0.0)
     shift = state.shift + rate * (sums / safe_counts - state.shift)
     second_moment = state.second_moment + rate * (squares / safe_counts - state.second_moment)
     variance = jnp.clip(second_moment - jnp.square(shift), scale_lb**2, scale_ub**2)
@@ -210,8 +210,6 @@ class PopArt:
 
 def check_config(agent_config: Any) -> None:
     """Raises ConfigError naming the field for a bad `agent.popart*` value."""
-    if not isinstance(agent_config.popart, bool):
-        raise ConfigError(f"agent.popart must be True or False, got {agent_config.popart!r}")
     check_ranges(agent_config, "agent", HYPERPARAMETER_RANGES)
     if agent_config.popart_scale_ub <= agent_config.popart_scale_lb:
         raise ConfigError(
@@ -229,7 +227,7 @@ def popart_of(config: Any, task_layout: Any) -> PopArt:
     agent_config = config.agent
     check_config(agent_config)
     return PopArt(
-        enabled=agent_config.popart,
+        enabled=bool(agent_config.popart),
         layout=task_layout,
         step_size=float(agent_config.popart_step_size),
         scale_lb=float(agent_config.popart_scale_lb),
