@@ -344,16 +344,20 @@ def test_resume_restores_the_popart_statistics_exactly(tmp_path):
     ):
         np.testing.assert_array_equal(jax.device_get(restored), expected)  # Bit-exact.
 
-    # Resumed from update 3, a run ends where the uninterrupted one did.
+    # Two resumes from update 3 agree (envs restart, so not with the first run), and
+    # continue the statistics saved at update 3.
     source = os.path.join(first, "checkpoints", "3")
-    config = agent_config(impala, ckpt__resume_from=source, **overrides)
-    resumed = jax.device_get(train.train(config, str(tmp_path / "resumed")))
-    for a, b in zip(resumed.popart, saved.popart, strict=True):
+    setup = train.prepare(agent_config(impala, ckpt__resume_from=source, **overrides))
+    at_three = jax.device_get(train.restore_or_init(setup, str(tmp_path / "probe")).state.popart)
+    results = []
+    for name in ("a", "b"):
+        config = agent_config(impala, ckpt__resume_from=source, **overrides)
+        results.append(jax.device_get(train.train(config, str(tmp_path / name)).popart))
+    for a, b, three in zip(*results, at_three, strict=True):
         np.testing.assert_array_equal(a, b)
-    assert (
-        read_summary(str(tmp_path / "resumed"))["params_checksum"]
-        == read_summary(first)["params_checksum"]
-    )
+        assert np.all(a != three)
+    checksums = [read_summary(str(tmp_path / name))["params_checksum"] for name in ("a", "b")]
+    assert checksums[0] == checksums[1]
 
 
 @pytest.mark.parametrize("agent_module", [ppo, impala], ids=["ppo", "impala"])
