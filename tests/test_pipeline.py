@@ -8,24 +8,28 @@ import numpy as np
 import pytest
 
 from sebulba import train
-from sebulba.agents import ppo
+from sebulba.agents import impala, ppo
 from sebulba.pipeline import Pipeline, required_policy_version
 from tests import minimal_agent, probe_agent
 from tests.helpers import (
     LSTM_RUN,
     agent_config,
     normalized_continuous_overrides,
+    popart_overrides,
     read_metrics,
     read_summary,
 )
 
 # The reproducibility tests run the minimal agent; PPO with Box actions and both
 # normalisations on, whose statistics are learner state that must keep the guarantees;
-# and PPO with an LSTM, whose carries cross the actor/learner split.
+# PPO with an LSTM, whose carries cross the actor/learner split; and PPO and IMPALA with
+# PopArt on two tasks, whose per-task statistics are learner state too.
 AGENT_CASES = {
     "minimal": (minimal_agent, {}),
     "ppo-normalized": (ppo, normalized_continuous_overrides()),
     "lstm": (ppo, LSTM_RUN),
+    "ppo-popart": (ppo, popart_overrides()),
+    "impala-popart": (impala, popart_overrides()),
 }
 
 
@@ -112,7 +116,9 @@ def one_learner_params(tmp_path_factory):
 
 @pytest.mark.parametrize(
     "case, layout",
-    [("minimal", name) for name in LAYOUTS] + [("lstm", "2-learners"), ("lstm", "2-threads")],
+    [("minimal", name) for name in LAYOUTS]
+    + [("lstm", "2-learners"), ("lstm", "2-threads")]
+    + [("ppo-popart", "2-learners"), ("impala-popart", "2-learners")],
 )
 def test_layouts_agree_to_float_tolerance(tmp_path, one_learner_params, case, layout):
     reference = one_learner_params(case)

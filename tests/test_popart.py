@@ -17,12 +17,11 @@ from sebulba.errors import ConfigError
 from sebulba.sizes import derive_sizes
 from tests.helpers import (
     agent_config,
-    assert_update_agrees_across_layouts,
     popart_overrides,
-    read_metrics,
     read_summary,
     small_update_config,
 )
+from tests.test_learning import load_config
 
 T, B = 8, 8
 TWO_TASKS = ("CartPole-v1", "CartPole-v0")
@@ -294,12 +293,6 @@ def test_impala_statistics_take_in_the_vtrace_targets_after_the_step():
 
 
 @pytest.mark.parametrize("agent_module", [ppo, impala], ids=["ppo", "impala"])
-def test_popart_update_agrees_across_learner_layouts(agent_module):
-    rollout = ppo_rollout() if agent_module is ppo else impala_rollout()
-    assert_update_agrees_across_layouts(make_two_task_agent(agent_module), rollout, (1, 2))
-
-
-@pytest.mark.parametrize("agent_module", [ppo, impala], ids=["ppo", "impala"])
 @pytest.mark.parametrize(
     "field, value, message",
     [
@@ -375,16 +368,21 @@ def test_a_popart_run_loads_as_a_policy_and_acts(tmp_path, agent_module):
     assert sampled.shape == (16,) and set(np.unique(sampled)) <= {0, 1}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
-    "agent_module, steps, threshold",
-    [(ppo, 150_000, 150.0), (impala, 300_000, 150.0)],
+    "name, steps, threshold",
+    [("ppo_cartpole", 150_000, 350.0), ("impala_cartpole", 300_000, 400.0)],
     ids=["ppo", "impala"],
 )
-def test_popart_agents_learn_cartpole(tmp_path, agent_module, steps, threshold):
-    config = agent_config(agent_module, agent__popart=True)
+def test_popart_agents_learn_cartpole(tmp_path, name, steps, threshold):
+    # The CartPole configs with PopArt on, cut short: ~35 s (PPO) and ~15 s (IMPALA) on 2
+    # CPU cores. Measured (seed 1): PPO 469.7 after 150k steps (493.1 after 200k, 377.2
+    # without PopArt); IMPALA 500.0 after 300k steps (329.9 without PopArt).
+    config = load_config(name)
+    config.log.tensorboard = False
+    config.agent.popart = True
     config.total_timesteps = steps
-    config.log.every_updates = 10
     train.train(config, str(tmp_path))
     summary = read_summary(str(tmp_path))
-    returns = [line["episodic_return"] for line in read_metrics(str(tmp_path))]
-    assert summary["mean_return"] >= threshold, returns
+    assert summary["global_step"] >= steps - config.env.num_envs * config.agent.num_steps
+    assert summary["mean_return"] >= threshold, summary

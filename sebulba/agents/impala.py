@@ -19,6 +19,10 @@ gradient is 1/D of ours (docs/agents.md lists every difference from Cleanba).
 Observation normalisation and reward scaling (`agent.normalize_observations`,
 `agent.normalize_rewards`; off by default) work as in PPO (`normalization.py`).
 
+With `agent.popart` V-trace runs on the unnormalised values of each column's task, and
+the value loss and policy gradient on normalised targets and advantages (Hessel et al.
+2019, "Multi-task deep RL with PopArt"; `popart.py`).
+
 With `agent.core="lstm"` an LSTM follows the torso, as in the IMPALA paper's agent
 (`recurrent.py`); the learner replays every sequence's LSTM states from the stored
 initial state, reset where episodes start.

@@ -32,6 +32,10 @@ reward scaling by the running std of the discounted return and clipping to [-10,
 learner state that travels to the actors inside the policy parameters);
 configs/ppo_mujoco.py switches them on.
 
+With `agent.popart` the value head has one output per task, trained on targets
+normalised per task (PopArt, van Hasselt et al. 2016; Hessel et al. 2019; `popart.py`),
+and the policy gradient uses the GAE advantages divided by the task's scale.
+
 Time-limit truncations bootstrap from the next observation, where baselines and Cleanba
 treat them as terminal; docs/agents.md lists every difference from both.
 
