@@ -17,6 +17,7 @@ from sebulba.errors import ConfigError
 from sebulba.sizes import derive_sizes
 from tests.helpers import (
     agent_config,
+    assert_update_moves_no_rollout_data,
     popart_overrides,
     read_summary,
     small_update_config,
@@ -290,6 +291,29 @@ def test_impala_statistics_take_in_the_vtrace_targets_after_the_step():
     for a, b in zip(new_state.popart, expected, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
     assert float(metrics["popart_scale/CartPole-v0"]) == pytest.approx(float(expected.scale[1]))
+
+
+def test_impala_accumulation_and_loops_agree_with_popart():
+    # The minibatch's target moments are sums, so micro-batches add up to the unsplit
+    # statistics; the rolled and unrolled loops thread the statistics alike.
+    rollout = impala_rollout()
+
+    def final_state(**agent):
+        agent = make_two_task_agent(impala, popart_step_size=0.05, **agent)
+        state, _ = jax.jit(agent.update)(agent.init(jax.random.key(0)), rollout)
+        return jax.tree.leaves(jax.device_get(state))
+
+    reference = final_state()
+    for loop in ("scan", "unrolled"):
+        other = final_state(gradient_accumulation_steps=2, minibatch_loop=loop)
+        for a, b in zip(reference, other, strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("agent_module", [ppo, impala], ids=["ppo", "impala"])
+def test_popart_update_moves_no_rollout_data_between_devices(agent_module):
+    rollout = ppo_rollout() if agent_module is ppo else impala_rollout()
+    assert_update_moves_no_rollout_data(make_two_task_agent(agent_module), rollout)
 
 
 @pytest.mark.parametrize("agent_module", [ppo, impala], ids=["ppo", "impala"])
