@@ -274,7 +274,7 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
             params, popart_state = params["policy"], params["popart"]
         params, obs = normalizer.network_inputs(params, obs)
         carry, policy_params, value = model.step(params, carry, obs)
-        if value_normalization.enabled:
+        if popart_state is not None:
             # The actor cannot know the task of a column; the learner picks it (`update`).
             value = popart.all_unnormalized(popart_state, value)
         actions = policy.sample(policy_params, keys)
