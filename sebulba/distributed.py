@@ -451,7 +451,9 @@ class EpisodeGatherer:
     Each process only sees its own envs' episodes; the metrics (process 0) need all of
     them. One small all-gather over the learner mesh per update, issued by the learner
     thread like every collective. Returns keep all 64 bits (sent as two 32-bit words),
-    so a 2-process run reports exactly the episodes of the equivalent single process.
+    so a 2-process run reports exactly the episodes of the equivalent single process;
+    each episode's global env index travels with it (the metrics attribute episodes to
+    tasks by it).
 
     Args:
       layout: the run's device layout (`sebulba.mesh.DeviceLayout`).
@@ -471,24 +473,33 @@ class EpisodeGatherer:
         self._gather = jax.jit(lambda x: x, out_shardings=layout.replicated)
 
     def __call__(
-        self, returns: Sequence[float], lengths: Sequence[int]
-    ) -> tuple[list[float], list[int]]:
-        """Every process's (returns, lengths), process 0's first; a collective."""
+        self, returns: Sequence[float], lengths: Sequence[int], env_ids: Sequence[int]
+    ) -> tuple[list[float], list[int], list[int]]:
+        """Every process's (returns, lengths, global env indices), process 0's first.
+
+        A collective: every process calls it once per update, in the same order.
+        """
         import jax
 
-        if len(returns) != len(lengths) or len(returns) > self._rows:
-            raise ValueError(
-                f"{len(returns)} returns and {len(lengths)} lengths for {self._rows} slots"
-            )
-        # Row: return as two uint32 words, length, 1 if the slot holds an episode.
-        local = np.zeros((self._rows, 4), np.uint32)
         n = len(returns)
+        if not n == len(lengths) == len(env_ids) or n > self._rows:
+            raise ValueError(
+                f"{n} returns, {len(lengths)} lengths and {len(env_ids)} env indices "
+                f"for {self._rows} slots"
+            )
+        # Row: return as two uint32 words, length, env index, 1 if the slot holds an episode.
+        local = np.zeros((self._rows, 5), np.uint32)
         local[:n, :2] = np.asarray(returns, np.float64).view(np.uint32).reshape(n, 2)
         local[:n, 2] = np.asarray(lengths, np.int64).astype(np.uint32)
-        local[:n, 3] = 1
+        local[:n, 3] = np.asarray(env_ids, np.int64).astype(np.uint32)
+        local[:n, 4] = 1
         sharded = jax.make_array_from_process_local_data(self._sharding, local)
         gathered = self._gather(sharded)
         rows = np.asarray(jax.device_get(gathered.addressable_shards[0].data))
-        rows = rows[rows[:, 3] == 1]
+        rows = rows[rows[:, 4] == 1]
         all_returns = np.ascontiguousarray(rows[:, :2]).view(np.float64).reshape(-1)
-        return all_returns.tolist(), rows[:, 2].astype(np.int64).tolist()
+        return (
+            all_returns.tolist(),
+            rows[:, 2].astype(np.int64).tolist(),
+            rows[:, 3].astype(np.int64).tolist(),
+        )

@@ -79,19 +79,24 @@ def is_atari(env_id: str) -> bool:
     return envpool_families().get(env_id) == _ATARI_FAMILY
 
 
-def check_env_id(env_id: str) -> None:
-    """Raises ConfigError, naming env.id and close matches, unless the task is supported."""
+def check_env_id(env_id: str, field: str = "env.id") -> None:
+    """Raises ConfigError, naming `field` and close matches, unless the task is supported.
+
+    Args:
+      env_id: an envpool task id.
+      field: the config field that named it, e.g. "env.id" or "env.ids[1]".
+    """
     family = envpool_families().get(env_id)
     if family in SUPPORTED_FAMILIES:
         return
     if family is not None:
         raise ConfigError(
-            f"env.id {env_id!r} belongs to envpool's {family} family, which is not supported: "
+            f"{field} {env_id!r} belongs to envpool's {family} family, which is not supported: "
             f"use a task of {', '.join(SUPPORTED_FAMILIES.values())}"
         )
     close = difflib.get_close_matches(env_id, supported_env_ids(), n=3, cutoff=0.6)
     advice = f"did you mean {' or '.join(map(repr, close))}?" if close else "see README.md"
-    raise ConfigError(f"env.id {env_id!r} is not an envpool task: {advice}")
+    raise ConfigError(f"{field} {env_id!r} is not an envpool task: {advice}")
 
 
 def make_envs(
@@ -345,23 +350,44 @@ class EpisodeTracker:
     """Raw episodic returns of one pool, and which steps are envpool's auto-resets.
 
     envpool resets an env on the step after its episode ended and ignores that step's
-    action; such steps are marked invalid so no agent learns from them.
+    action; such steps are marked invalid so no agent learns from them. Every finished
+    episode is reported with the global index of its env, so the metrics can attribute
+    it to its task (`sebulba.tasks.TaskLayout.task_of_env`) without the pipeline knowing
+    about tasks.
+
+    Args:
+      env_ids: [n] global env indices of the pool's envs, in pool order.
     """
 
-    def __init__(self, num_envs: int):
+    def __init__(self, env_ids):
+        self.env_ids = np.asarray(env_ids, np.int64)
+        num_envs = len(self.env_ids)
         self.returns = np.zeros(num_envs, np.float64)
         self.lengths = np.zeros(num_envs, np.int64)
         # True where the previous step ended an episode, so this step is envpool's reset.
         self.resetting = np.zeros(num_envs, bool)
 
-    def step(self, raw_rewards, terminations, truncations, finished_returns, finished_lengths):
-        """Records one env step; returns the step's validity mask [num_envs]."""
+    def step(
+        self,
+        raw_rewards,
+        terminations,
+        truncations,
+        finished_returns: list[float],
+        finished_lengths: list[int],
+        finished_env_ids: list[int],
+    ):
+        """Records one env step; returns the step's validity mask [num_envs].
+
+        The episodes that ended on this step are appended, in env order, to the three
+        lists: raw return, length in agent steps and global env index.
+        """
         valid = ~self.resetting
         self.returns += np.where(valid, raw_rewards, 0.0)
         self.lengths += valid
         done = np.logical_or(terminations, truncations)
         finished_returns.extend(self.returns[done].tolist())
         finished_lengths.extend(self.lengths[done].tolist())
+        finished_env_ids.extend(self.env_ids[done].tolist())
         self.returns[done] = 0.0
         self.lengths[done] = 0
         self.resetting = done

@@ -3,7 +3,8 @@
 The learner-wait (`rollout_wait_s`) against actor-wait (`params_wait_s`) pair is the
 throughput diagnosis of the Cleanba paper (Huang et al. 2023): a learner that waits for
 rollouts is starved by its actors, actors that wait for parameters are held by the
-learner. Side effects happen on process 0 only.
+learner. Side effects happen on process 0 only. Joint multi-task runs also report every
+task's episodes (`sebulba.task_metrics`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax
@@ -24,11 +25,16 @@ from sebulba.errors import TrainingDivergedError
 from sebulba.pipeline import UpdateReport
 from sebulba.progress import ConsoleProgress, progress_line
 from sebulba.sizes import Sizes
+from sebulba.task_metrics import TaskEpisodes
+from sebulba.tasks import TaskLayout
 
-# Namespaces of the TensorBoard tags, by metrics.jsonl key.
+# Namespaces of the TensorBoard tags, by metrics.jsonl key (per-task keys such as
+# "episodic_return/Pong-v5" by the part before the slash).
 _TB_NAMESPACE = {
     "episodic_return": "charts",
     "episodic_length": "charts",
+    "atari_median_hns": "charts",
+    "atari_mean_hns": "charts",
     "sps": "perf",
     "wall_time_s": "perf",
     "rollout_wait_s": "pipeline",
@@ -38,6 +44,11 @@ _TB_NAMESPACE = {
     "actor_policy_version": "pipeline",
     "learner_policy_version": "pipeline",
 }
+
+
+def scalar_tag(name: str) -> str:
+    """The TensorBoard / wandb tag of a metrics.jsonl key, e.g. "charts/episodic_return"."""
+    return f"{_TB_NAMESPACE.get(name.split('/', 1)[0], 'losses')}/{name}"
 
 
 def params_checksum(params) -> str:
@@ -153,7 +164,7 @@ class _WandbSink:
 
     def log(self, line: dict[str, Any]) -> None:
         scalars = {
-            f"{_TB_NAMESPACE.get(name, 'losses')}/{name}": value
+            scalar_tag(name): value
             for name, value in line.items()
             if value is not None and name not in ("global_step", "update")
         }
@@ -172,8 +183,12 @@ class MetricsLogger:
     seconds (the first and the last line of a run, and the line of a run that stops
     early or diverges, always print), so a short run with a line per update does not
     flood the terminal or a notebook. A resumed run passes `first_update`, the
-    episode statistics and the wall time of the run so far (from its checkpoint), so
-    lines, summary and step counts continue.
+    episode statistics (overall and per task) and the wall time of the run so far (from
+    its checkpoint), so lines, summary and step counts continue.
+
+    Episodes are attributed to the tasks of `task_layout` by their global env index;
+    multi-task lines carry per-task fields and summary.json always has `tasks`
+    (`sebulba.task_metrics`).
     """
 
     def __init__(
@@ -181,6 +196,7 @@ class MetricsLogger:
         workdir: str,
         sizes: Sizes,
         *,
+        task_layout: TaskLayout,
         every_updates: int,
         tensorboard: bool,
         is_main_process: bool,
@@ -190,6 +206,7 @@ class MetricsLogger:
         first_update: int = 1,
         recent_returns: Sequence[float] = (),
         episodes_finished: int = 0,
+        task_episodes: Mapping[str, Any] | None = None,
         elapsed_s: float = 0.0,
     ):
         self.workdir = workdir
@@ -205,6 +222,12 @@ class MetricsLogger:
             recent_returns, maxlen=100
         )
         self.episodes_finished = episodes_finished
+        if task_episodes is None and not task_layout.is_multitask:
+            # A checkpoint written before per-task statistics existed holds a one-task
+            # run: its task continues from the overall statistics.
+            only = {"recent_returns": list(recent_returns), "episodes": episodes_finished}
+            task_episodes = {task_layout.ids[0]: only}
+        self.task_episodes = TaskEpisodes(task_layout, task_episodes)
         self.last_line: dict[str, Any] | None = None
         self._last_report: UpdateReport | None = None
         first_step = (first_update - 1) * sizes.steps_per_update
@@ -257,6 +280,9 @@ class MetricsLogger:
         self.episodes_finished += len(report.episode_returns)
         self._window_returns.extend(report.episode_returns)
         self._window_lengths.extend(report.episode_lengths)
+        self.task_episodes.record(
+            report.episode_returns, report.episode_lengths, report.episode_env_ids
+        )
         self._window_updates += 1
         self._window_rollout_wait += report.rollout_wait_s
         self._window_params_wait += report.params_wait_s
@@ -302,6 +328,7 @@ class MetricsLogger:
             "learner_wait_fraction": min(self._window_rollout_wait / window_s, 1.0),
             "actor_wait_fraction": min(self._window_params_wait / window_s, 1.0),
             "wall_time_s": self.elapsed_before_s + now - self.start_time,
+            **self.task_episodes.window_metrics(),
         }
         for name, value in sorted(agent_metrics.items()):
             line[name] = _finite_or_none(float(value))
@@ -315,8 +342,7 @@ class MetricsLogger:
             for name, value in line.items():
                 if value is None or name in ("global_step", "update"):
                     continue
-                tag = f"{_TB_NAMESPACE.get(name, 'losses')}/{name}"
-                self._writer.add_scalar(tag, value, report.global_step)
+                self._writer.add_scalar(scalar_tag(name), value, report.global_step)
         if self._wandb is not None:
             self._wandb.log(line)
         due = (
@@ -354,6 +380,7 @@ class MetricsLogger:
             "episodes": self.episodes_finished,
             "params_checksum": checksum,
             "bottleneck": self.bottleneck(),
+            **self.task_episodes.summary(),
             **extra,
         }
 

@@ -56,6 +56,22 @@ def required_policy_version(update: int, policy_lag: int) -> int:
     return max(1, update - policy_lag)
 
 
+def in_env_order(
+    returns: Sequence[float], lengths: Sequence[int], env_ids: Sequence[int]
+) -> tuple[list[float], list[int], list[int]]:
+    """Episodes (three parallel lists) sorted by global env index, stably.
+
+    Each env's episodes keep the order in which they ended; the result is the same
+    whichever threads, env groups or processes the episodes were collected by.
+    """
+    order = np.argsort(np.asarray(env_ids, np.int64), kind="stable")
+    return (
+        [returns[i] for i in order],
+        [lengths[i] for i in order],
+        [env_ids[i] for i in order],
+    )
+
+
 @dataclasses.dataclass
 class ActorRollout:
     """One actor thread's share of rollout `update`, already on the learner devices.
@@ -66,6 +82,7 @@ class ActorRollout:
       pieces: one `Rollout` per local learner device, holding that device's env slice.
       episode_returns: raw returns of episodes that ended during the rollout.
       episode_lengths: their lengths in agent steps.
+      episode_env_ids: the global env index each of them ran in.
       params_wait_s: time the actor waited for its parameters before collecting.
     """
 
@@ -74,12 +91,19 @@ class ActorRollout:
     pieces: list[Rollout]
     episode_returns: list[float]
     episode_lengths: list[int]
+    episode_env_ids: list[int]
     params_wait_s: float
 
 
 @dataclasses.dataclass
 class UpdateReport:
-    """What the learner reports after each update (device metrics are not yet fetched)."""
+    """What the learner reports after each update (device metrics are not yet fetched).
+
+    The episodes that ended during the update's rollout, over every thread and process,
+    come as three parallel lists (raw return, length in agent steps, global env index),
+    sorted by env index (each env's episodes in the order they ended), so their order
+    does not depend on how the envs are spread over threads and processes.
+    """
 
     update: int
     global_step: int
@@ -89,6 +113,7 @@ class UpdateReport:
     params_wait_s: float
     episode_returns: list[float]
     episode_lengths: list[int]
+    episode_env_ids: list[int]
     agent_metrics: dict[str, jax.Array]
 
 
@@ -140,6 +165,7 @@ class _HostRollout:
     env_ids: np.ndarray  # [n] int32
     episode_returns: list[float] = dataclasses.field(default_factory=list)
     episode_lengths: list[int] = dataclasses.field(default_factory=list)
+    episode_env_ids: list[int] = dataclasses.field(default_factory=list)
     policy_outputs: list[Any] = dataclasses.field(default_factory=list)  # Per learner slice.
     initial_carry: list[Any] = dataclasses.field(default_factory=list)  # Per learner slice.
 
@@ -167,7 +193,12 @@ class _HostRollout:
     def record_step(self, t, group: _EnvGroup, raw_rewards, terminations, truncations) -> None:
         columns = group.columns
         self.valid[t, columns] = group.tracker.step(
-            raw_rewards, terminations, truncations, self.episode_returns, self.episode_lengths
+            raw_rewards,
+            terminations,
+            truncations,
+            self.episode_returns,
+            self.episode_lengths,
+            self.episode_env_ids,
         )
         self.rewards[t, columns] = raw_rewards
         self.terminations[t, columns] = terminations
@@ -305,7 +336,7 @@ class Pipeline:
                     columns=columns,
                     env_ids=jax.device_put(env_ids[columns], device),
                     step_index=jax.device_put(first_step, device),
-                    tracker=EpisodeTracker(size),
+                    tracker=EpisodeTracker(env_ids[columns]),
                     obs=obs,
                     # The envs (re)start here, so do their carries, also on resume.
                     carry=jax.device_put(self.agent.new_carry(size), device),
@@ -340,6 +371,7 @@ class Pipeline:
                     pieces=pieces,
                     episode_returns=rollout.episode_returns,
                     episode_lengths=rollout.episode_lengths,
+                    episode_env_ids=rollout.episode_env_ids,
                     params_wait_s=params_wait_s,
                 ),
                 control,
@@ -585,12 +617,13 @@ class Pipeline:
                     state, metrics = self._compiled_update(state, rollout)
                     del rollout
                     self._publish(store, update + 1, self.agent.policy_params(state))
-                episode_returns = [x for r in actor_rollouts for x in r.episode_returns]
-                episode_lengths = [x for r in actor_rollouts for x in r.episode_lengths]
+                episodes = tuple(
+                    [x for r in actor_rollouts for x in getattr(r, name)]
+                    for name in ("episode_returns", "episode_lengths", "episode_env_ids")
+                )
                 if gather_episodes is not None:
-                    episode_returns, episode_lengths = gather_episodes(
-                        episode_returns, episode_lengths
-                    )
+                    episodes = gather_episodes(*episodes)
+                episode_returns, episode_lengths, episode_env_ids = in_env_order(*episodes)
                 if on_update is not None:
                     on_update(
                         UpdateReport(
@@ -602,6 +635,7 @@ class Pipeline:
                             params_wait_s=float(np.mean([r.params_wait_s for r in actor_rollouts])),
                             episode_returns=episode_returns,
                             episode_lengths=episode_lengths,
+                            episode_env_ids=episode_env_ids,
                             agent_metrics=metrics,
                         ),
                         state,

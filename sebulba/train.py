@@ -83,8 +83,9 @@ def prepare(config: ml_collections.ConfigDict) -> RunSetup:
         )
     tasks.check_task_ids(config.env)
     layout_of_tasks = tasks.task_layout(config, sizes.num_envs)
-    for task_id in layout_of_tasks.ids:
-        envs_lib.check_env_id(task_id)
+    for index, task_id in enumerate(layout_of_tasks.ids):
+        # With env.ids set, env.id is ignored: errors name the field the task came from.
+        envs_lib.check_env_id(task_id, f"env.ids[{index}]" if config.env.ids else "env.id")
     agent_module = resolve_agent(config.agent.name, config.agent)
     _check_ckpt_config(config.ckpt)
     specs = envs_lib.task_env_specs(config.env, layout_of_tasks.ids)
@@ -179,9 +180,12 @@ class StartPoint:
 
 def schedule_meta(config: ml_collections.ConfigDict, sizes: Sizes) -> dict[str, Any]:
     """Values a resumed run must share with its checkpoint, so its schedule continues."""
+    ids = tasks.task_ids(config.env)
     return {
         "agent": config.agent.name,
-        "env_id": config.env.id,
+        "env_id": ids[0],
+        # A joint run's tasks; None for one task, as in checkpoints older than env.ids.
+        "env_ids": list(ids) if len(ids) > 1 else None,
         "policy_lag": config.pipeline.policy_lag,
         "num_envs": sizes.num_envs,  # Global envs; threads and processes may change.
         "steps_per_update": sizes.steps_per_update,
@@ -302,6 +306,7 @@ class RunCheckpoints:
             ),
             "recent_returns": list(self.metrics.recent_returns),
             "episodes_finished": self.metrics.episodes_finished,
+            "task_episodes": self.metrics.task_episodes.state(),
             "wall_time_s": self.metrics.wall_time_s(),
             "rng": "none saved: keys derive from seed, update counter, step and env index",
             "jax_version": jax.__version__,
@@ -315,7 +320,7 @@ def _summary_extra(config, layout) -> dict[str, Any]:
         "layout": layout.describe(),
         "jax_version": jax.__version__,
         "agent": config.agent.name,
-        "env_id": config.env.id,
+        "env_id": tasks.task_ids(config.env)[0],
     }
 
 
@@ -419,6 +424,7 @@ def train(
         metrics = MetricsLogger(
             workdir,
             sizes,
+            task_layout=tasks.task_layout(config, sizes.num_envs),
             every_updates=config.log.every_updates,
             tensorboard=config.log.tensorboard,
             is_main_process=is_main_process,
@@ -428,6 +434,7 @@ def train(
             first_update=start.first_update,
             recent_returns=start.meta.get("recent_returns", ()),
             episodes_finished=start.meta.get("episodes_finished", 0),
+            task_episodes=start.meta.get("task_episodes"),
             elapsed_s=start.meta.get("wall_time_s", 0.0),
         )
         checkpoints = RunCheckpoints(setup, workdir, metrics, signals, start)

@@ -1,7 +1,10 @@
 """A probe agent whose rollouts record which parameter version produced them.
 
 Its only parameter is the version number itself, so the lag schedule is checked from
-the data the learner receives, not from the pipeline's own bookkeeping.
+the data the learner receives, not from the pipeline's own bookkeeping. It acts uniformly
+at random, or always takes `agent.constant_action` (e.g. a MiniGrid turn that never
+reaches the goal, so every episode lasts the task's step limit). It reads no observation,
+so it runs on any observation structure.
 """
 
 import flax.struct
@@ -20,6 +23,7 @@ def get_config() -> ml_collections.ConfigDict:
     config = ml_collections.ConfigDict()
     config.name = "tests.probe_agent"  # Selected by dotted path.
     config.num_steps = 4  # Steps per env per rollout.
+    config.constant_action = -1  # An action taken at every step; -1: uniformly random.
     return config
 
 
@@ -29,7 +33,8 @@ class State:
 
 
 def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> Agent:
-    del config, sizes
+    del sizes
+    constant_action = config.agent.constant_action
 
     def init(key):
         del key
@@ -37,16 +42,21 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
 
     def act(params, obs, keys):
         TRACE_COUNTS["act"] += 1
-        batch = obs.shape[0]
-        actions = jax.vmap(jax.random.randint, in_axes=(0, None, None, None))(
-            keys, (), 0, env_spec.num_actions
-        ).astype(jnp.int32)
+        del obs
+        batch = keys.shape[0]
+        if constant_action >= 0:
+            actions = jnp.full((batch,), constant_action, jnp.int32)
+        else:
+            actions = jax.vmap(jax.random.randint, in_axes=(0, None, None, None))(
+                keys, (), 0, env_spec.num_actions
+            ).astype(jnp.int32)
         return actions, {"version": jnp.full((batch,), params["version"], jnp.int32)}
 
     def act_greedy(params, obs):
         # The uniform policy's mode: every action ties, argmax takes the first.
         del params
-        return jnp.zeros((obs.shape[0],), jnp.int32)
+        batch = jax.tree.leaves(obs)[0].shape[0]
+        return jnp.full((batch,), max(constant_action, 0), jnp.int32)
 
     def update(state: State, rollout: Rollout):
         TRACE_COUNTS["update"] += 1

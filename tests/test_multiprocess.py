@@ -7,6 +7,7 @@ Failures are injected by killing, stopping or hanging one process.
 """
 
 import dataclasses
+import json
 import os
 import re
 import signal
@@ -266,23 +267,38 @@ def test_episode_gatherer_is_exact_and_keeps_the_order():
     layout = build_layout(ConfigDict({"actor_device_ids": (0,), "learner_device_ids": (1, 2)}))
     gather = distributed.EpisodeGatherer(layout, capacity=5)
     returns, lengths = [0.1, -3.5, 1e300, 500.0, 2.0 / 3.0], [7, 1, 2**31 - 1, 500, 3]
+    env_ids = [3, 0, 2**31 - 1, 3, 1]  # Each episode's global env index travels with it.
     with jax.transfer_guard("disallow"):  # The learner loop runs under this guard.
-        assert gather(returns, lengths) == (returns, lengths)
-        assert gather([], []) == ([], [])
+        assert gather(returns, lengths, env_ids) == (returns, lengths, env_ids)
+        assert gather([], [], []) == ([], [], [])
     with pytest.raises(ValueError, match="7 returns"):  # 5 slots, rounded up to 2 x 3.
-        gather([1.0] * 7, [1] * 7)
+        gather([1.0] * 7, [1] * 7, [0] * 7)
+    with pytest.raises(ValueError, match="2 env indices"):
+        gather([1.0] * 3, [1] * 3, [0] * 2)
 
 
 # ----- two processes against one --------------------------------------------------
 
 
+# Three tasks with CartPole's spaces (phys2d/ is envpool's second registration of
+# CartPole): the 16 global envs form blocks [0, 6), [6, 11) and [11, 16), so each
+# process's envs span two tasks. (The other multi-process runs train one task.)
+JOINT_IDS = ["CartPole-v1", "CartPole-v0", "phys2d/CartPole-v1"]
+
+
 @pytest.fixture(scope="module")
 def minimal_runs(tmp_path_factory):
-    """The minimal agent on 2 processes x 1 learner and on 1 process x 2 learners."""
+    """The minimal agent trained jointly on `JOINT_IDS`, on 2 processes x 1 learner and
+    on 1 process x 2 learners."""
     tmp_path = tmp_path_factory.mktemp("minimal")
-    total = f"--config.total_timesteps={GLOBAL_ENVS * 16 * UPDATES}"
-    two, processes = launch(tmp_path, "two", *TWO_PROCESS_LAYOUT, total)
-    one, reference = launch(tmp_path, "one", *ONE_PROCESS_LAYOUT, total, num_processes=1, devices=3)
+    flags = (
+        f"--config.total_timesteps={GLOBAL_ENVS * 16 * UPDATES}",
+        "--config.env.ids=(" + ",".join(f"'{task_id}'" for task_id in JOINT_IDS) + ")",
+    )
+    two, processes = launch(tmp_path, "two", *TWO_PROCESS_LAYOUT, *flags)
+    one, reference = launch(
+        tmp_path, "one", *ONE_PROCESS_LAYOUT, *flags, num_processes=1, devices=3
+    )
     assert_all_succeeded(processes)
     assert_all_succeeded(reference)
     return two, processes, one
@@ -342,6 +358,23 @@ def test_metrics_count_the_episodes_of_every_process(minimal_runs):
     assert summary["mean_return"] == pytest.approx(reference["mean_return"], rel=1e-12)
     for line, ref in zip(read_metrics(two), read_metrics(one), strict=True):
         assert line["episodic_return"] == pytest.approx(ref["episodic_return"], rel=1e-12)
+
+
+def test_episodes_of_every_process_are_attributed_to_their_task(minimal_runs):
+    # Process 1's episodes reach process 0's metrics with their global env indices.
+    two, one = minimal_runs[0], minimal_runs[2]
+    with open(os.path.join(one, "config.json"), encoding="utf-8") as f:
+        assert json.load(f)["env"]["ids"] == JOINT_IDS  # The command line's tuple, stored.
+    summary, reference = read_summary(two), read_summary(one)
+    assert summary["env_ids"] == reference["env_ids"] == JOINT_IDS
+    assert summary["tasks"] == reference["tasks"]
+    assert all(task["episodes"] > 0 for task in summary["tasks"].values())
+    assert sum(task["episodes"] for task in summary["tasks"].values()) == summary["episodes"]
+    for line, ref in zip(read_metrics(two), read_metrics(one), strict=True):
+        for task_id in JOINT_IDS:
+            for name in ("episodic_return", "episodic_length"):
+                key = f"{name}/{task_id}"
+                assert line[key] == ref[key], (line["update"], key)
 
 
 def test_lag_schedule_holds_across_processes(tmp_path):

@@ -22,12 +22,19 @@ from tests.helpers import (
 
 # The reproducibility tests run the minimal agent; PPO with Box actions and both
 # normalisations on, whose statistics are learner state that must keep the guarantees;
-# PPO with an LSTM, whose carries cross the actor/learner split; and PPO and IMPALA with
-# PopArt on two tasks, whose per-task statistics are learner state too.
+# PPO with an LSTM, whose carries cross the actor/learner split; the minimal agent
+# trained jointly on three tasks with CartPole's spaces (phys2d/ is envpool's second
+# registration of CartPole), whose blocks of 8 envs, [0, 3), [3, 6) and [6, 8), make
+# each of 2 actor threads span two tasks; and PPO and IMPALA with PopArt on two tasks,
+# whose per-task statistics are learner state too.
 AGENT_CASES = {
     "minimal": (minimal_agent, {}),
     "ppo-normalized": (ppo, normalized_continuous_overrides()),
     "lstm": (ppo, LSTM_RUN),
+    "multitask": (
+        minimal_agent,
+        {"env__ids": ("CartPole-v1", "CartPole-v0", "phys2d/CartPole-v1")},
+    ),
     "ppo-popart": (ppo, popart_overrides()),
     "impala-popart": (impala, popart_overrides()),
 }
@@ -84,6 +91,9 @@ def test_same_seed_same_checksum_under_injected_delays(tmp_path, case):
     slow_learner, _ = _checksum_and_params(tmp_path, "c", case, debug__learner_delay_s=0.03)
     slow_actor, _ = _checksum_and_params(tmp_path, "d", case, debug__actor_delay_s=0.03)
     assert reference == slow_learner == slow_actor
+    # The same episodes, attributed to the same tasks.
+    tasks_of = {name: read_summary(str(tmp_path / name))["tasks"] for name in "acd"}
+    assert tasks_of["a"] == tasks_of["c"] == tasks_of["d"]
     other_seed, _ = _checksum_and_params(tmp_path, "e", case, seed=7)
     assert other_seed != reference
 
@@ -101,30 +111,38 @@ LAYOUTS = {
 
 
 @pytest.fixture(scope="module")
-def one_learner_params(tmp_path_factory):
-    """Final learner state of each case on one learner device, computed once per case."""
+def one_learner_run(tmp_path_factory):
+    """Final learner state and summary.json of each case on one learner device, computed
+    once per case."""
     cache = {}
 
-    def params(case):
+    def run(case):
         if case not in cache:
             tmp_path = tmp_path_factory.mktemp(f"one-{case}")
-            cache[case] = _checksum_and_params(tmp_path, "one", case, mesh__learner_device_ids=[1])
-        return cache[case][1]
+            _, params = _checksum_and_params(tmp_path, "one", case, mesh__learner_device_ids=[1])
+            cache[case] = params, read_summary(str(tmp_path / "one"))
+        return cache[case]
 
-    return params
+    return run
 
 
 @pytest.mark.parametrize(
     "case, layout",
     [("minimal", name) for name in LAYOUTS]
     + [("lstm", "2-learners"), ("lstm", "2-threads")]
+    + [("multitask", "2-learners"), ("multitask", "2-threads")]
     + [("ppo-popart", "2-learners"), ("impala-popart", "2-learners")],
 )
-def test_layouts_agree_to_float_tolerance(tmp_path, one_learner_params, case, layout):
-    reference = one_learner_params(case)
+def test_layouts_agree_to_float_tolerance(tmp_path, one_learner_run, case, layout):
+    reference, reference_summary = one_learner_run(case)
     _, other = _checksum_and_params(tmp_path, "other", case, **LAYOUTS[layout])
     for a, b in zip(jax.tree.leaves(reference), jax.tree.leaves(other), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+    # The same episodes per task, whichever thread or device handled their envs.
+    other_tasks = read_summary(str(tmp_path / "other"))["tasks"]
+    assert other_tasks.keys() == reference_summary["tasks"].keys()
+    for task_id, task in reference_summary["tasks"].items():
+        assert other_tasks[task_id] == pytest.approx(task, rel=1e-12), task_id
 
 
 @pytest.mark.parametrize(

@@ -134,6 +134,20 @@ def test_a_key_missing_from_an_older_config_json_is_accepted_at_its_default(stop
     assert read_summary(stopped_run)["updates"] == 6
 
 
+def test_changed_tasks_stop_the_resume(stopped_run, tmp_path):
+    joint = agent_config(
+        probe_agent, ckpt__every_updates=0, env__ids=("CartPole-v1", "CartPole-v0")
+    )
+    with pytest.raises(ConfigError, match=r"env.ids \(stored \[\], requested \['CartPole-v1', "):
+        train.train(joint, stopped_run)
+    # A checkpoint without its run's config.json is checked by its metadata: its tasks.
+    os.remove(os.path.join(stopped_run, "config.json"))
+    joint.ckpt.resume_from = os.path.join(stopped_run, "checkpoints", "3")
+    with pytest.raises(ConfigError, match=r"saved with env_ids=None, but this config has env_ids="):
+        train.train(joint, str(tmp_path / "joint"))
+    assert not os.path.exists(tmp_path / "joint")
+
+
 def test_resume_from_another_workdir_checks_its_config(tmp_path):
     source = str(tmp_path / "source")
     train.train(agent_config(minimal_agent, ckpt__every_updates=3), source)

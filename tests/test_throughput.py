@@ -178,7 +178,12 @@ def test_summary_sps_is_steady_state_and_says_what_includes_start_up(tmp_path):
     config = agent_config(minimal_agent)
     sizes = train.derive_sizes(config)
     metrics = MetricsLogger(
-        str(tmp_path), sizes, every_updates=1, tensorboard=False, is_main_process=False
+        str(tmp_path),
+        sizes,
+        task_layout=tasks.task_layout(config, sizes.num_envs),
+        every_updates=1,
+        tensorboard=False,
+        is_main_process=False,
     )
     time.sleep(0.5)  # Update 1: compiling and the first rollout.
     for update in range(1, sizes.num_updates + 1):
@@ -186,7 +191,7 @@ def test_summary_sps_is_steady_state_and_says_what_includes_start_up(tmp_path):
             time.sleep(0.02)
         metrics.record(
             UpdateReport(
-                update, update * sizes.steps_per_update, 1, update + 1, 0.0, 0.0, [], [], {}
+                update, update * sizes.steps_per_update, 1, update + 1, 0.0, 0.0, [], [], [], {}
             )
         )
     summary = metrics.summary(sizes.global_steps, sizes.num_updates, "x", {})
