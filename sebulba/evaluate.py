@@ -18,6 +18,13 @@ human-normalized score (score - random) / (human - random) of Mnih et al. (2015)
 the Atari-57 reference scores of `sebulba.atari_scores`. `--animation` writes episode 0
 as a GIF of the env's own RGB rendering (the Atari game screen, a drawing for other
 tasks), played at real-time speed.
+
+A multi-task run (`env.ids`) plays `--episodes` episodes of every task, each task in its
+own envs with the same seeds, and writes those fields per task under `tasks` (task id ->
+fields), with `mean_return` over all tasks, `episodes` in all, `env_ids` and, when every
+task is an Atari-57 game, the median and mean human-normalized score over the tasks
+(`atari_median_hns`, `atari_mean_hns`). `--animation=clip.gif` then writes one GIF per
+task, `clip-<task id>.gif`.
 """
 
 from __future__ import annotations
@@ -28,11 +35,12 @@ import os
 import sys
 from typing import Any
 
+import ml_collections
 import numpy as np
 from absl import app, flags
 
 from sebulba import envs as envs_lib
-from sebulba import flag_errors, random_streams
+from sebulba import flag_errors, random_streams, tasks
 from sebulba.atari_scores import RANDOM_AND_HUMAN_SCORES, human_normalized_score
 from sebulba.metrics import write_json
 from sebulba.policy import Policy, PolicyError, load_policy
@@ -54,21 +62,27 @@ def run_episodes(
     seed: int,
     num_envs: int,
     record_first: bool = False,
+    env_config: ml_collections.ConfigDict | None = None,
 ) -> tuple[np.ndarray, np.ndarray, list[Any]]:
     """Plays `episodes` complete episodes with `policy`, keys from (seed, step, episode).
+
+    Args:
+      env_config: the `env` section of the task to play (one task); None: the run's own,
+        `policy.config.env` (a single-task run).
 
     Returns:
       returns [episodes] (raw), lengths [episodes] (agent steps), and, if
       `record_first`, episode 0's rendered screens (PIL images; its first screen and the
       one after every step).
     """
+    env_config = policy.config.env if env_config is None else env_config
     base = random_streams.evaluation_env_seed_base(seed)
     returns, lengths = np.zeros(episodes), np.zeros(episodes, np.int64)
     frames = []
     for first in range(0, episodes, num_envs):
         ids = np.arange(first, min(first + num_envs, episodes))
         recording = record_first and first == 0
-        envs = envs_lib.make_envs(policy.config.env, len(ids), seed=base + first, render=recording)
+        envs = envs_lib.make_envs(env_config, len(ids), seed=base + first, render=recording)
         obs, _ = envs.reset()
         policy.reset()  # A recurrent policy starts these episodes from its initial carry.
         if recording:
@@ -114,13 +128,58 @@ def evaluate(
         policy = load_policy(workdir, checkpoint, greedy, seed=seed)
     except PolicyError as error:
         raise EvaluationError(str(error)) from None
-    config = policy.config
+    ids = tasks.task_ids(policy.config.env)
+    run = {
+        "greedy": greedy,
+        "checkpoint": policy.checkpoint,
+        "checkpoint_path": policy.checkpoint_path,
+        "global_step": policy.global_step,
+        "env_id": ids[0],
+        "agent": policy.config.agent.name,
+        "seed": seed,
+    }
+    if len(ids) == 1:
+        result = {**_evaluate_task(policy, ids[0], episodes, seed, num_envs, animation), **run}
+        write_json(os.path.join(workdir, "eval.json"), result)
+        return result
+    per_task = {
+        task_id: _evaluate_task(
+            policy, task_id, episodes, seed, num_envs, _task_animation(animation, task_id)
+        )
+        for task_id in ids
+    }
+    result = {
+        # Every task plays `episodes` episodes: this is also the mean over all of them.
+        "mean_return": float(np.mean([task["mean_return"] for task in per_task.values()])),
+        "episodes": episodes * len(ids),
+        **run,
+        "env_ids": list(ids),
+    }
+    scores = [task.get("human_normalized_score") for task in per_task.values()]
+    if all(score is not None for score in scores):  # Every task is an Atari-57 game.
+        result["atari_median_hns"] = float(np.median(scores))
+        result["atari_mean_hns"] = float(np.mean(scores))
+    result["tasks"] = per_task
+    write_json(os.path.join(workdir, "eval.json"), result)
+    return result
+
+
+def _evaluate_task(
+    policy: Policy,
+    task_id: str,
+    episodes: int,
+    seed: int,
+    num_envs: int,
+    animation: str | None,
+) -> dict[str, Any]:
+    """The returns of `episodes` episodes of one task: the fields of a single-task eval.json."""
     returns, lengths, frames = run_episodes(
         policy,
         episodes=episodes,
         seed=seed,
         num_envs=min(num_envs, episodes),
         record_first=animation is not None,
+        env_config=tasks.task_env_config(policy.config.env, task_id),
     )
     result = {
         "mean_return": float(np.mean(returns)),
@@ -131,24 +190,23 @@ def evaluate(
         "mean_length": float(np.mean(lengths)),
         "returns": returns.tolist(),
         "lengths": lengths.tolist(),
-        "greedy": greedy,
-        "checkpoint": policy.checkpoint,
-        "checkpoint_path": policy.checkpoint_path,
-        "global_step": policy.global_step,
-        "env_id": config.env.id,
-        "agent": config.agent.name,
-        "seed": seed,
     }
-    normalized = human_normalized_score(config.env.id, result["mean_return"])
+    normalized = human_normalized_score(task_id, result["mean_return"])
     if normalized is not None:
         result["human_normalized_score"] = normalized
-        result["random_score"], result["human_score"] = RANDOM_AND_HUMAN_SCORES[config.env.id]
+        result["random_score"], result["human_score"] = RANDOM_AND_HUMAN_SCORES[task_id]
     if animation is not None:
-        step_s = envs_lib.real_time_step_s(config.env.id)
-        save_animation(frames, animation, frame_s=step_s)
+        save_animation(frames, animation, frame_s=envs_lib.real_time_step_s(task_id))
         result["animation"] = os.path.abspath(animation)
-    write_json(os.path.join(workdir, "eval.json"), result)
     return result
+
+
+def _task_animation(animation: str | None, task_id: str) -> str | None:
+    """A multi-task run's GIF of one task: `clip.gif` -> `clip-<task id>.gif`."""
+    if animation is None:
+        return None
+    stem, extension = os.path.splitext(animation)
+    return f"{stem}-{task_id}{extension or '.gif'}"
 
 
 def _check_animation_target(path: str) -> None:
@@ -212,7 +270,10 @@ _GREEDY = flags.DEFINE_bool(
     "greedy", False, "Act with the most likely action instead of sampling from the policy."
 )
 _ANIMATION = flags.DEFINE_string(
-    "animation", None, "Also write episode 0, as the env renders it, as a GIF to this path."
+    "animation",
+    None,
+    "Also write episode 0, as the env renders it, as a GIF to this path (a multi-task run: "
+    "one GIF per task, the task id added to the file name).",
 )
 
 
@@ -241,18 +302,43 @@ def main(argv: list[str]) -> None:
     except EvaluationError as error:
         print(f"sebulba.evaluate: {error}", file=sys.stderr)
         sys.exit(1)
-    line = (
+    policy = (
         f"{'greedy' if result['greedy'] else 'sampling'} policy of "
-        f"checkpoint {result['checkpoint']} (step {result['global_step']}) on "
-        f"{result['env_id']}: {result['episodes']} episodes, return "
-        f"{result['mean_return']:.1f} +- {result['std_return']:.1f} "
-        f"(min {result['min_return']:.1f}, max {result['max_return']:.1f})"
+        f"checkpoint {result['checkpoint']} (step {result['global_step']})"
     )
-    if "human_normalized_score" in result:
-        line += f", human-normalized {result['human_normalized_score']:.3f}"
-    print(f"{line}; wrote {os.path.join(os.path.abspath(_WORKDIR.value), 'eval.json')}")
-    if "animation" in result:
-        print(f"animation of episode 0 ({result['lengths'][0]} steps): {result['animation']}")
+    path = os.path.join(os.path.abspath(_WORKDIR.value), "eval.json")
+    if "tasks" not in result:
+        print(f"{policy} on {_task_line(result['env_id'], result)}; wrote {path}")
+        if "animation" in result:
+            print(f"animation of episode 0 ({result['lengths'][0]} steps): {result['animation']}")
+        return
+    print(f"{policy} on {len(result['tasks'])} tasks:")
+    for task_id, task in result["tasks"].items():
+        print(f"  {_task_line(task_id, task)}")
+        if "animation" in task:
+            print(f"    animation of episode 0 ({task['lengths'][0]} steps): {task['animation']}")
+    mean = result["mean_return"]
+    line = f"mean return over tasks {mean:.{1 if abs(mean) >= 10 else 3}f}"
+    if "atari_median_hns" in result:
+        line += (
+            f", human-normalized median {result['atari_median_hns']:.3f}, "
+            f"mean {result['atari_mean_hns']:.3f}"
+        )
+    print(f"{line}; wrote {path}")
+
+
+def _task_line(task_id: str, task: dict) -> str:
+    """One task's results in a line: episodes, return and spread, human-normalized score."""
+    # Returns within +-10 (MiniGrid's are in [0, 1]) would all print alike with 1 decimal.
+    digits = 1 if max(abs(task["min_return"]), abs(task["max_return"])) >= 10 else 3
+    line = (
+        f"{task_id}: {task['episodes']} episodes, return "
+        f"{task['mean_return']:.{digits}f} +- {task['std_return']:.{digits}f} "
+        f"(min {task['min_return']:.{digits}f}, max {task['max_return']:.{digits}f})"
+    )
+    if "human_normalized_score" in task:
+        line += f", human-normalized {task['human_normalized_score']:.3f}"
+    return line
 
 
 if __name__ == "__main__":

@@ -10,16 +10,22 @@ their mean and a 95% bootstrap confidence band, against env steps and against wa
 time. When the runs cover two or more Atari-57 games, a third panel aggregates
 human-normalized final scores per agent (median and interquartile mean with stratified
 bootstrap confidence intervals, via rliable; Agarwal et al. 2021).
+
+Multi-task runs (`env.ids`; their metrics lines hold `episodic_return/<task id>`) get one
+panel per task, return against env steps, and an aggregate panel: the mean return over
+the tasks, or for a set of Atari-57 games the median human-normalized score over them,
+each task counted at its newest return; single-task runs given alongside appear in the
+panel of their task.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import json
 import os
 import sys
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -29,10 +35,13 @@ from sebulba.workdir import check_writable_dir
 # Config sections that change how a run is logged or saved, not what it learns.
 _NOT_EXPERIMENT_KEYS = ("seed", "log", "ckpt")
 _GRID_POINTS = 200
+TASK_RETURN_PREFIX = "episodic_return/"  # A multi-task run's metric of one task's return.
 _BOOTSTRAP_SAMPLES = 1000
+_NAMED_TASKS = 3  # A curve of more tasks is labelled by their count.
+_PANEL_COLUMNS = 4  # A multi-task figure's panels per row.
 
 
-@dataclass
+@dataclasses.dataclass
 class Run:
     """One run directory: its config and its (step, wall time, return) series."""
 
@@ -42,6 +51,14 @@ class Run:
     wall_times: np.ndarray
     returns: np.ndarray
     label: str | None = None  # A sweep run's curve label: the sweep and its setting.
+    # A multi-task run's (env steps [n], episodic returns [n]) of each task, in env.ids
+    # order, from the `episodic_return/<task id>` of its metrics lines; {} for one task.
+    task_returns: dict[str, tuple[np.ndarray, np.ndarray]] = dataclasses.field(default_factory=dict)
+
+    @property
+    def task_ids(self) -> list[str]:
+        """The run's tasks: `env.ids`, or its one `env.id`."""
+        return list(self.config["env"].get("ids") or [self.config["env"]["id"]])
 
     @property
     def final_return(self) -> float:
@@ -63,10 +80,15 @@ def load_run(path: str) -> Run:
             raise ValueError(f"{path} is not a run directory: {os.path.basename(required)} missing")
     with open(config_path, encoding="utf-8") as f:
         config = json.load(f)
-    points = []
+    ids = config["env"].get("ids") or []
+    points, task_points = [], {task_id: [] for task_id in ids} if len(ids) > 1 else {}
     with open(metrics_path, encoding="utf-8") as f:
         for line in f:
             record = json.loads(line)
+            for task_id, series in task_points.items():
+                value = record.get(f"{TASK_RETURN_PREFIX}{task_id}")
+                if value is not None:
+                    series.append((record["global_step"], value))
             if record.get("episodic_return") is not None:
                 points.append(
                     (
@@ -78,7 +100,13 @@ def load_run(path: str) -> Run:
     if not points:
         raise ValueError(f"{path} has no finished episodes in metrics.jsonl yet")
     steps, wall, returns = (np.asarray(c, float) for c in zip(*points, strict=True))
-    return Run(path, config, steps, wall, returns)
+    task_returns = {
+        task_id: tuple(np.asarray(c, float).reshape(-1) for c in zip(*series, strict=True))
+        if series
+        else (np.zeros(0), np.zeros(0))
+        for task_id, series in task_points.items()
+    }
+    return Run(path, config, steps, wall, returns, task_returns=task_returns)
 
 
 def group_by_config(runs: list[Run]) -> dict[str, list[Run]]:
@@ -90,9 +118,10 @@ def group_by_config(runs: list[Run]) -> dict[str, list[Run]]:
             {k: v for k, v in run.config.items() if k not in _NOT_EXPERIMENT_KEYS}, sort_keys=True
         )
         if key not in labels:
+            ids = run.task_ids
+            env = "+".join(ids) if len(ids) <= _NAMED_TASKS else f"{len(ids)} tasks"
             base = run.label or (
-                f"{run.config['agent']['name']} {run.config['env']['id']} "
-                f"lag={run.config['pipeline']['policy_lag']}"
+                f"{run.config['agent']['name']} {env} lag={run.config['pipeline']['policy_lag']}"
             )
             taken = sum(label.startswith(base) for label in labels.values())
             labels[key] = base if not taken else f"{base} ({taken + 1})"
@@ -169,6 +198,8 @@ def atari_aggregates(groups: dict[str, list[Run]]) -> dict[str, dict[str, tuple]
     per_agent: dict[str, dict[str, list[float]]] = collections.defaultdict(dict)
     for runs in groups.values():
         for run in runs:
+            if run.task_returns:  # A multi-task run: its games are aggregated per run.
+                continue
             env_id = run.config["env"]["id"]
             score = human_normalized_score(env_id, run.final_return)
             if score is None:
@@ -202,6 +233,95 @@ def atari_aggregates(groups: dict[str, list[Run]]) -> dict[str, dict[str, tuple]
     }
 
 
+def task_aggregate(run: Run) -> tuple[np.ndarray, np.ndarray, str]:
+    """A multi-task run's aggregate over its tasks at each step where every task has a return.
+
+    A task's value at a step is its newest `episodic_return/<task id>` so far. For a set of
+    Atari-57 games the aggregate is the median human-normalized score over the games
+    (`sebulba.atari_scores`), otherwise the mean return over the tasks.
+
+    Returns:
+      steps [n], aggregate [n], and what the aggregate is ("median human-normalized score"
+      or "mean return over tasks").
+    """
+    ids = list(run.task_returns)
+    atari = all(human_normalized_score(task_id, 0.0) is not None for task_id in ids)
+    steps = np.unique(np.concatenate([run.task_returns[t][0] for t in ids]))
+    latest = []  # [tasks, steps]: each task's newest return at each step (-1: none yet).
+    for task_id in ids:
+        task_steps, returns = run.task_returns[task_id]
+        index = np.searchsorted(task_steps, steps, side="right") - 1
+        values = returns[np.maximum(index, 0)] if len(returns) else np.zeros(len(steps))
+        if atari:
+            values = np.array([human_normalized_score(task_id, v) for v in values])
+        latest.append(np.where(index >= 0, values, np.nan))
+    latest = np.array(latest).reshape(len(ids), len(steps))
+    complete = ~np.isnan(latest).any(axis=0)
+    values = np.median(latest, axis=0) if atari else np.mean(latest, axis=0)
+    kind = "median human-normalized score" if atari else "mean return over tasks"
+    return steps[complete], values[complete], kind
+
+
+def _plot_tasks(groups: dict[str, list[Run]], flagged: set[str], plt):
+    """The figure of multi-task runs: one panel per task, then the aggregate over tasks.
+
+    Returns:
+      (figure, {task id: {curve label: runs drawn}} in panel order, {curve label: what
+      its aggregate is} for the multi-task curves).
+    """
+    task_ids = list(dict.fromkeys(t for runs in groups.values() for r in runs for t in r.task_ids))
+    columns = min(_PANEL_COLUMNS, len(task_ids) + 1)
+    rows = -(-(len(task_ids) + 1) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(5 * columns, 4 * rows), squeeze=False)
+    axes = axes.ravel()
+    for ax in axes[len(task_ids) + 1 :]:
+        ax.axis("off")
+    panels = {task_id: {} for task_id in task_ids}
+    aggregates = {}
+    for index, (label, runs) in enumerate(groups.items()):
+        note = ", seeds repeated!" if label in flagged else ""
+        color = f"C{index % 10}"
+        for ax, task_id in zip(axes, task_ids, strict=False):
+            series = [_task_series(run, task_id) for run in runs]
+            series = [s for s in series if s is not None and len(s[0])]
+            if series:
+                _draw_curve(ax, series, f"{label} (n={len(series)}{note})", color)
+                panels[task_id][label] = len(series)
+        multitask = [run for run in runs if run.task_returns]
+        series = [task_aggregate(run) for run in multitask]
+        kinds = {kind for _, _, kind in series}
+        series = [(steps, values) for steps, values, _ in series if len(steps)]
+        if series:
+            _draw_curve(axes[len(task_ids)], series, f"{label} (n={len(series)}{note})", color)
+            aggregates[label] = kinds.pop()
+    for ax, task_id in zip(axes, task_ids, strict=False):
+        ax.set_title(task_id, fontsize=9)
+        ax.set_ylabel("episodic return")
+    aggregate_ax = axes[len(task_ids)]
+    aggregate_ax.set_title("aggregate over tasks", fontsize=9)
+    aggregate_ax.set_ylabel(" / ".join(sorted(set(aggregates.values()))) or "no aggregate yet")
+    aggregate_ax.legend(fontsize=7)
+    for ax in axes[: len(task_ids) + 1]:
+        ax.set_xlabel("env steps")
+        ax.grid(alpha=0.3)
+    return fig, panels, aggregates
+
+
+def _task_series(run: Run, task_id: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """(env steps, returns) of one task of a run: its own series, or a one-task run's."""
+    if run.task_returns:
+        return run.task_returns.get(task_id)
+    return (run.steps, run.returns) if run.task_ids == [task_id] else None
+
+
+def _draw_curve(ax, series: list[tuple[np.ndarray, np.ndarray]], label: str, color: str):
+    """The mean of runs' (x, y) series and, for two runs or more, its 95% bootstrap band."""
+    grid, mean, low, high = mean_and_band([x for x, _ in series], [y for _, y in series])
+    ax.plot(grid, mean, label=label, color=color)
+    if len(series) > 1:
+        ax.fill_between(grid, low, high, color=color, alpha=0.2)
+
+
 def plot(run_dirs: list[str], out: str) -> dict:
     """Draws the learning curves (and Atari aggregates) of `run_dirs` into `out`.
 
@@ -228,6 +348,15 @@ def plot(run_dirs: list[str], out: str) -> dict:
             file=sys.stderr,
         )
     flagged = {entry["curve"] for entry in repeated}
+    if any(run.task_returns for runs in groups.values() for run in runs):
+        fig, panels, task_aggregates = _plot_tasks(groups, flagged, plt)
+        _save(fig, out, plt)
+        return {
+            "curves": {k: len(v) for k, v in groups.items()},
+            "tasks": panels,
+            "task_aggregates": task_aggregates,
+            "repeated_seeds": repeated,
+        }
     aggregates = atari_aggregates(groups)
     panels = 3 if aggregates else 2
     fig, axes = plt.subplots(1, panels, figsize=(6 * panels, 4.5))
@@ -261,15 +390,19 @@ def plot(run_dirs: list[str], out: str) -> dict:
         ax.set_yticks(range(len(aggregates)), list(aggregates))
         ax.set_xlabel("human-normalized score (95% stratified bootstrap CI)")
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
+    _save(fig, out, plt)
     return {
         "curves": {k: len(v) for k, v in groups.items()},
         "atari_aggregates": aggregates,
         "repeated_seeds": repeated,
     }
+
+
+def _save(fig, out: str, plt) -> None:
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
 
 
 def main(argv: list[str] | None = None) -> int:

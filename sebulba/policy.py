@@ -29,7 +29,7 @@ import numpy as np
 
 from sebulba import checkpoint as ckpt_lib
 from sebulba import envs as envs_lib
-from sebulba import spaces
+from sebulba import spaces, tasks
 from sebulba.agents import resolve_agent
 from sebulba.agents.api import Agent, EnvSpec, Params, reset_carry
 from sebulba.config import base_config
@@ -255,8 +255,11 @@ def load_policy(
     # returns of reward scaling), which counts the processes that trained the run.
     meta = ckpt_lib.read_meta(directory, available[-1] if checkpoint is None else checkpoint)
     try:
-        probe = envs_lib.make_envs(config.env, 1, seed=0)
-        env_spec = envs_lib.env_spec_of(config.env, probe)
+        # Every task of a multi-task run shares the first task's spaces (checked when it
+        # trained); `env.id` means nothing when `env.ids` names the tasks.
+        first_task = tasks.task_env_config(config.env, tasks.task_ids(config.env)[0])
+        probe = envs_lib.make_envs(first_task, 1, seed=0)
+        env_spec = envs_lib.env_spec_of(first_task, probe)
         probe.close()
         sizes = derive_sizes(config, num_processes=meta.get("num_processes", 1))
         agent = resolve_agent(config.agent.name).make(config, env_spec, sizes)

@@ -131,3 +131,18 @@ def assert_update_moves_no_rollout_data(agent, rollout, num_devices=4):
     assert "all-reduce" in hlo
     for collective in ("all-to-all", "all-gather", "collective-permute"):
         assert collective not in hlo
+
+
+def popart_overrides(num_steps=16):
+    """`agent_config` overrides: PPO or IMPALA with PopArt on two CartPole tasks (envs 0-3
+    run CartPole-v1, 4-7 CartPole-v0: the same spaces, different time limits), 6 updates."""
+    return {
+        "env__ids": ("CartPole-v1", "CartPole-v0"),
+        "agent__popart": True,
+        # A large step, so the statistics move visibly within a few updates.
+        "agent__popart_step_size": 1e-2,
+        "agent__minibatch_loop": "scan",
+        "agent__num_steps": num_steps,
+        "agent__num_minibatches": 2,
+        "total_timesteps": 8 * num_steps * 6,
+    }

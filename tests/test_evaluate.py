@@ -227,3 +227,75 @@ def test_ppo_cartpole_checkpoint_evaluates_greedily_to_400(tmp_path):
     train.train(config, str(tmp_path))
     result = evaluate.evaluate(str(tmp_path), episodes=20, seed=0, greedy=True)
     assert result["mean_return"] >= 400, result
+
+
+@pytest.fixture(scope="module")
+def trained_joint(tmp_path_factory):
+    """A joint run of configs/ppo_joint.py:smoke (two MiniGrid tasks), `env.id` unused."""
+    workdir = str(tmp_path_factory.mktemp("eval_joint") / "run")
+    config = load_config("ppo_joint", "smoke")
+    config.env.id = "CartPole-v1"  # Ignored when env.ids names the tasks.
+    config.log.tensorboard = False
+    train.train(config, workdir)
+    return workdir
+
+
+def test_a_joint_run_is_evaluated_on_every_task(trained_joint, tmp_path):
+    result = evaluate.evaluate(
+        trained_joint, episodes=3, seed=1, animation=str(tmp_path / "clip.gif")
+    )
+    ids = list(load_config("ppo_joint", "smoke").env.ids)
+    assert result["env_ids"] == ids and list(result["tasks"]) == ids
+    assert result["env_id"] == ids[0] and result["episodes"] == 3 * len(ids)
+    with open(os.path.join(trained_joint, "eval.json"), encoding="utf-8") as f:
+        assert json.load(f) == json.loads(json.dumps(result))
+    limits = {task_id: envpool.make_spec(task_id).config.max_episode_steps for task_id in ids}
+    for task_id, task in result["tasks"].items():
+        assert task["episodes"] == len(task["returns"]) == 3
+        assert task["min_return"] <= task["mean_return"] <= task["max_return"]
+        # Each task's episodes ran in that task's envs: within its own step limit.
+        assert all(0 < length <= limits[task_id] for length in task["lengths"]), task
+        assert "human_normalized_score" not in task  # MiniGrid is not Atari.
+        assert task["animation"] == str(tmp_path / f"clip-{task_id}.gif")
+        with Image.open(task["animation"]) as gif:
+            assert 1 < gif.n_frames <= task["lengths"][0] + 1
+    # Two tasks with different step limits: the longer one's episodes are not cut short.
+    assert max(max(t["lengths"]) for t in result["tasks"].values()) > min(limits.values())
+    assert result["mean_return"] == pytest.approx(
+        np.mean([t["mean_return"] for t in result["tasks"].values()])
+    )
+    assert "atari_median_hns" not in result
+    # A task's episodes are those of the single-task evaluation with the same seed.
+    single = evaluate.evaluate(trained_joint, episodes=3, seed=1)
+    assert single["tasks"] == {
+        k: {f: v for f, v in t.items() if f != "animation"} for k, t in result["tasks"].items()
+    }
+
+
+def test_evaluate_cli_prints_one_line_per_task(trained_joint):
+    result = run_evaluate_cli(f"--workdir={trained_joint}", "--episodes=2")
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = result.stdout.strip().splitlines()
+    ids = load_config("ppo_joint", "smoke").env.ids
+    assert lines[0].endswith(f"on {len(ids)} tasks:"), lines
+    for line, task_id in zip(lines[1:], ids, strict=False):
+        assert line.startswith(f"  {task_id}: 2 episodes, return "), lines
+    assert lines[-1].startswith("mean return over tasks ") and "wrote" in lines[-1], lines
+
+
+def test_a_joint_atari_run_reports_human_normalized_scores_per_game(tmp_path):
+    config = load_config("impala_atari_multitask", "smoke")
+    config.log.tensorboard = False
+    train.train(config, str(tmp_path))
+    result = evaluate.evaluate(str(tmp_path), episodes=1, seed=0, greedy=True)
+    scores = []
+    for game in config.env.ids:
+        task = result["tasks"][game]
+        random_score, human_score = atari_scores.RANDOM_AND_HUMAN_SCORES[game]
+        expected = (task["mean_return"] - random_score) / (human_score - random_score)
+        assert task["human_normalized_score"] == pytest.approx(expected)
+        assert (task["random_score"], task["human_score"]) == (random_score, human_score)
+        scores.append(expected)
+    assert result["atari_median_hns"] == pytest.approx(np.median(scores))
+    assert result["atari_mean_hns"] == pytest.approx(np.mean(scores))
+    assert "human_normalized_score" not in result  # Per game only.

@@ -7,6 +7,7 @@ import jax
 import numpy as np
 import pytest
 
+from sebulba import envs as envs_lib
 from sebulba import train
 from sebulba.pipeline import Pipeline
 from tests.helpers import read_metrics, read_summary
@@ -115,9 +116,14 @@ def test_continuous_ppo_learns_inverted_pendulum(tmp_path):
 
 @pytest.mark.parametrize(
     "name, arg",
-    [("ppo_mujoco", "smoke"), ("ppo_dmc", "smoke"), ("ppo_minigrid", "smoke")],
+    [
+        ("ppo_mujoco", "smoke"),
+        ("ppo_dmc", "smoke"),
+        ("ppo_minigrid", "smoke"),
+        ("ppo_joint", "smoke"),
+    ],
 )
-def test_continuous_control_and_minigrid_smoke_configs_run(tmp_path, name, arg):
+def test_continuous_control_minigrid_and_joint_smoke_configs_run(tmp_path, name, arg):
     config = load_config(name, arg)
     config.log.tensorboard = False
     train.train(config, str(tmp_path))
@@ -175,3 +181,53 @@ def test_lstm_atari_configs_run_end_to_end(tmp_path, name, arg):
     assert [line["update"] for line in lines] == [1, 2]
     assert all(np.isfinite(v) for line in lines for v in line.values() if isinstance(v, float))
     assert "core" in state.params["params"]
+
+
+@pytest.mark.slow
+def test_joint_ppo_learns_every_task(tmp_path):
+    # configs/ppo_joint.py (three MiniGrid tasks, one policy) for 20 updates of 2048
+    # steps, 60-95 s on 2 busy CPU cores. A MiniGrid return is 1 - 0.9 * steps / limit on
+    # reaching the goal, else 0; a uniformly random policy averages 0.21 (Empty-5x5), 0.27
+    # (Empty-Random-6x6) and 0.07 (Empty-8x8). Seeds 1-3 end at (summary.json, each
+    # task's last 100 episodes) 0.914 / 0.941 / 0.918, 0.911 / 0.939 / 0.913 and
+    # 0.918 / 0.941 / 0.918.
+    config = load_config("ppo_joint")
+    config.total_timesteps = 20 * 2048
+    config.log.tensorboard = False
+    train.train(config, str(tmp_path))
+    summary = read_summary(str(tmp_path))
+    assert set(summary["tasks"]) == set(config.env.ids)
+    returns = {task_id: task["mean_return"] for task_id, task in summary["tasks"].items()}
+    assert all(r is not None and r >= 0.8 for r in returns.values()), returns
+
+
+def test_impala_atari_multitask_config_is_atari_57_with_popart():
+    from sebulba import atari_scores, tasks
+
+    config = load_config("impala_atari_multitask")
+    # Atari-57 but Skiing-v5, to which envpool gives 9 actions with the full action space.
+    assert set(config.env.ids) == set(atari_scores.RANDOM_AND_HUMAN_SCORES) - {"Skiing-v5"}
+    skiing = envs_lib.make_envs(tasks.task_env_config(config.env, "Skiing-v5"), 1, seed=0)
+    assert skiing.action_space.n != 18
+    skiing.close()
+    assert config.env.full_action_space and config.agent.popart is True
+    # Every game gets the same number of envs, on any number of processes.
+    num_games = len(config.env.ids)
+    for processes in (1, 4):
+        num_envs = config.env.num_envs * config.pipeline.num_actor_threads * processes
+        layout = tasks.TaskLayout(config.env.ids, num_envs)
+        blocks = {len(layout.block(k)) for k in range(num_games)}
+        assert blocks == {num_envs // num_games}, blocks
+    with pytest.raises(ValueError, match="unknown variant 'Pong-v5' of impala_atari_multitask"):
+        load_config("impala_atari_multitask", "Pong-v5")
+
+
+def test_impala_atari_multitask_smoke_config_runs(tmp_path):
+    config = load_config("impala_atari_multitask", "smoke")
+    config.log.tensorboard = False
+    assert len(config.env.ids) == 2 and config.env.num_envs >= 2
+    train.train(config, str(tmp_path))
+    lines = read_metrics(str(tmp_path))
+    assert [line["update"] for line in lines] == [1, 2]
+    assert all(np.isfinite(v) for line in lines for v in line.values() if isinstance(v, float))
+    assert read_summary(str(tmp_path))["env_ids"] == list(config.env.ids)

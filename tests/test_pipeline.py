@@ -8,23 +8,25 @@ import numpy as np
 import pytest
 
 from sebulba import train
-from sebulba.agents import ppo
+from sebulba.agents import impala, ppo
 from sebulba.pipeline import Pipeline, required_policy_version
 from tests import minimal_agent, probe_agent
 from tests.helpers import (
     LSTM_RUN,
     agent_config,
     normalized_continuous_overrides,
+    popart_overrides,
     read_metrics,
     read_summary,
 )
 
 # The reproducibility tests run the minimal agent; PPO with Box actions and both
 # normalisations on, whose statistics are learner state that must keep the guarantees;
-# PPO with an LSTM, whose carries cross the actor/learner split; and the minimal agent
+# PPO with an LSTM, whose carries cross the actor/learner split; the minimal agent
 # trained jointly on three tasks with CartPole's spaces (phys2d/ is envpool's second
 # registration of CartPole), whose blocks of 8 envs, [0, 3), [3, 6) and [6, 8), make
-# each of 2 actor threads span two tasks.
+# each of 2 actor threads span two tasks; and PPO and IMPALA with PopArt on two tasks,
+# whose per-task statistics are learner state too.
 AGENT_CASES = {
     "minimal": (minimal_agent, {}),
     "ppo-normalized": (ppo, normalized_continuous_overrides()),
@@ -33,6 +35,8 @@ AGENT_CASES = {
         minimal_agent,
         {"env__ids": ("CartPole-v1", "CartPole-v0", "phys2d/CartPole-v1")},
     ),
+    "ppo-popart": (ppo, popart_overrides()),
+    "impala-popart": (impala, popart_overrides()),
 }
 
 
@@ -126,7 +130,8 @@ def one_learner_run(tmp_path_factory):
     "case, layout",
     [("minimal", name) for name in LAYOUTS]
     + [("lstm", "2-learners"), ("lstm", "2-threads")]
-    + [("multitask", "2-learners"), ("multitask", "2-threads")],
+    + [("multitask", "2-learners"), ("multitask", "2-threads")]
+    + [("ppo-popart", "2-learners"), ("impala-popart", "2-learners")],
 )
 def test_layouts_agree_to_float_tolerance(tmp_path, one_learner_run, case, layout):
     reference, reference_summary = one_learner_run(case)

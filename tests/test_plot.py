@@ -112,3 +112,74 @@ def test_plot_out_that_cannot_be_written_fails_in_one_line(tmp_path, capsys):
     assert plot.main([str(tmp_path / "run"), f"--out={out}"]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("sebulba.plot: error: the folder of --out") and "is a file" in line
+
+
+def _fake_joint_run(path, ids, seed, task_returns):
+    """A multi-task run dir: metrics lines with `episodic_return/<task id>` per task.
+
+    `task_returns` maps each task id to its return at steps 1000, 2000, 3000 (None: no
+    episode of that task ended in that window).
+    """
+    os.makedirs(path)
+    config = {
+        "seed": seed,
+        "env": {"id": ids[0], "ids": list(ids)},
+        "agent": {"name": "ppo"},
+        "pipeline": {"policy_lag": 1},
+    }
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(config, f)
+    with open(os.path.join(path, "metrics.jsonl"), "w") as f:
+        for index, step in enumerate((1000, 2000, 3000)):
+            line = {"global_step": step, "wall_time_s": step / 100}
+            values = [task_returns[t][index] for t in ids if task_returns[t][index] is not None]
+            line["episodic_return"] = float(np.mean(values)) if values else None
+            for task_id in ids:
+                line[f"episodic_return/{task_id}"] = task_returns[task_id][index]
+            f.write(json.dumps(line) + "\n")
+
+
+def test_a_joint_run_gets_a_panel_per_task_and_the_mean_over_tasks(tmp_path):
+    from PIL import Image
+
+    ids = ("CartPole-v0", "CartPole-v1")
+    paths = [str(tmp_path / f"joint{seed}") for seed in (1, 2)]
+    _fake_joint_run(
+        paths[0], ids, 1, {"CartPole-v0": [10, None, 30], "CartPole-v1": [None, 200, 400]}
+    )
+    _fake_joint_run(paths[1], ids, 2, {"CartPole-v0": [20, 20, 20], "CartPole-v1": [100, 100, 100]})
+    # A one-task run beside them is drawn in the panel of its task.
+    _fake_atari_run(str(tmp_path / "single"), "CartPole-v1", 1, 50.0)
+    run = plot.load_run(paths[0])
+    np.testing.assert_array_equal(run.task_returns["CartPole-v0"][0], [1000, 3000])
+    np.testing.assert_array_equal(run.task_returns["CartPole-v1"][1], [200, 400])
+    # Each task at its newest return; none yet for CartPole-v1 at step 1000.
+    steps, values, kind = plot.task_aggregate(run)
+    np.testing.assert_array_equal(steps, [2000, 3000])
+    np.testing.assert_allclose(values, [(10 + 200) / 2, (30 + 400) / 2])
+    assert kind == "mean return over tasks"
+    out = tmp_path / "joint.png"
+    result = plot.plot([*paths, str(tmp_path / "single")], str(out))
+    joint, single = "ppo CartPole-v0+CartPole-v1 lag=1", "ppo CartPole-v1 lag=1"
+    assert result["curves"] == {joint: 2, single: 1}
+    assert result["tasks"] == {"CartPole-v0": {joint: 2}, "CartPole-v1": {joint: 2, single: 1}}
+    assert result["task_aggregates"] == {joint: "mean return over tasks"}
+    with Image.open(out) as image:  # Three panels side by side: two tasks and the aggregate.
+        assert image.size == (1500, 400)
+
+
+def test_a_joint_atari_run_aggregates_the_median_human_normalized_score(tmp_path):
+    # Random and human scores: Pong -20.7, 14.6; Breakout 1.7, 30.5; Boxing 0.1, 12.1;
+    # Freeway 0.0, 29.6.
+    ids = ("Pong-v5", "Breakout-v5", "Boxing-v5", "Freeway-v5")
+    scores = {"Pong-v5": [-20.7, 14.6, -3.05], "Breakout-v5": [30.5, 1.7, 30.5]}
+    scores["Boxing-v5"] = [0.1, 0.1, 12.1]
+    scores["Freeway-v5"] = [0.0, 29.6, 29.6]
+    _fake_joint_run(str(tmp_path / "run"), ids, 1, scores)
+    steps, values, kind = plot.task_aggregate(plot.load_run(str(tmp_path / "run")))
+    assert kind == "median human-normalized score"
+    # Normalized: (0, 1, 0, 0), (1, 0, 0, 1), (0.5, 1, 1, 1): medians 0, 0.5 and 1.
+    np.testing.assert_allclose(values, [0.0, 0.5, 1.0], atol=1e-9)
+    result = plot.plot([str(tmp_path / "run")], str(tmp_path / "atari.png"))
+    assert list(result["tasks"]) == list(ids)
+    assert result["task_aggregates"] == {"ppo 4 tasks lag=1": "median human-normalized score"}

@@ -1,6 +1,7 @@
 """`sebulba.load_policy`: a trained checkpoint's policy, usable on a batch of observations."""
 
 import dataclasses
+import importlib.util
 import json
 import os
 import re
@@ -16,7 +17,7 @@ import pytest
 import sebulba
 from sebulba import envs as envs_lib
 from sebulba import policy as policy_lib
-from sebulba import train
+from sebulba import tasks, train
 from sebulba.agents import impala, ppo
 from sebulba.agents.api import ArraySpec, Discrete, EnvSpec
 from sebulba.agents.networks import make_network
@@ -216,3 +217,27 @@ def test_a_normalized_run_acts_with_its_stored_statistics(tmp_path, agent_module
     assert not np.allclose(raw, expected, atol=1e-4)
     result = evaluate(workdir, episodes=2, num_envs=2)
     assert result["episodes"] == 2 and np.isfinite(result["mean_return"])
+
+
+def test_a_joint_runs_policy_loads_and_acts_in_every_task(tmp_path):
+    # configs/ppo_joint.py:smoke trains one policy on several MiniGrid tasks; `env.id` is
+    # ignored when `env.ids` names them, so it must not decide the policy's spaces.
+    spec = importlib.util.spec_from_file_location(
+        "ppo_joint", os.path.join(ROOT, "configs", "ppo_joint.py")
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    config = module.get_config("smoke")
+    config.env.id = "CartPole-v1"
+    config.log.tensorboard = False
+    train.train(config, str(tmp_path))
+    policy = sebulba.load_policy(str(tmp_path), greedy=True)
+    assert policy.env_spec.env_id == config.env.ids[0]
+    assert policy.config.env.ids == tuple(config.env.ids)
+    for task_id in config.env.ids:
+        envs = envs_lib.make_envs(tasks.task_env_config(config.env, task_id), 4, seed=5)
+        obs, _ = envs.reset()
+        actions = policy(obs)
+        assert actions.shape == (4,) and ((0 <= actions) & (actions < 7)).all()
+        envs.step(policy.env_spec.action.to_env(actions))
+        envs.close()

@@ -19,6 +19,10 @@ gradient is 1/D of ours (docs/agents.md lists every difference from Cleanba).
 Observation normalisation and reward scaling (`agent.normalize_observations`,
 `agent.normalize_rewards`; off by default) work as in PPO (`normalization.py`).
 
+With `agent.popart` V-trace runs on the unnormalised values of each column's task, and
+the value loss and policy gradient on normalised targets and advantages (Hessel et al.
+2019, "Multi-task deep RL with PopArt"; `popart.py`).
+
 With `agent.core="lstm"` an LSTM follows the torso, as in the IMPALA paper's agent
 (`recurrent.py`); the learner replays every sequence's LSTM states from the stored
 initial state, reset where episodes start.
@@ -36,8 +40,15 @@ import ml_collections
 import optax
 import rlax
 
-from sebulba import random_streams
-from sebulba.agents import distributions, learner, minibatches, normalization, recurrent
+from sebulba import random_streams, tasks
+from sebulba.agents import (
+    distributions,
+    learner,
+    minibatches,
+    normalization,
+    popart,
+    recurrent,
+)
 from sebulba.agents.api import (
     NON_NEGATIVE,
     POSITIVE,
@@ -107,11 +118,16 @@ def get_config() -> ml_collections.ConfigDict:
     config.normalize_rewards = False  # Scale rewards by the running std of discounted returns.
     config.observation_clip = 10.0  # Normalised observations are clipped to +-this.
     config.reward_clip = 10.0  # Scaled rewards are clipped to +-this.
+    config.popart = False  # PopArt: value targets normalised per task (docs/agents.md).
+    config.popart_step_size = 3e-4  # PopArt beta: step of each target on its task's statistics.
+    config.popart_scale_lb = 1e-4  # PopArt: lower bound of each task's value scale.
+    config.popart_scale_ub = 1e6  # PopArt: upper bound of each task's value scale.
     return config
 
 
 # The learner state: parameters, RMSProp state, update count (and the normalisation
-# statistics when `agent.normalize_*` is on), shared with the other built-in agent.
+# statistics when `agent.normalize_*` is on, PopArt's when `agent.popart` is), shared with
+# the other built-in agent.
 IMPALAState = learner.TrainState
 
 
@@ -178,12 +194,14 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         "/ len(mesh.learner_device_ids) / agent.num_minibatches",
     )
     check_network_fits(hp.network, env_spec)
+    value_normalization = popart.popart_of(config, tasks.task_layout(config, sizes.num_envs))
     network = make_network(
         hp.network,
         env_spec.action,
         hp.conv_init,
         env_spec.observation,
         core=recurrent.make_core(hp.core, hp.lstm_size),
+        value_heads=value_normalization.value_heads,
     )
     model = recurrent.ActorCritic(network, env_spec.observation, hp.lstm_size)
     # The core adds no convolutions: the feed-forward network tells.
@@ -205,7 +223,9 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
     def init(init_key: jax.Array) -> IMPALAState:
         params = model.init(init_key)
         count = jnp.zeros((), jnp.int32)
-        return learner.train_state(params, optimizer.init(params), count, normalizer.init())
+        return learner.train_state(
+            params, optimizer.init(params), count, normalizer.init(), value_normalization.init()
+        )
 
     def statistics(state: IMPALAState):
         return state.normalization if normalizer.enabled else None
@@ -222,12 +242,21 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         carry, policy_params, _ = model.step(params, carry, obs)
         return carry, policy.mode(policy_params)
 
-    def loss_fn(params, batch):
-        """IMPALA loss on whole sequences: a dict of [T (+ 1), b, ...] arrays, sharded on b."""
-        # obs [T + 1, b, ...] -> policy parameters [T + 1, b, ...], values [T + 1, b].
+    def loss_fn(params, batch, popart_state=None):
+        """IMPALA loss on whole sequences: a dict of [T (+ 1), b, ...] arrays, sharded on b.
+
+        With PopArt, `popart_state` holds the statistics, and the aux output also has the
+        [3, K] moments of the minibatch's V-trace targets (`popart.task_moments`).
+        """
+        # obs [T + 1, b, ...] -> policy parameters [T + 1, b, ...], values [T + 1, b]
+        # (PopArt: normalised values of every task [T + 1, b, K]).
         initial_carry = jax.tree.map(lambda x: x[0], batch["initial_carry"])
         policy_params, values = model.sequence(params, initial_carry, batch["obs"], batch["starts"])
         policy_params = jax.tree.map(lambda x: x[:-1], policy_params)
+        if value_normalization.enabled:
+            # V-trace runs on the unnormalised values sigma n(s) + mu of each column's task.
+            sample_tasks = jnp.broadcast_to(batch["tasks"], values.shape[:-1])
+            normalized_values, values = rlax.unnormalize_linear(popart_state, values, sample_tasks)
         weight = batch["valid"].astype(jnp.float32)
         log_pi = policy.logprob(policy_params, batch["actions"])
         log_mu = policy.logprob(batch["behaviour_policy"], batch["actions"])
@@ -248,9 +277,21 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         # IMPALA's sums over the valid samples (rlax.policy_gradient_loss, for any
         # distribution): the advantages carry no gradient.
         pg_advantage = jax.lax.stop_gradient(returns.pg_advantage)
+        value_errors = returns.errors
+        targets = jax.lax.stop_gradient(returns.errors + values[:-1])  # v_s [T, b]
+        if value_normalization.enabled:
+            # Hessel et al. (2019): the value loss on normalised targets (v_s - mu) / sigma,
+            # the policy gradient on the normalised advantage (r + gamma v_{s+1} - mu) /
+            # sigma - n(s) = rho-clipped advantage / sigma (rlax's pg_advantage is
+            # min(pg-rho-bar, rho) times the unnormalised one).
+            step_tasks = sample_tasks[:-1]
+            value_errors = (
+                rlax.normalize(popart_state, targets, step_tasks) - (normalized_values[:-1])
+            )
+            pg_advantage = pg_advantage / popart_state.scale[step_tasks]
         pg_loss = -jnp.sum(weight * log_pi * pg_advantage)
         entropy = jnp.sum(weight * policy.entropy(policy_params))
-        v_loss = 0.5 * jnp.sum(weight * returns.errors**2)
+        v_loss = 0.5 * jnp.sum(weight * value_errors**2)
         loss = pg_loss + hp.vf_coef * v_loss - hp.ent_coef * entropy
         num_valid = jnp.maximum(jnp.sum(weight), 1.0)
         stats = {  # Per valid sample, comparable across batch sizes and with PPO.
@@ -258,11 +299,11 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
             "value_loss": v_loss / num_valid,
             "entropy": entropy / num_valid,
             "importance_ratio": learner.masked_mean(rhos, weight),
-            "explained_variance": learner.explained_variance(
-                jax.lax.stop_gradient(returns.errors + values[:-1]), values[:-1], weight
-            ),
+            "explained_variance": learner.explained_variance(targets, values[:-1], weight),
         }
-        return loss, stats
+        if not value_normalization.enabled:
+            return loss, stats
+        return loss, (stats, value_normalization.moments(targets, batch["valid"], step_tasks))
 
     def update(state: IMPALAState, rollout: Rollout):
         stats = statistics(state)
@@ -281,23 +322,43 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
             # [1, B, ...]: env_groups splits every leaf along axis 1.
             "initial_carry": jax.tree.map(lambda x: x[None], rollout.initial_carry),
         }
+        if value_normalization.enabled:
+            sequences["tasks"] = value_normalization.tasks(rollout.env_ids)[None]  # [1, B]
         update_key = jax.random.fold_in(key, state.update_count)
         # [M, T (+ 1), B / M, ...]: one leading axis to loop over.
         batches = minibatches.env_groups(sequences, update_key, rollout.env_ids, hp.num_minibatches)
-        params, opt_state, metrics = learner.minibatch_steps(
-            loss_fn,
-            optimizer,
-            state.params,
-            state.opt_state,
-            batches,
-            unroll,
+        steps = dict(
             accumulation_steps=accumulation_steps,
             split=minibatches.env_micro_batches,
             combine="sum",
         )
+        popart_state = None
+        if value_normalization.enabled:
+            # The targets depend on the learner's values, so each minibatch's targets
+            # update the statistics (ART, then POP) right after its optimizer step; the
+            # next minibatch is normalised with them.
+            params, opt_state, metrics, popart_state = learner.stateful_minibatch_steps(
+                loss_fn,
+                optimizer,
+                state.params,
+                state.opt_state,
+                state.popart,
+                batches,
+                unroll,
+                after_step=value_normalization.update,
+                **steps,
+            )
+            metrics.update(value_normalization.metrics(popart_state))
+        else:
+            params, opt_state, metrics = learner.minibatch_steps(
+                loss_fn, optimizer, state.params, state.opt_state, batches, unroll, **steps
+            )
         metrics["learning_rate"] = learning_rate(state.update_count * hp.num_minibatches)
         stats = normalizer.observed(stats, jax.tree.map(lambda x: x[:-1], rollout.obs))
-        return learner.train_state(params, opt_state, state.update_count + 1, stats), metrics
+        new_state = learner.train_state(
+            params, opt_state, state.update_count + 1, stats, popart_state
+        )
+        return new_state, metrics
 
     return Agent.with_carry(
         init=init,

@@ -41,8 +41,23 @@ class NormalizedTrainState(TrainState):
     normalization: Any  # sebulba.agents.normalization.NormalizationState
 
 
-def train_state(params, opt_state, update_count, stats) -> TrainState:
-    """A TrainState, or a NormalizedTrainState when there are statistics (`stats` not None)."""
+@flax.struct.dataclass
+class PopArtTrainState(NormalizedTrainState):
+    """NormalizedTrainState with PopArt's value statistics (`agent.popart` on).
+
+    `normalization` is None unless `agent.normalize_*` is on too. A separate class, for
+    the same reason as NormalizedTrainState.
+    """
+
+    popart: Any  # rlax.PopArtState of [K] arrays, one entry per task.
+
+
+def train_state(params, opt_state, update_count, stats, popart=None) -> TrainState:
+    """The learner state holding what is on: a TrainState without statistics, a
+    NormalizedTrainState with normalisation statistics (`stats` not None), a
+    PopArtTrainState with PopArt statistics (`popart` not None)."""
+    if popart is not None:
+        return PopArtTrainState(params, opt_state, update_count, stats, popart)
     if stats is None:
         return TrainState(params, opt_state, update_count)
     return NormalizedTrainState(params, opt_state, update_count, stats)
@@ -145,12 +160,11 @@ def minibatch_steps(
     split: Callable | None = None,
     combine: str = "mean",
 ):
-    """One optimizer step per minibatch, in order, optionally over accumulated micro-batches.
+    """One optimizer step per minibatch, looped with `lax.scan` (rolled or unrolled).
 
-    With `accumulation_steps` k > 1 every minibatch is cut by `split` into k micro-batches;
-    their gradients are computed one after another (only one micro-batch's activations
-    are alive at a time) and combined before the single optimizer step of the minibatch:
-    averaged (`combine="mean"`, for losses that are means over samples, as optax.MultiSteps
+    With `accumulation_steps` k > 1 each minibatch is cut into k micro-batches by
+    `split`; their gradients are computed one after the other and averaged
+    (`combine="mean"`, for losses that are means over samples, as optax.MultiSteps
     does) or summed (`"sum"`, for losses that are sums over samples, which then match the
     unsplit gradient exactly).
 
@@ -168,17 +182,76 @@ def minibatch_steps(
     Returns:
       (params, opt_state, stats averaged over the N minibatches and their micro-batches).
     """
+
+    def stateless_loss(params, batch, _):
+        loss, stats = loss_fn(params, batch)
+        return loss, (stats, ())
+
+    params, opt_state, stats, _ = stateful_minibatch_steps(
+        stateless_loss,
+        optimizer,
+        params,
+        opt_state,
+        (),
+        batches,
+        unroll,
+        after_step=lambda params, state, _: (params, state),
+        accumulation_steps=accumulation_steps,
+        split=split,
+        combine=combine,
+    )
+    return params, opt_state, stats
+
+
+def stateful_minibatch_steps(
+    loss_fn: Callable,
+    optimizer: optax.GradientTransformation,
+    params,
+    opt_state,
+    state,
+    batches,
+    unroll: bool,
+    *,
+    after_step: Callable,
+    accumulation_steps: int = 1,
+    split: Callable | None = None,
+    combine: str = "mean",
+):
+    """`minibatch_steps` with a state that the loss reads and each step updates.
+
+    For statistics learned from the minibatches themselves (PopArt's, from the value
+    targets that the loss computes): the loss also returns what it observed, summed over
+    micro-batches, and after each optimizer step `after_step` folds that into the state
+    (and may change the parameters, as PopArt's rescaling does).
+
+    Args:
+      loss_fn: `loss_fn(params, batch, state) -> (loss, (stats, observed))`; `observed`
+        a pytree of arrays that add up over micro-batches.
+      state: the state of the first minibatch.
+      after_step: `after_step(params, state, observed) -> (params, state)`, applied to
+        the parameters after the optimizer step.
+      (the other arguments as in `minibatch_steps`)
+
+    Returns:
+      (params, opt_state, stats averaged as in `minibatch_steps`, state).
+    """
     num_steps = jax.tree.leaves(batches)[0].shape[0]
     gradient = jax.grad(loss_fn, has_aux=True)
 
-    def accumulated_gradient(params, batch):
+    def accumulated_gradient(params, batch, state):
         micro_batches = split(batch, accumulation_steps)
 
         def micro_step(total, micro_batch):
-            grads, stats = gradient(params, micro_batch)
-            return jax.tree.map(jnp.add, total, grads), stats
+            grads, (stats, observed) = gradient(params, micro_batch, state)
+            return jax.tree.map(jnp.add, total, (grads, observed)), stats
 
-        zeros = jax.tree.map(jnp.zeros_like, params)
+        observed_shape = jax.eval_shape(
+            lambda: gradient(params, jax.tree.map(lambda x: x[0], micro_batches), state)[1][1]
+        )
+        zeros = (
+            jax.tree.map(jnp.zeros_like, params),
+            jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), observed_shape),
+        )
         if unroll:  # Straight-line code: no convolution inside a nested XLA computation.
             total, all_stats = zeros, []
             for i in range(accumulation_steps):
@@ -187,20 +260,22 @@ def minibatch_steps(
             stats = jax.tree.map(lambda *xs: jnp.stack(xs), *all_stats)
         else:
             total, stats = jax.lax.scan(micro_step, zeros, micro_batches)
+        grads, observed = total
         if combine == "mean":
-            total = jax.tree.map(lambda g: g / accumulation_steps, total)
-        return total, jax.tree.map(jnp.mean, stats)
+            grads = jax.tree.map(lambda g: g / accumulation_steps, grads)
+        return grads, (jax.tree.map(jnp.mean, stats), observed)
 
     def step(carry, batch):
-        params, opt_state = carry
+        params, opt_state, state = carry
         if accumulation_steps > 1:
-            grads, stats = accumulated_gradient(params, batch)
+            grads, (stats, observed) = accumulated_gradient(params, batch, state)
         else:
-            grads, stats = gradient(params, batch)
+            grads, (stats, observed) = gradient(params, batch, state)
         updates, opt_state = optimizer.update(grads, opt_state, params)
-        return (optax.apply_updates(params, updates), opt_state), stats
+        params, state = after_step(optax.apply_updates(params, updates), state, observed)
+        return (params, opt_state, state), stats
 
-    (params, opt_state), stats = jax.lax.scan(
-        step, (params, opt_state), batches, unroll=num_steps if unroll else 1
+    (params, opt_state, state), stats = jax.lax.scan(
+        step, (params, opt_state, state), batches, unroll=num_steps if unroll else 1
     )
-    return params, opt_state, jax.tree.map(jnp.mean, stats)
+    return params, opt_state, jax.tree.map(jnp.mean, stats), state

@@ -40,7 +40,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sebulba.agents import distributions, recurrent
+from sebulba.agents import distributions, popart, recurrent
 from sebulba.agents.api import ActionSpec, ArraySpec, EnvSpec
 from sebulba.errors import ConfigError
 from sebulba.spaces import is_array_spec, map_observation, zero_observation
@@ -121,14 +121,31 @@ def _frames_to_nhwc(obs: jax.Array) -> jax.Array:
     return jnp.transpose(obs.astype(jnp.float32) / 255.0, (0, 2, 3, 1))
 
 
+def _value(x: jax.Array, value_heads: int | None) -> jax.Array:
+    """The value head: value [B] (None), or one value per task [B, K] (PopArt, K heads).
+
+    PopArt rescales this layer by name (`popart.VALUE_HEAD`); the scalar head keeps
+    flax's automatic name, so the parameters of runs without PopArt keep their tree.
+    """
+    if value_heads is None:
+        return _dense(1, _VALUE_GAIN)(x)[..., 0]
+    return nn.Dense(
+        value_heads,
+        kernel_init=nn.initializers.orthogonal(_VALUE_GAIN),
+        bias_init=nn.initializers.zeros,
+        name=popart.VALUE_HEAD,
+    )(x)
+
+
 class _Heads(nn.Module):
     """Policy parameters and value from a shared embedding."""
 
     policy_head: nn.Module
+    value_heads: int | None = None
 
     @nn.compact
     def __call__(self, x):
-        value = _dense(1, _VALUE_GAIN)(x)[..., 0]
+        value = _value(x, self.value_heads)
         return self.policy_head(x), value
 
 
@@ -137,6 +154,7 @@ class _ActorCritic(nn.Module):
 
     policy_head: nn.Module
     hidden: Sequence[int]
+    value_heads: int | None = None
 
     @nn.compact
     def __call__(self, x):
@@ -144,7 +162,7 @@ class _ActorCritic(nn.Module):
         for width in self.hidden:
             actor = nn.tanh(_dense(width, _HIDDEN_GAIN)(actor))
             critic = nn.tanh(_dense(width, _HIDDEN_GAIN)(critic))
-        value = _dense(1, _VALUE_GAIN)(critic)[..., 0]
+        value = _value(critic, self.value_heads)
         return self.policy_head(actor), value
 
 
@@ -155,12 +173,13 @@ class MLP(nn.Module):
     policy_head: nn.Module
     hidden: Sequence[int] = (64, 64)
     core: nn.Module | None = None
+    value_heads: int | None = None  # PopArt: one value per task [B, K].
 
     def torso(self, obs):
         return obs.reshape(obs.shape[0], -1).astype(jnp.float32)
 
     def heads(self, x):
-        return _ActorCritic(self.policy_head, self.hidden)(x)
+        return _ActorCritic(self.policy_head, self.hidden, self.value_heads)(x)
 
     @nn.compact
     def __call__(self, obs, carry=None, starts=None):
@@ -196,13 +215,14 @@ class MultiInput(nn.Module):
     conv_init: str = "orthogonal"
     hidden: Sequence[int] = (64, 64)
     core: nn.Module | None = None
+    value_heads: int | None = None  # PopArt: one value per task [B, K].
 
     @nn.compact
     def __call__(self, obs, carry=None, starts=None):
         return recurrent.through_core(self, self.torso, self.heads, obs, carry, starts)
 
     def heads(self, x):
-        return _ActorCritic(self.policy_head, self.hidden)(x)
+        return _ActorCritic(self.policy_head, self.hidden, self.value_heads)(x)
 
     def torso(self, obs):
         features = []
@@ -227,6 +247,7 @@ class NatureCNN(nn.Module):
     policy_head: nn.Module
     conv_init: str = "orthogonal"
     core: nn.Module | None = None
+    value_heads: int | None = None  # PopArt: one value per task [B, K].
 
     def torso(self, obs):
         x = _frames_to_nhwc(obs)
@@ -237,7 +258,7 @@ class NatureCNN(nn.Module):
         return nn.relu(_dense(512, _HIDDEN_GAIN)(x))
 
     def heads(self, x):
-        return _Heads(self.policy_head)(x)
+        return _Heads(self.policy_head, self.value_heads)(x)
 
     @nn.compact
     def __call__(self, obs, carry=None, starts=None):
@@ -263,13 +284,14 @@ class ImpalaResNet(nn.Module):
     channels: Sequence[int] = (16, 32, 32)
     conv_init: str = "orthogonal"
     core: nn.Module | None = None
+    value_heads: int | None = None  # PopArt: one value per task [B, K].
 
     @nn.compact
     def __call__(self, obs, carry=None, starts=None):
         return recurrent.through_core(self, self.torso, self.heads, obs, carry, starts)
 
     def heads(self, x):
-        return _Heads(self.policy_head)(x)
+        return _Heads(self.policy_head, self.value_heads)(x)
 
     def torso(self, obs):
         x = _frames_to_nhwc(obs)
@@ -304,6 +326,7 @@ def make_network(
     conv_init: str = "orthogonal",
     observation: Any = None,
     core: nn.Module | None = None,
+    value_heads: int | None = None,
 ) -> nn.Module:
     """Returns the actor-critic network `agent.network` names.
 
@@ -313,6 +336,7 @@ def make_network(
       conv_init: a key of `CONV_INITS`; networks without convolutions ignore it.
       observation: the observation spec; only "multi_input" needs it.
       core: a recurrent core (`recurrent.make_core`) between the torso and the heads.
+      value_heads: None for one value [B]; K for one value per task [B, K] (PopArt).
     """
     network_class = _check_name(name)
     check_choice(conv_init, "agent.conv_init", tuple(CONV_INITS))
@@ -322,6 +346,7 @@ def make_network(
     return network_class(
         policy_head=distributions.for_action_spec(action).head(),
         core=core,
+        value_heads=value_heads,
         **{key: value for key, value in options.items() if key in fields},
     )
 

@@ -32,6 +32,10 @@ reward scaling by the running std of the discounted return and clipping to [-10,
 learner state that travels to the actors inside the policy parameters);
 configs/ppo_mujoco.py switches them on.
 
+With `agent.popart` the value head has one output per task, trained on targets
+normalised per task (PopArt, van Hasselt et al. 2016; Hessel et al. 2019; `popart.py`),
+and the policy gradient uses the GAE advantages divided by the task's scale.
+
 Time-limit truncations bootstrap from the next observation, where baselines and Cleanba
 treat them as terminal; docs/agents.md lists every difference from both.
 
@@ -51,8 +55,15 @@ import ml_collections
 import optax
 import rlax
 
-from sebulba import random_streams
-from sebulba.agents import distributions, learner, minibatches, normalization, recurrent
+from sebulba import random_streams, tasks
+from sebulba.agents import (
+    distributions,
+    learner,
+    minibatches,
+    normalization,
+    popart,
+    recurrent,
+)
 from sebulba.agents.api import (
     NON_NEGATIVE,
     POSITIVE,
@@ -123,23 +134,34 @@ def get_config() -> ml_collections.ConfigDict:
     config.normalize_rewards = False  # Scale rewards by the running std of discounted returns.
     config.observation_clip = 10.0  # Normalised observations are clipped to +-this.
     config.reward_clip = 10.0  # Scaled rewards are clipped to +-this.
+    config.popart = False  # PopArt: value targets normalised per task (docs/agents.md).
+    config.popart_step_size = 3e-4  # PopArt beta: step of each target on its task's statistics.
+    config.popart_scale_lb = 1e-4  # PopArt: lower bound of each task's value scale.
+    config.popart_scale_ub = 1e6  # PopArt: upper bound of each task's value scale.
     return config
 
 
 # The learner state: parameters, Adam state, update count (and the normalisation
-# statistics when `agent.normalize_*` is on), shared with the other built-in agent.
+# statistics when `agent.normalize_*` is on, PopArt's when `agent.popart` is), shared with
+# the other built-in agent.
 PPOState = learner.TrainState
 
 
-def advantages_and_returns(rollout: Rollout, gamma: float, gae_lambda: float):
+def advantages_and_returns(
+    rollout: Rollout, gamma: float, gae_lambda: float, values: jax.Array | None = None
+):
     """GAE (Schulman et al. 2016) with the behaviour values, via rlax.
+
+    Args:
+      values: [T + 1, B] behaviour values; None: `rollout.policy_outputs["value"]`.
 
     Returns:
       advantages [T, B] and returns (advantages + values) [T, B]. Terminations stop
       bootstrapping; truncations bootstrap from the real next observation but end the
       trace; both keep the next episode's values out of this one's advantages.
     """
-    values = rollout.policy_outputs["value"]  # [T + 1, B]
+    if values is None:
+        values = rollout.policy_outputs["value"]  # [T + 1, B]
     discount_t, lambda_t = learner.episode_discounts(
         rollout.terminations, rollout.truncations, gamma, gae_lambda
     )
@@ -199,8 +221,14 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
             "the time steps of a minibatch, agent.num_steps / agent.num_minibatches",
         )
     check_network_fits(hp.network, env_spec)
+    value_normalization = popart.popart_of(config, tasks.task_layout(config, sizes.num_envs))
     network = make_network(
-        hp.network, env_spec.action, hp.conv_init, env_spec.observation, core=core
+        hp.network,
+        env_spec.action,
+        hp.conv_init,
+        env_spec.observation,
+        core=core,
+        value_heads=value_normalization.value_heads,
     )
     model = recurrent.ActorCritic(network, env_spec.observation, hp.lstm_size)
     # The core adds no convolutions: the feed-forward network tells.
@@ -224,20 +252,38 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
     def init(init_key: jax.Array) -> PPOState:
         params = model.init(init_key)
         count = jnp.zeros((), jnp.int32)
-        return learner.train_state(params, optimizer.init(params), count, normalizer.init())
+        return learner.train_state(
+            params, optimizer.init(params), count, normalizer.init(), value_normalization.init()
+        )
 
     def statistics(state: PPOState):
         return state.normalization if normalizer.enabled else None
 
+    def policy_params(state: PPOState):
+        params = normalizer.policy_params(state.params, statistics(state))
+        if not value_normalization.enabled:
+            return params
+        # The actors report unnormalised values, so they need the statistics too.
+        return {"policy": params, "popart": state.popart}
+
     def act(params, carry, obs, keys: jax.Array):
-        """carry, obs [B, ...], keys [B] -> carry, actions [B, ...], {"logprob", "value": [B]}."""
+        """carry, obs [B, ...], keys [B] -> carry, actions [B, ...], {"logprob": [B],
+        "value": [B], or with PopArt the unnormalised value of every task [B, K]}."""
+        popart_state = None
+        if value_normalization.enabled:
+            params, popart_state = params["policy"], params["popart"]
         params, obs = normalizer.network_inputs(params, obs)
         carry, policy_params, value = model.step(params, carry, obs)
+        if popart_state is not None:
+            # The actor cannot know the task of a column; the learner picks it (`update`).
+            value = popart.all_unnormalized(popart_state, value)
         actions = policy.sample(policy_params, keys)
         return carry, actions, {"logprob": policy.logprob(policy_params, actions), "value": value}
 
     def act_greedy(params, carry, obs):
         """carry, obs [B, ...] -> carry, the most likely actions [B, ...] (evaluation)."""
+        if value_normalization.enabled:
+            params = params["policy"]
         params, obs = normalizer.network_inputs(params, obs)
         carry, policy_params, _ = model.step(params, carry, obs)
         return carry, policy.mode(policy_params)
@@ -261,6 +307,8 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
     def loss_fn(params, batch):
         """PPO loss on a minibatch: a dict of [t, B, ...] arrays, sharded along B."""
         policy_params, value, batch = replay(params, dict(batch))
+        if value_normalization.enabled:  # Each sample's task's normalised value n_t(s).
+            value = popart.select_task(value, batch["tasks"])
         weight = batch["valid"].astype(jnp.float32)
         logprob = policy.logprob(policy_params, batch["actions"])
         logratio = logprob - batch["logprob"]
@@ -302,7 +350,29 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         rewards, stats = normalizer.rewards(stats, rollout)
         raw_obs = rollout.obs
         rollout = rollout.replace(obs=normalizer.observations(stats, raw_obs), rewards=rewards)
-        advantages, returns = advantages_and_returns(rollout, hp.gamma, hp.gae_lambda)
+        behaviour_values = rollout.policy_outputs["value"]  # [T + 1, B] (PopArt: [T + 1, B, K])
+        params, popart_state, popart_metrics = state.params, None, {}
+        if value_normalization.enabled:
+            column_tasks = value_normalization.tasks(rollout.env_ids)  # [B]
+            behaviour_values = popart.select_task(behaviour_values, column_tasks[None])
+        advantages, returns = advantages_and_returns(
+            rollout, hp.gamma, hp.gae_lambda, behaviour_values
+        )
+        # Value targets: unnormalised, or normalised per task with PopArt's statistics.
+        value_targets, stored_values = returns, behaviour_values[:-1]
+        if value_normalization.enabled:
+            # ART then POP before the gradient steps (van Hasselt et al. 2016, Alg. 1):
+            # the statistics take in this rollout's returns, the value head is rescaled so
+            # no unnormalised value changes, and the loss sees the new normalisation.
+            sample_tasks = jnp.broadcast_to(column_tasks[None], rollout.valid.shape)
+            moments = value_normalization.moments(returns, rollout.valid, sample_tasks)
+            params, popart_state = value_normalization.update(params, state.popart, moments)
+            value_targets = rlax.normalize(popart_state, returns, sample_tasks)
+            stored_values = rlax.normalize(popart_state, stored_values, sample_tasks)
+            # The advantage in the scale of the task's normalised values (Hessel et al.
+            # 2019): the same for every task, whatever its rewards.
+            advantages = advantages / popart_state.scale[sample_tasks]
+            popart_metrics = value_normalization.metrics(popart_state)
         # The returns (value targets) keep the raw advantages.
         policy_advantages = advantages
         if norm_adv == "batch":
@@ -312,10 +382,12 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
             "actions": rollout.actions,
             "valid": rollout.valid,
             "logprob": rollout.policy_outputs["logprob"][:-1],
-            "value": rollout.policy_outputs["value"][:-1],
+            "value": stored_values,
             "advantages": policy_advantages,
-            "returns": returns,
+            "returns": value_targets,
         }
+        if value_normalization.enabled:
+            samples["tasks"] = sample_tasks
         update_key = jax.random.fold_in(key, state.update_count)
         if sequences:
             samples["starts"] = episode_starts(rollout.valid)[:-1]
@@ -359,7 +431,7 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         params, opt_state, metrics = learner.minibatch_steps(
             gathered_loss,
             optimizer,
-            state.params,
+            params,
             state.opt_state,
             batches,
             unroll,
@@ -369,16 +441,20 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         )
         metrics["learning_rate"] = learning_rate(state.update_count * steps_per_update)
         metrics["explained_variance"] = learner.explained_variance(
-            returns, rollout.policy_outputs["value"][:-1], rollout.valid.astype(jnp.float32)
+            returns, behaviour_values[:-1], rollout.valid.astype(jnp.float32)
         )
+        metrics.update(popart_metrics)
         stats = normalizer.observed(stats, jax.tree.map(lambda x: x[:-1], raw_obs))
-        return learner.train_state(params, opt_state, state.update_count + 1, stats), metrics
+        new_state = learner.train_state(
+            params, opt_state, state.update_count + 1, stats, popart_state
+        )
+        return new_state, metrics
 
     return Agent.with_carry(
         init=init,
         act=act,
         update=update,
-        policy_params=lambda s: normalizer.policy_params(s.params, statistics(s)),
+        policy_params=policy_params,
         act_greedy=act_greedy,
         initial_carry=model.initial_carry,
     )

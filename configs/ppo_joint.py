@@ -1,0 +1,45 @@
+"""Joint PPO on three MiniGrid tasks: one policy, one set of weights, trained on all at once.
+
+The tasks share MiniGrid's dict observation (7x7x3 `image`, `direction`, `mission`) and
+its 7 actions, as joint training requires (docs/multitask.md): MiniGrid-Empty-5x5-v0
+(fixed start, 100 steps), MiniGrid-Empty-Random-6x6-v0 (random start and heading, 144
+steps) and MiniGrid-Empty-8x8-v0 (fixed start, 256 steps, the goal ~12 steps away). The
+16 envs are cut into blocks of 6, 5 and 5 envs (env i plays task i * 3 // 16); the
+update averages over every task's samples ("Joint PPO"). Network and settings are those
+of configs/ppo_minigrid.py but for a 4x larger step size, 1e-3 (annealed), which learns
+these easy tasks in half the steps; 100k env steps, one to two minutes on 2 CPU cores;
+every task is solved by ~40k steps (docs/multitask.md has the numbers).
+
+`:smoke` is a seconds-long run used by the tests.
+"""
+
+from sebulba.agents import ppo
+from sebulba.config import base_config
+
+TASKS = ("MiniGrid-Empty-5x5-v0", "MiniGrid-Empty-Random-6x6-v0", "MiniGrid-Empty-8x8-v0")
+
+
+def get_config(arg: str | None = None):
+    config = base_config(ppo.get_config())
+    config.env.ids = TASKS
+    config.env.id = TASKS[0]  # Unused when env.ids names the tasks; kept equal to the first.
+    config.env.num_envs = 16
+    config.total_timesteps = 100_000
+    config.agent.network = "multi_input"
+    config.agent.num_steps = 128
+    config.agent.learning_rate = 1e-3
+    config.agent.num_minibatches = 4
+    config.agent.update_epochs = 4
+    config.agent.clip_coef = 0.2
+    config.agent.ent_coef = 0.01
+    config.log.every_updates = 10
+    if arg == "smoke":
+        config.env.num_envs = 6
+        config.total_timesteps = 6 * 16 * 4
+        config.agent.num_steps = 16
+        config.agent.num_minibatches = 2
+        config.agent.update_epochs = 2
+        config.log.every_updates = 1
+    elif arg is not None:
+        raise ValueError(f"unknown variant {arg!r} of ppo_joint (known: smoke)")
+    return config
