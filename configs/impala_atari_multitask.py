@@ -20,42 +20,34 @@ real hardware: GPUs or TPUs and many CPU cores (docs/multitask.md).
 `:smoke` is a tiny 2-game run (Breakout, Pong) for CPUs and tests.
 """
 
-from sebulba.agents import impala
+import importlib.util
+import os
+
 from sebulba.atari_scores import RANDOM_AND_HUMAN_SCORES
-from sebulba.config import base_config
 
 # envpool's Skiing-v5 has 9 actions with full_action_space=True, every other game 18.
 GAMES = tuple(sorted(set(RANDOM_AND_HUMAN_SCORES) - {"Skiing-v5"}))
 _ENV_STEPS_PER_GAME = 50_000_000  # 200M frames at 4 frames per step.
 
 
+def _single_game_config():
+    """configs/impala_atari.py's config: the hyperparameters live in one place."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "impala_atari.py")
+    spec = importlib.util.spec_from_file_location("impala_atari", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.get_config()
+
+
 def get_config(arg: str | None = None):
-    config = base_config(impala.get_config())
+    config = _single_game_config()
     config.env.ids = GAMES
     config.env.id = GAMES[0]  # Unused when env.ids names the tasks; kept equal to the first.
     config.env.num_envs = 2 * len(GAMES)
     config.env.full_action_space = True  # One action space for every game.
-    config.env.clip_rewards = True
-    config.env.use_fire_reset = True
     config.pipeline.num_actor_threads = 1
     config.total_timesteps = len(GAMES) * _ENV_STEPS_PER_GAME
     config.agent.popart = True  # Per-game value normalisation (docs/agents.md#popart).
-    config.agent.network = "impala_resnet"
-    config.agent.conv_init = "lecun_normal"
-    config.agent.num_steps = 20
-    config.agent.learning_rate = 6e-4
-    config.agent.anneal_lr = True
-    config.agent.gamma = 0.99
-    config.agent.vtrace_lambda = 1.0
-    config.agent.clip_rho_threshold = 1.0
-    config.agent.clip_pg_rho_threshold = 1.0
-    config.agent.num_minibatches = 4
-    config.agent.vf_coef = 0.5
-    config.agent.ent_coef = 0.01
-    config.agent.max_grad_norm = 40.0
-    config.agent.rmsprop_decay = 0.99
-    config.agent.rmsprop_eps = 0.01
-    config.log.every_updates = 10
     if arg == "smoke":
         config.env.ids = ("Breakout-v5", "Pong-v5")
         config.env.id = "Breakout-v5"
