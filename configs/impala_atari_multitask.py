@@ -20,27 +20,16 @@ real hardware: GPUs or TPUs and many CPU cores (docs/multitask.md).
 `:smoke` is a tiny 2-game run (Breakout, Pong) for CPUs and tests.
 """
 
-import importlib.util
-import os
-
 from sebulba.atari_scores import RANDOM_AND_HUMAN_SCORES
+from sebulba.config import sibling_config
 
 # envpool's Skiing-v5 has 9 actions with full_action_space=True, every other game 18.
 GAMES = tuple(sorted(set(RANDOM_AND_HUMAN_SCORES) - {"Skiing-v5"}))
 _ENV_STEPS_PER_GAME = 50_000_000  # 200M frames at 4 frames per step.
 
 
-def _single_game_config():
-    """configs/impala_atari.py's config: the hyperparameters live in one place."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "impala_atari.py")
-    spec = importlib.util.spec_from_file_location("impala_atari", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config()
-
-
 def get_config(arg: str | None = None):
-    config = _single_game_config()
+    config = sibling_config(__file__, "impala_atari")  # Its hyperparameters, one place.
     config.env.ids = GAMES
     config.env.id = GAMES[0]  # Unused when env.ids names the tasks; kept equal to the first.
     config.env.num_envs = 2 * len(GAMES)

@@ -13,33 +13,22 @@ every task is solved by ~40k steps (docs/multitask.md has the numbers).
 `:smoke` is a seconds-long run used by the tests.
 """
 
-from sebulba.agents import ppo
-from sebulba.config import base_config
+from sebulba.config import sibling_config
 
 TASKS = ("MiniGrid-Empty-5x5-v0", "MiniGrid-Empty-Random-6x6-v0", "MiniGrid-Empty-8x8-v0")
 
 
 def get_config(arg: str | None = None):
-    config = base_config(ppo.get_config())
+    if arg not in (None, "smoke"):
+        raise ValueError(f"unknown variant {arg!r} of ppo_joint (known: smoke)")
+    # ppo_minigrid's network and hyperparameters (and its :smoke sizes), written once.
+    config = sibling_config(__file__, "ppo_minigrid", arg)
     config.env.ids = TASKS
     config.env.id = TASKS[0]  # Unused when env.ids names the tasks; kept equal to the first.
-    config.env.num_envs = 16
-    config.total_timesteps = 100_000
-    config.agent.network = "multi_input"
-    config.agent.num_steps = 128
     config.agent.learning_rate = 1e-3
-    config.agent.num_minibatches = 4
-    config.agent.update_epochs = 4
-    config.agent.clip_coef = 0.2
-    config.agent.ent_coef = 0.01
-    config.log.every_updates = 10
     if arg == "smoke":
-        config.env.num_envs = 6
+        config.env.num_envs = 6  # 2 envs per task.
         config.total_timesteps = 6 * 16 * 4
-        config.agent.num_steps = 16
-        config.agent.num_minibatches = 2
-        config.agent.update_epochs = 2
-        config.log.every_updates = 1
-    elif arg is not None:
-        raise ValueError(f"unknown variant {arg!r} of ppo_joint (known: smoke)")
+    else:
+        config.total_timesteps = 100_000
     return config

@@ -7,6 +7,9 @@ lists them all.
 
 from __future__ import annotations
 
+import importlib.util
+import os
+
 import ml_collections
 
 from sebulba.validation import NON_NEGATIVE_INT, POSITIVE_INT, UNIT_INTERVAL, Range, check_range
@@ -77,6 +80,22 @@ def base_config(agent: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     config.debug.transfer_guard = "disallow"  # jax.transfer_guard level in the loop.
     config.debug.skip_memory_check = False  # Train even if the update seems not to fit.
     return config
+
+
+def sibling_config(
+    config_file: str, name: str, arg: str | None = None
+) -> ml_collections.ConfigDict:
+    """`get_config(arg)` of configs/<name>.py, the file beside `config_file`.
+
+    Lets a config build on another (e.g. a multi-task config on its single-task one), so
+    shared hyperparameters are written once; config files are loaded by path, not as a
+    package.
+    """
+    path = os.path.join(os.path.dirname(os.path.abspath(config_file)), f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"_sebulba_sibling_config_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.get_config(arg)
 
 
 def check_run_ranges(config: ml_collections.ConfigDict) -> None:
