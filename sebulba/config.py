@@ -7,8 +7,10 @@ lists them all.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
+from collections.abc import Callable, Iterable
 
 import ml_collections
 
@@ -105,3 +107,77 @@ def check_run_ranges(config: ml_collections.ConfigDict) -> None:
         for part in dotted.split("."):
             value = value[part]
         check_range(value, dotted, allowed)
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """A config file's parsed `:ARG` (`FILE:ARG`): its keywords and at most one task id.
+
+    `"smoke" in variant` asks for a keyword; `variant.task` is the task id or None.
+    """
+
+    keywords: frozenset[str] = frozenset()
+    task: str | None = None
+
+    def __contains__(self, keyword: str) -> bool:
+        return keyword in self.keywords
+
+
+def parse_variant(
+    arg: str | None,
+    config_name: str,
+    keywords: Iterable[str] = ("smoke",),
+    tasks: Callable[[str], bool] | None = None,
+    tasks_known: str = "",
+) -> Variant:
+    """Parses a config's ARG: keywords and at most one task id, comma-separated, any order.
+
+    Every config file reads its variants through this one parser, so `:smoke`,
+    `:Hopper-v4`, `:Hopper-v4,smoke` and `:lstm,smoke` mean the same everywhere.
+
+    Args:
+      arg: the text after the colon of `--config=FILE:ARG` (None: no variant).
+      config_name: the config's name in messages, e.g. "ppo_mujoco".
+      keywords: the variant names the config knows, e.g. ("smoke", "lstm").
+      tasks: which task ids the config accepts (None: it names its own task).
+      tasks_known: how the message describes the accepted task ids.
+
+    Raises:
+      ValueError: "unknown variant 'X' of NAME (known: ...)" for anything else.
+    """
+    keywords = tuple(keywords)
+    chosen, task = set(), None
+    for option in [] if arg is None else [o.strip() for o in arg.split(",")]:
+        if option in keywords:
+            chosen.add(option)
+        elif tasks is not None and task is None and option and tasks(option):
+            task = option
+        else:
+            known = ", ".join(keywords) + (f", or {tasks_known}" if tasks is not None else "")
+            raise ValueError(f"unknown variant {option!r} of {config_name} (known: {known})")
+    return Variant(frozenset(chosen), task)
+
+
+def atari_game(option: str) -> bool:
+    """A `parse_variant` task test for Atari games: ids ending in -v5 (e.g. Pong-v5).
+
+    Only the form is checked here, so a config loads without envpool; the id itself is
+    checked with the rest of the config (an unknown game fails naming close matches).
+    """
+    return option.endswith("-v5")
+
+
+def envpool_tasks(*families: str, box_actions: bool = False) -> Callable[[str], bool]:
+    """A `parse_variant` task test: an envpool task id of one of `families`.
+
+    Args:
+      families: family names as `sebulba.envs.SUPPORTED_FAMILIES` gives them, e.g. "MuJoCo".
+      box_actions: accept only tasks whose actions are a Box (continuous control).
+    """
+
+    def accepts(env_id: str) -> bool:
+        from sebulba import envs  # envpool loads only when a config is given a task id.
+
+        return envs.is_task_of(env_id, families, box_actions=box_actions)
+
+    return accepts
