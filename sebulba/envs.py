@@ -426,3 +426,11 @@ class EpisodeTracker:
         self.lengths[done] = 0
         self.resetting = done
         return valid
+
+
+if __name__ == "__main__":
+    import sys
+
+    from sebulba.env_catalog import main
+
+    sys.exit(main(sys.argv[1:]))
