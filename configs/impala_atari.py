@@ -7,7 +7,7 @@ Machado et al. (2018) protocol, lecun_normal convolutions and fire on reset as i
 IMPALA paper's LSTM of 256 units after the ResNet torso (`agent.core`), e.g. `:lstm,smoke`.
 """
 
-from sebulba.agents import impala
+from sebulba.agents import defaults
 from sebulba.config import atari_game, base_config, parse_variant
 
 
@@ -15,7 +15,7 @@ def get_config(arg: str | None = None):
     variant = parse_variant(
         arg, "impala_atari", ("smoke", "lstm"), tasks=atari_game, tasks_known="GAME-v5"
     )
-    config = base_config(impala.get_config())
+    config = base_config(defaults.impala_config())
     config.env.id = variant.task or "Breakout-v5"
     config.env.num_envs = 64
     config.env.clip_rewards = True

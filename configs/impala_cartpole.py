@@ -6,13 +6,13 @@ the policy gradient's advantages to be useful early on. `:smoke` is a seconds-lo
 used by the tests.
 """
 
-from sebulba.agents import impala
+from sebulba.agents import defaults
 from sebulba.config import base_config, parse_variant
 
 
 def get_config(arg: str | None = None):
     variant = parse_variant(arg, "impala_cartpole")
-    config = base_config(impala.get_config())
+    config = base_config(defaults.impala_config())
     config.env.id = "CartPole-v1"
     config.env.num_envs = 64
     config.total_timesteps = 1_000_000

@@ -8,13 +8,13 @@ still differs from Cleanba.
 tiny end-to-end run for CPUs and tests.
 """
 
-from sebulba.agents import ppo
+from sebulba.agents import defaults
 from sebulba.config import atari_game, base_config, parse_variant
 
 
 def get_config(arg: str | None = None):
     variant = parse_variant(arg, "ppo_atari", ("smoke",), tasks=atari_game, tasks_known="GAME-v5")
-    config = base_config(ppo.get_config())
+    config = base_config(defaults.ppo_config())
     config.env.id = variant.task or "Breakout-v5"
     config.env.num_envs = 128
     config.env.clip_rewards = True

@@ -3,13 +3,13 @@
 Variants: `configs/ppo_cartpole.py:smoke` is a seconds-long run used by the tests.
 """
 
-from sebulba.agents import ppo
+from sebulba.agents import defaults
 from sebulba.config import base_config, parse_variant
 
 
 def get_config(arg: str | None = None):
     variant = parse_variant(arg, "ppo_cartpole")
-    config = base_config(ppo.get_config())
+    config = base_config(defaults.ppo_config())
     config.env.id = "CartPole-v1"
     config.env.num_envs = 8
     config.total_timesteps = 500_000

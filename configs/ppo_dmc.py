@@ -9,7 +9,7 @@ actor and critic); each entry is normalised by its own running statistics. 1M en
 `:smoke` is a seconds-long run used by the tests (with a task: `:WalkerWalk-v1,smoke`).
 """
 
-from sebulba.agents import ppo
+from sebulba.agents import defaults
 from sebulba.config import base_config, envpool_tasks, parse_variant
 
 _TASKS = envpool_tasks("dm_control")
@@ -19,7 +19,7 @@ def get_config(arg: str | None = None):
     variant = parse_variant(
         arg, "ppo_dmc", tasks=_TASKS, tasks_known="a dm_control task id such as CheetahRun-v1"
     )
-    config = base_config(ppo.get_config())
+    config = base_config(defaults.ppo_config())
     config.env.id = "CheetahRun-v1"
     config.env.num_envs = 8
     config.total_timesteps = 1_000_000

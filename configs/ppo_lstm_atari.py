@@ -10,7 +10,7 @@ episodic life; fire on reset as in CleanRL. `:GAME-v5` selects the game (default
 Breakout-v5); `:smoke` (or `:smoke,GAME-v5`) is a tiny end-to-end run for CPUs and tests.
 """
 
-from sebulba.agents import ppo
+from sebulba.agents import defaults
 from sebulba.config import atari_game, base_config, parse_variant
 
 
@@ -18,7 +18,7 @@ def get_config(arg: str | None = None):
     variant = parse_variant(
         arg, "ppo_lstm_atari", ("smoke",), tasks=atari_game, tasks_known="GAME-v5"
     )
-    config = base_config(ppo.get_config())
+    config = base_config(defaults.ppo_config())
     config.env.id = variant.task or "Breakout-v5"
     config.env.num_envs = 8
     config.env.frame_stack = 1

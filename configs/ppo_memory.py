@@ -15,13 +15,13 @@ pole is moving. tests/test_learning.py asserts both at 200k steps.
         --config.agent.core=none
 """
 
-from sebulba.agents import ppo
+from sebulba.agents import defaults
 from sebulba.config import base_config, parse_variant
 
 
 def get_config(arg: str | None = None):
     variant = parse_variant(arg, "ppo_memory")
-    config = base_config(ppo.get_config())
+    config = base_config(defaults.ppo_config())
     config.env.id = "CartPole-v1"
     config.env.observation_indices = (0, 2)  # Cart position, pole angle: no velocities.
     config.env.num_envs = 16

@@ -12,7 +12,7 @@ selects the task; `:smoke` is a seconds-long run used by the tests (with a task:
 `:MiniGrid-Empty-5x5-v0,smoke`).
 """
 
-from sebulba.agents import ppo
+from sebulba.agents import defaults
 from sebulba.config import base_config, envpool_tasks, parse_variant
 
 _TASKS = envpool_tasks("MiniGrid/BabyAI")
@@ -25,7 +25,7 @@ def get_config(arg: str | None = None):
         tasks=_TASKS,
         tasks_known="a MiniGrid/BabyAI task id such as MiniGrid-DoorKey-5x5-v0",
     )
-    config = base_config(ppo.get_config())
+    config = base_config(defaults.ppo_config())
     config.env.id = "MiniGrid-DoorKey-5x5-v0"
     config.env.num_envs = 16
     config.total_timesteps = 500_000

@@ -21,7 +21,7 @@ with them unchanged). `:smoke` is a seconds-long run used by the tests, of Hoppe
 the task named with it (`:BipedalWalker-v3,smoke`).
 """
 
-from sebulba.agents import ppo
+from sebulba.agents import defaults
 from sebulba.config import base_config, envpool_tasks, parse_variant
 
 _TASKS = envpool_tasks("MuJoCo", "Box2D", "classic control", box_actions=True)
@@ -34,7 +34,7 @@ def get_config(arg: str | None = None):
         tasks=_TASKS,
         tasks_known="a continuous-action task id such as Hopper-v4 or BipedalWalker-v3",
     )
-    config = base_config(ppo.get_config())
+    config = base_config(defaults.ppo_config())
     config.env.id = "Hopper-v4"
     config.env.num_envs = 8
     config.total_timesteps = 1_000_000

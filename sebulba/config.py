@@ -14,7 +14,12 @@ from collections.abc import Callable, Iterable
 
 import ml_collections
 
+from sebulba import tasks
+from sebulba.errors import ConfigError
+from sebulba.progress import CONSOLE_MODES
 from sebulba.validation import NON_NEGATIVE_INT, POSITIVE_INT, UNIT_INTERVAL, Range, check_range
+
+_TRANSFER_GUARD_LEVELS = ("allow", "log", "disallow", "log_explicit", "disallow_explicit")
 
 # The interval of every numeric run-level key that no other check covers (sizes.py checks
 # the sizes and divisibility, train.py the log and checkpoint keys).
@@ -107,6 +112,38 @@ def check_run_ranges(config: ml_collections.ConfigDict) -> None:
         for part in dotted.split("."):
             value = value[part]
         check_range(value, dotted, allowed)
+
+
+def check_run_config(config: ml_collections.ConfigDict) -> None:
+    """The run-level checks that need neither JAX nor envpool (nor the sizes: `sizes.py`).
+
+    `sebulba.main` runs them before importing either, so a bad value fails in a fraction
+    of a second; `train.prepare` runs them again for library callers.
+
+    Raises:
+      ConfigError: naming the first offending field.
+    """
+    check_run_ranges(config)
+    if config.debug.transfer_guard not in _TRANSFER_GUARD_LEVELS:
+        raise ConfigError(
+            f"debug.transfer_guard {config.debug.transfer_guard!r} must be one of "
+            f"{', '.join(_TRANSFER_GUARD_LEVELS)}"
+        )
+    log = config.log
+    if not isinstance(log.every_updates, int) or log.every_updates < 1:
+        raise ConfigError(f"log.every_updates must be >= 1, got {log.every_updates!r}")
+    every_s = log.console_every_s
+    if isinstance(every_s, bool) or not isinstance(every_s, int | float) or every_s < 0:
+        raise ConfigError(f"log.console_every_s must be a number >= 0, got {every_s!r}")
+    if log.console not in CONSOLE_MODES:
+        raise ConfigError(f"log.console {log.console!r} must be one of {', '.join(CONSOLE_MODES)}")
+    if log.wandb and importlib.util.find_spec("wandb") is None:
+        raise ConfigError("log.wandb is True but wandb is not installed: pip install wandb")
+    for name, minimum in (("every_updates", 0), ("max_to_keep", 1)):
+        value = config.ckpt[name]
+        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+            raise ConfigError(f"ckpt.{name} must be an integer >= {minimum}, got {value!r}")
+    tasks.check_task_ids(config.env)
 
 
 @dataclasses.dataclass(frozen=True)
