@@ -294,14 +294,17 @@ def _summary_extra(config, layout) -> dict[str, Any]:
 
 
 def _final_report(summary: dict[str, Any]) -> str:
-    mean_return = summary["mean_return"]
+    mean_return, episodes = summary["mean_return"], min(summary["episodes"], 100)
     bottleneck = summary["bottleneck"]
+    if mean_return is None or episodes == 0:
+        returns = "no episode has finished, so there is no mean return"
+    else:
+        counted = "the episode" if episodes == 1 else f"the last {episodes} episodes"
+        returns = f"mean return of {counted} {mean_return:.1f}"
     return (
         f"sebulba: done, {summary['global_step']:,} steps in {summary['wall_time_s']:.0f}s "
         f"({summary['sps']:,.0f} sps after update 1, {summary['sps_including_compile']:,.0f} "
-        "including start-up), mean return of the last "
-        f"{min(summary['episodes'], 100)} episodes "
-        f"{'-' if mean_return is None else f'{mean_return:.1f}'}\n"
+        f"including start-up), {returns}\n"
         f"sebulba: throughput limited by: {bottleneck['limited_by']} ({bottleneck['detail']})"
     )
 
