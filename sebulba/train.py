@@ -434,9 +434,11 @@ def train(
             f"{sizes.num_updates}; checkpoint saved to {checkpoints.saved_path} "
             "(run the same command again to resume)"
         )
-        logging.info(message)
+        # Once: the console's line on process 0 (its stdout is its log), the log elsewhere.
         if is_main_process:
             print(message, flush=True)
+        else:
+            logging.info(message)
         return state
     summary = metrics.summary(
         global_step=sizes.num_updates * sizes.steps_per_update,
