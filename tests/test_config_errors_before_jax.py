@@ -49,6 +49,8 @@ def run_blocked(*args):
         ("ppo_atari.py:smoke", "seed=-3", "seed must be an integer in [0, 1073741824], got -3"),
         ("impala_cartpole.py", "log.console=tty", "log.console 'tty' must be one of"),
         ("ppo_mujoco.py", "ckpt.max_to_keep=0", "ckpt.max_to_keep must be an integer >= 1"),
+        ("ppo_cartpole.py", "agent.learning_rate=-1", "agent.learning_rate must be a number > 0"),
+        ("impala_atari.py", "agent.rmsprop_decay=1.0", "agent.rmsprop_decay must be a number in"),
         ("ppo_joint.py:smoke", 'env.ids=("A-v0","A-v0")', "env.ids names 'A-v0' twice"),
     ],
 )

@@ -1,13 +1,72 @@
-"""The hyperparameter defaults of the built-in agents: the `agent` section of a config.
+"""The hyperparameter defaults and ranges of the built-in agents (the `agent` section).
 
 `sebulba.agents.ppo.get_config` and `sebulba.agents.impala.get_config` are these
-functions. They live apart from the agents' JAX code so that a config file loads, and a
-bad config fails, before JAX is imported (a second or more of start-up).
+functions, and their `HYPERPARAMETER_RANGES` these ranges. They live apart from the
+agents' JAX code so that a config file loads, and a bad value fails, before JAX is
+imported (seconds of start-up).
 """
 
 from __future__ import annotations
 
 import ml_collections
+
+from sebulba.validation import (
+    NON_NEGATIVE,
+    POSITIVE,
+    POSITIVE_INT,
+    UNIT_INTERVAL,
+    Range,
+    check_ranges,
+)
+
+# The interval of every numeric hyperparameter of each agent.
+PPO_RANGES = {
+    "learning_rate": POSITIVE,
+    "gamma": UNIT_INTERVAL,
+    "gae_lambda": UNIT_INTERVAL,
+    "num_minibatches": POSITIVE_INT,
+    "update_epochs": POSITIVE_INT,
+    "clip_coef": POSITIVE,
+    "ent_coef": NON_NEGATIVE,
+    "vf_coef": NON_NEGATIVE,
+    "max_grad_norm": POSITIVE,
+    "lstm_size": POSITIVE_INT,
+    "observation_clip": POSITIVE,
+    "reward_clip": POSITIVE,
+}
+
+IMPALA_RANGES = {
+    "learning_rate": POSITIVE,
+    "gamma": UNIT_INTERVAL,
+    "vtrace_lambda": UNIT_INTERVAL,
+    "clip_rho_threshold": POSITIVE,
+    "clip_pg_rho_threshold": POSITIVE,
+    "num_minibatches": POSITIVE_INT,
+    "ent_coef": NON_NEGATIVE,
+    "vf_coef": NON_NEGATIVE,
+    "max_grad_norm": POSITIVE,
+    # Decay 1 would freeze the squared-gradient average at its initial zero.
+    "rmsprop_decay": Range(0, 1, high_open=True),
+    # Outside the square root, eps alone keeps the step finite where the average is 0.
+    "rmsprop_eps": POSITIVE,
+    "lstm_size": POSITIVE_INT,
+    "observation_clip": POSITIVE,
+    "reward_clip": POSITIVE,
+}
+
+_RANGES = {"ppo": PPO_RANGES, "impala": IMPALA_RANGES}
+
+
+def check_builtin_ranges(agent: ml_collections.ConfigDict) -> None:
+    """Checks a built-in agent's hyperparameter ranges (others: at `make`, by their agent).
+
+    Raises:
+      ConfigError: for the first value outside its range, naming the field.
+    """
+    ranges = _RANGES.get(agent.name)
+    # A section built for another agent is refused later, naming what it lacks.
+    if ranges is not None and set(ranges) <= set(agent):
+        check_ranges(agent, "agent", ranges)
 
 
 def ppo_config() -> ml_collections.ConfigDict:

@@ -51,13 +51,8 @@ from sebulba.agents import (
     recurrent,
 )
 from sebulba.agents.api import (
-    NON_NEGATIVE,
-    POSITIVE,
-    POSITIVE_INT,
-    UNIT_INTERVAL,
     Agent,
     EnvSpec,
-    Range,
     Rollout,
     check_ranges,
     episode_starts,
@@ -66,25 +61,9 @@ from sebulba.agents.api import (
 from sebulba.agents.networks import check_network_fits, has_convolutions, make_network
 from sebulba.sizes import Sizes
 
-# The interval of every numeric hyperparameter; `make` refuses values outside them.
-HYPERPARAMETER_RANGES = {
-    "learning_rate": POSITIVE,
-    "gamma": UNIT_INTERVAL,
-    "vtrace_lambda": UNIT_INTERVAL,
-    "clip_rho_threshold": POSITIVE,
-    "clip_pg_rho_threshold": POSITIVE,
-    "num_minibatches": POSITIVE_INT,
-    "ent_coef": NON_NEGATIVE,
-    "vf_coef": NON_NEGATIVE,
-    "max_grad_norm": POSITIVE,
-    # Decay 1 would freeze the squared-gradient average at its initial zero.
-    "rmsprop_decay": Range(0, 1, high_open=True),
-    # Outside the square root, eps alone keeps the step finite where the average is 0.
-    "rmsprop_eps": POSITIVE,
-    "lstm_size": POSITIVE_INT,
-    "observation_clip": POSITIVE,
-    "reward_clip": POSITIVE,
-}
+# The interval of every numeric hyperparameter (`defaults.py`); `make` refuses values
+# outside them.
+HYPERPARAMETER_RANGES = defaults.IMPALA_RANGES
 
 
 # The agent's defaults, kept free of JAX imports (`defaults.py`).

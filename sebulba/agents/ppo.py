@@ -66,10 +66,6 @@ from sebulba.agents import (
     recurrent,
 )
 from sebulba.agents.api import (
-    NON_NEGATIVE,
-    POSITIVE,
-    POSITIVE_INT,
-    UNIT_INTERVAL,
     Agent,
     EnvSpec,
     Rollout,
@@ -85,21 +81,9 @@ from sebulba.sizes import Sizes
 # the whole global rollout (Cleanba normalises once per rollout), or not at all.
 NORM_ADV_MODES = ("minibatch", "batch", "none")
 
-# The interval of every numeric hyperparameter; `make` refuses values outside them.
-HYPERPARAMETER_RANGES = {
-    "learning_rate": POSITIVE,
-    "gamma": UNIT_INTERVAL,
-    "gae_lambda": UNIT_INTERVAL,
-    "num_minibatches": POSITIVE_INT,
-    "update_epochs": POSITIVE_INT,
-    "clip_coef": POSITIVE,
-    "ent_coef": NON_NEGATIVE,
-    "vf_coef": NON_NEGATIVE,
-    "max_grad_norm": POSITIVE,
-    "lstm_size": POSITIVE_INT,
-    "observation_clip": POSITIVE,
-    "reward_clip": POSITIVE,
-}
+# The interval of every numeric hyperparameter (`defaults.py`); `make` refuses values
+# outside them.
+HYPERPARAMETER_RANGES = defaults.PPO_RANGES
 
 
 # The agent's defaults, kept free of JAX imports (`defaults.py`).
