@@ -24,7 +24,9 @@ the task named with it (`:BipedalWalker-v3,smoke`).
 from sebulba.agents import defaults
 from sebulba.config import base_config, envpool_tasks, parse_variant
 
-_TASKS = envpool_tasks("MuJoCo", "Box2D", "classic control", box_actions=True)
+_TASKS = envpool_tasks(
+    "MuJoCo", "Box2D", "classic control", box_actions=True, vector_observations=True
+)
 
 
 def get_config(arg: str | None = None):
@@ -32,7 +34,7 @@ def get_config(arg: str | None = None):
         arg,
         "ppo_mujoco",
         tasks=_TASKS,
-        tasks_known="a continuous-action task id such as Hopper-v4 or BipedalWalker-v3",
+        tasks_known="a Box-action vector task: Hopper-v4, BipedalWalker-v3, ...",
     )
     config = base_config(defaults.ppo_config())
     config.env.id = "Hopper-v4"

@@ -204,17 +204,22 @@ def atari_game(option: str) -> bool:
     return option.endswith("-v5")
 
 
-def envpool_tasks(*families: str, box_actions: bool = False) -> Callable[[str], bool]:
+def envpool_tasks(
+    *families: str, box_actions: bool = False, vector_observations: bool = False
+) -> Callable[[str], bool]:
     """A `parse_variant` task test: an envpool task id of one of `families`.
 
     Args:
       families: family names as `sebulba.envs.SUPPORTED_FAMILIES` gives them, e.g. "MuJoCo".
       box_actions: accept only tasks whose actions are a Box (continuous control).
+      vector_observations: accept only tasks that observe one vector (no images, dicts).
     """
 
     def accepts(env_id: str) -> bool:
         from sebulba import envs  # envpool loads only when a config is given a task id.
 
-        return envs.is_task_of(env_id, families, box_actions=box_actions)
+        return envs.is_task_of(
+            env_id, families, box_actions=box_actions, vector_observations=vector_observations
+        )
 
     return accepts

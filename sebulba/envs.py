@@ -97,15 +97,24 @@ def task_spaces(env_id: str):
     return spec.observation_space, spec.action_space
 
 
-def is_task_of(env_id: str, families, *, box_actions: bool = False) -> bool:
+def is_task_of(
+    env_id: str, families, *, box_actions: bool = False, vector_observations: bool = False
+) -> bool:
     """Whether `env_id` is a task of one of `families` (names as README.md gives them).
 
     Args:
       box_actions: also require continuous (Box) actions.
+      vector_observations: also require one vector (a 1-D Box) as the observation.
     """
     if family_name(env_id) not in families:
         return False
-    return not box_actions or type(task_spaces(env_id)[1]).__name__ == "Box"
+    if not (box_actions or vector_observations):
+        return True
+    observation, action = task_spaces(env_id)
+    if box_actions and type(action).__name__ != "Box":
+        return False
+    is_vector = type(observation).__name__ == "Box" and len(observation.shape) == 1
+    return is_vector or not vector_observations
 
 
 def check_env_id(env_id: str, field: str = "env.id") -> None:

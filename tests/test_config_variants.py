@@ -71,7 +71,9 @@ def test_a_task_shortcut_selects_the_task_and_combines_with_smoke(name, arg, env
         assert config.total_timesteps == load_config(name).total_timesteps
 
 
-@pytest.mark.parametrize("task", ["CartPole-v1", "LunarLander-v2", "CheetahRun-v1", "Pong-v5"])
+@pytest.mark.parametrize(
+    "task", ["CartPole-v1", "LunarLander-v2", "CarRacing-v2", "CheetahRun-v1", "Pong-v5"]
+)
 def test_the_continuous_config_refuses_tasks_without_box_actions_or_vectors(task):
     with pytest.raises(ValueError, match=f"unknown variant '{task}' of ppo_mujoco .*BipedalWalker"):
         load_config("ppo_mujoco", task)
