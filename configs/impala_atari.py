@@ -7,14 +7,16 @@ Machado et al. (2018) protocol, lecun_normal convolutions and fire on reset as i
 IMPALA paper's LSTM of 256 units after the ResNet torso (`agent.core`), e.g. `:lstm,smoke`.
 """
 
-from sebulba.agents import impala
-from sebulba.config import base_config
+from sebulba.agents import defaults
+from sebulba.config import atari_game, base_config, parse_variant
 
 
 def get_config(arg: str | None = None):
-    options = [] if arg is None else arg.split(",")
-    config = base_config(impala.get_config())
-    config.env.id = next((o for o in options if o.endswith("-v5")), "Breakout-v5")
+    variant = parse_variant(
+        arg, "impala_atari", ("smoke", "lstm"), tasks=atari_game, tasks_known="GAME-v5"
+    )
+    config = base_config(defaults.impala_config())
+    config.env.id = variant.task or "Breakout-v5"
     config.env.num_envs = 64
     config.env.clip_rewards = True
     config.env.use_fire_reset = True  # envpool's default, which Cleanba keeps.
@@ -36,13 +38,10 @@ def get_config(arg: str | None = None):
     config.agent.rmsprop_decay = 0.99
     config.agent.rmsprop_eps = 0.01
     config.log.every_updates = 10
-    if "lstm" in options:
+    if "lstm" in variant:
         config.agent.core = "lstm"
         config.agent.lstm_size = 256
-    unknown = [o for o in options if o not in ("smoke", "lstm") and not o.endswith("-v5")]
-    if unknown:
-        raise ValueError(f"unknown variant {unknown} of impala_atari (known: smoke, lstm, GAME-v5)")
-    if "smoke" in options:
+    if "smoke" in variant:
         config.env.num_envs = 4
         config.pipeline.num_actor_threads = 1
         config.agent.num_steps = 8

@@ -21,7 +21,7 @@ real hardware: GPUs or TPUs and many CPU cores (docs/multitask.md).
 """
 
 from sebulba.atari_scores import RANDOM_AND_HUMAN_SCORES
-from sebulba.config import sibling_config
+from sebulba.config import parse_variant, sibling_config
 
 # envpool's Skiing-v5 has 9 actions with full_action_space=True, every other game 18.
 GAMES = tuple(sorted(set(RANDOM_AND_HUMAN_SCORES) - {"Skiing-v5"}))
@@ -29,6 +29,7 @@ _ENV_STEPS_PER_GAME = 50_000_000  # 200M frames at 4 frames per step.
 
 
 def get_config(arg: str | None = None):
+    variant = parse_variant(arg, "impala_atari_multitask")
     config = sibling_config(__file__, "impala_atari")  # Its hyperparameters, one place.
     config.env.ids = GAMES
     config.env.id = GAMES[0]  # Unused when env.ids names the tasks; kept equal to the first.
@@ -37,7 +38,7 @@ def get_config(arg: str | None = None):
     config.pipeline.num_actor_threads = 1
     config.total_timesteps = len(GAMES) * _ENV_STEPS_PER_GAME
     config.agent.popart = True  # Per-game value normalisation (docs/agents.md#popart).
-    if arg == "smoke":
+    if "smoke" in variant:
         config.env.ids = ("Breakout-v5", "Pong-v5")
         config.env.id = "Breakout-v5"
         config.env.num_envs = 4
@@ -45,6 +46,4 @@ def get_config(arg: str | None = None):
         config.agent.num_minibatches = 2
         config.total_timesteps = 4 * 8 * 2
         config.log.every_updates = 1
-    elif arg is not None:
-        raise ValueError(f"unknown variant {arg!r} of impala_atari_multitask (known: smoke)")
     return config

@@ -6,12 +6,13 @@ the policy gradient's advantages to be useful early on. `:smoke` is a seconds-lo
 used by the tests.
 """
 
-from sebulba.agents import impala
-from sebulba.config import base_config
+from sebulba.agents import defaults
+from sebulba.config import base_config, parse_variant
 
 
 def get_config(arg: str | None = None):
-    config = base_config(impala.get_config())
+    variant = parse_variant(arg, "impala_cartpole")
+    config = base_config(defaults.impala_config())
     config.env.id = "CartPole-v1"
     config.env.num_envs = 64
     config.total_timesteps = 1_000_000
@@ -20,10 +21,8 @@ def get_config(arg: str | None = None):
     config.agent.num_minibatches = 4
     config.agent.learning_rate = 2e-3
     config.log.every_updates = 50
-    if arg == "smoke":
+    if "smoke" in variant:
         config.env.num_envs = 8
         config.total_timesteps = 8 * 20 * 4
         config.log.every_updates = 1
-    elif arg is not None:
-        raise ValueError(f"unknown variant {arg!r} of impala_cartpole (known: smoke)")
     return config

@@ -3,12 +3,13 @@
 Variants: `configs/ppo_cartpole.py:smoke` is a seconds-long run used by the tests.
 """
 
-from sebulba.agents import ppo
-from sebulba.config import base_config
+from sebulba.agents import defaults
+from sebulba.config import base_config, parse_variant
 
 
 def get_config(arg: str | None = None):
-    config = base_config(ppo.get_config())
+    variant = parse_variant(arg, "ppo_cartpole")
+    config = base_config(defaults.ppo_config())
     config.env.id = "CartPole-v1"
     config.env.num_envs = 8
     config.total_timesteps = 500_000
@@ -20,12 +21,10 @@ def get_config(arg: str | None = None):
     config.agent.clip_coef = 0.2
     config.agent.ent_coef = 0.01
     config.log.every_updates = 10
-    if arg == "smoke":
+    if "smoke" in variant:
         config.total_timesteps = 8 * 16 * 4
         config.agent.num_steps = 16
         config.agent.num_minibatches = 2
         config.agent.update_epochs = 2
         config.log.every_updates = 1
-    elif arg is not None:
-        raise ValueError(f"unknown variant {arg!r} of ppo_cartpole (known: smoke)")
     return config

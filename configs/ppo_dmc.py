@@ -6,18 +6,20 @@ actor and critic); each entry is normalised by its own running statistics. 1M en
 2048 per update (8 envs x 256 steps), 32 minibatches, 10 epochs, step size 3e-4 annealed.
 
 `:CheetahRun-v1` (the default) or any other envpool dm_control task id selects the task;
-`:smoke` is a seconds-long CheetahRun-v1 run used by the tests.
+`:smoke` is a seconds-long run used by the tests (with a task: `:WalkerWalk-v1,smoke`).
 """
 
-from sebulba.agents import ppo
-from sebulba.config import base_config
-from sebulba.envs import envpool_families
+from sebulba.agents import defaults
+from sebulba.config import base_config, envpool_tasks, parse_variant
 
-_DM_CONTROL_FAMILY = "envpool.mujoco.dmc"
+_TASKS = envpool_tasks("dm_control")
 
 
 def get_config(arg: str | None = None):
-    config = base_config(ppo.get_config())
+    variant = parse_variant(
+        arg, "ppo_dmc", tasks=_TASKS, tasks_known="a dm_control task id such as CheetahRun-v1"
+    )
+    config = base_config(defaults.ppo_config())
     config.env.id = "CheetahRun-v1"
     config.env.num_envs = 8
     config.total_timesteps = 1_000_000
@@ -34,17 +36,12 @@ def get_config(arg: str | None = None):
     config.agent.normalize_observations = True
     config.agent.normalize_rewards = True
     config.log.every_updates = 10
-    if arg == "smoke":
+    if variant.task is not None:
+        config.env.id = variant.task
+    if "smoke" in variant:
         config.total_timesteps = 8 * 16 * 4
         config.agent.num_steps = 16
         config.agent.num_minibatches = 2
         config.agent.update_epochs = 2
         config.log.every_updates = 1
-    elif arg is not None and envpool_families().get(arg) == _DM_CONTROL_FAMILY:
-        config.env.id = arg
-    elif arg is not None:
-        raise ValueError(
-            f"unknown variant {arg!r} of ppo_dmc (known: smoke, or an envpool dm_control task "
-            "id such as CheetahRun-v1)"
-        )
     return config

@@ -13,20 +13,19 @@ every task is solved by ~40k steps (docs/multitask.md has the numbers).
 `:smoke` is a seconds-long run used by the tests.
 """
 
-from sebulba.config import sibling_config
+from sebulba.config import parse_variant, sibling_config
 
 TASKS = ("MiniGrid-Empty-5x5-v0", "MiniGrid-Empty-Random-6x6-v0", "MiniGrid-Empty-8x8-v0")
 
 
 def get_config(arg: str | None = None):
-    if arg not in (None, "smoke"):
-        raise ValueError(f"unknown variant {arg!r} of ppo_joint (known: smoke)")
+    variant = parse_variant(arg, "ppo_joint")
     # ppo_minigrid's network and hyperparameters (and its :smoke sizes), written once.
-    config = sibling_config(__file__, "ppo_minigrid", arg)
+    config = sibling_config(__file__, "ppo_minigrid", "smoke" if "smoke" in variant else None)
     config.env.ids = TASKS
     config.env.id = TASKS[0]  # Unused when env.ids names the tasks; kept equal to the first.
     config.agent.learning_rate = 1e-3
-    if arg == "smoke":
+    if "smoke" in variant:
         config.env.num_envs = 6  # 2 envs per task.
         config.total_timesteps = 6 * 16 * 4
     else:

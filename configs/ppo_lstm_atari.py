@@ -10,14 +10,16 @@ episodic life; fire on reset as in CleanRL. `:GAME-v5` selects the game (default
 Breakout-v5); `:smoke` (or `:smoke,GAME-v5`) is a tiny end-to-end run for CPUs and tests.
 """
 
-from sebulba.agents import ppo
-from sebulba.config import base_config
+from sebulba.agents import defaults
+from sebulba.config import atari_game, base_config, parse_variant
 
 
 def get_config(arg: str | None = None):
-    options = [] if arg is None else arg.split(",")
-    config = base_config(ppo.get_config())
-    config.env.id = next((o for o in options if o.endswith("-v5")), "Breakout-v5")
+    variant = parse_variant(
+        arg, "ppo_lstm_atari", ("smoke",), tasks=atari_game, tasks_known="GAME-v5"
+    )
+    config = base_config(defaults.ppo_config())
+    config.env.id = variant.task or "Breakout-v5"
     config.env.num_envs = 8
     config.env.frame_stack = 1
     config.env.clip_rewards = True
@@ -41,10 +43,7 @@ def get_config(arg: str | None = None):
     config.agent.ent_coef = 0.01
     config.agent.max_grad_norm = 0.5
     config.log.every_updates = 10
-    unknown = [o for o in options if o != "smoke" and not o.endswith("-v5")]
-    if unknown:
-        raise ValueError(f"unknown variant {unknown} of ppo_lstm_atari (known: smoke, GAME-v5)")
-    if "smoke" in options:
+    if "smoke" in variant:
         config.env.num_envs = 4
         config.agent.num_steps = 8
         config.agent.num_minibatches = 2

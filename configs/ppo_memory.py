@@ -15,12 +15,13 @@ pole is moving. tests/test_learning.py asserts both at 200k steps.
         --config.agent.core=none
 """
 
-from sebulba.agents import ppo
-from sebulba.config import base_config
+from sebulba.agents import defaults
+from sebulba.config import base_config, parse_variant
 
 
 def get_config(arg: str | None = None):
-    config = base_config(ppo.get_config())
+    variant = parse_variant(arg, "ppo_memory")
+    config = base_config(defaults.ppo_config())
     config.env.id = "CartPole-v1"
     config.env.observation_indices = (0, 2)  # Cart position, pole angle: no velocities.
     config.env.num_envs = 16
@@ -35,12 +36,10 @@ def get_config(arg: str | None = None):
     config.agent.clip_coef = 0.2
     config.agent.ent_coef = 0.01
     config.log.every_updates = 10
-    if arg == "smoke":
+    if "smoke" in variant:
         config.total_timesteps = 16 * 16 * 4
         config.agent.num_steps = 16
         config.agent.num_minibatches = 2
         config.agent.update_epochs = 2
         config.log.every_updates = 1
-    elif arg is not None:
-        raise ValueError(f"unknown variant {arg!r} of ppo_memory (known: smoke)")
     return config

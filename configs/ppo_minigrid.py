@@ -8,18 +8,24 @@ PPO defaults (the rl-starter-files' ones for MiniGrid): 16 envs x 128 steps, 4 m
 (the observations are integers, the rewards already in [0, 1]). 500k env steps.
 
 `:MiniGrid-DoorKey-5x5-v0` (the default) or any other envpool MiniGrid/BabyAI task id
-selects the task; `:smoke` is a seconds-long run used by the tests.
+selects the task; `:smoke` is a seconds-long run used by the tests (with a task:
+`:MiniGrid-Empty-5x5-v0,smoke`).
 """
 
-from sebulba.agents import ppo
-from sebulba.config import base_config
-from sebulba.envs import envpool_families
+from sebulba.agents import defaults
+from sebulba.config import base_config, envpool_tasks, parse_variant
 
-_MINIGRID_FAMILY = "envpool.minigrid"
+_TASKS = envpool_tasks("MiniGrid/BabyAI")
 
 
 def get_config(arg: str | None = None):
-    config = base_config(ppo.get_config())
+    variant = parse_variant(
+        arg,
+        "ppo_minigrid",
+        tasks=_TASKS,
+        tasks_known="a MiniGrid/BabyAI task id such as MiniGrid-DoorKey-5x5-v0",
+    )
+    config = base_config(defaults.ppo_config())
     config.env.id = "MiniGrid-DoorKey-5x5-v0"
     config.env.num_envs = 16
     config.total_timesteps = 500_000
@@ -31,18 +37,13 @@ def get_config(arg: str | None = None):
     config.agent.clip_coef = 0.2
     config.agent.ent_coef = 0.01
     config.log.every_updates = 10
-    if arg == "smoke":
+    if variant.task is not None:
+        config.env.id = variant.task
+    if "smoke" in variant:
         config.env.num_envs = 8
         config.total_timesteps = 8 * 16 * 4
         config.agent.num_steps = 16
         config.agent.num_minibatches = 2
         config.agent.update_epochs = 2
         config.log.every_updates = 1
-    elif arg is not None and envpool_families().get(arg) == _MINIGRID_FAMILY:
-        config.env.id = arg
-    elif arg is not None:
-        raise ValueError(
-            f"unknown variant {arg!r} of ppo_minigrid (known: smoke, or an envpool MiniGrid "
-            "task id such as MiniGrid-DoorKey-5x5-v0)"
-        )
     return config

@@ -13,19 +13,30 @@ platform's default), where CleanRL collects each rollout with the newest paramet
 `--config.pipeline.policy_lag=0` gives CleanRL's synchronous schedule.
 
 `:Hopper-v4` (the default), `:HalfCheetah-v4`, `:Walker2d-v4`, `:InvertedPendulum-v4` or
-any other envpool MuJoCo task id selects the task; `:smoke` is a seconds-long Hopper-v4
-run used by the tests.
+any other task with continuous (Box) actions and vector observations selects the task:
+every gymnasium MuJoCo task, the continuous Box2D ones (`:BipedalWalker-v3`,
+`:LunarLanderContinuous-v2`) and classic control's `:Pendulum-v1` and
+`:MountainCarContinuous-v0` (CleanRL's settings are tuned for MuJoCo; the others train
+with them unchanged). `:smoke` is a seconds-long run used by the tests, of Hopper-v4 or of
+the task named with it (`:BipedalWalker-v3,smoke`).
 """
 
-from sebulba.agents import ppo
-from sebulba.config import base_config
-from sebulba.envs import envpool_families
+from sebulba.agents import defaults
+from sebulba.config import base_config, envpool_tasks, parse_variant
 
-_MUJOCO_FAMILY = "envpool.mujoco.gym"
+_TASKS = envpool_tasks(
+    "MuJoCo", "Box2D", "classic control", box_actions=True, vector_observations=True
+)
 
 
 def get_config(arg: str | None = None):
-    config = base_config(ppo.get_config())
+    variant = parse_variant(
+        arg,
+        "ppo_mujoco",
+        tasks=_TASKS,
+        tasks_known="a Box-action vector task: Hopper-v4, BipedalWalker-v3, ...",
+    )
+    config = base_config(defaults.ppo_config())
     config.env.id = "Hopper-v4"
     config.env.num_envs = 8
     config.total_timesteps = 1_000_000
@@ -51,17 +62,12 @@ def get_config(arg: str | None = None):
     config.agent.observation_clip = 10.0
     config.agent.reward_clip = 10.0
     config.log.every_updates = 10
-    if arg == "smoke":
+    if variant.task is not None:
+        config.env.id = variant.task
+    if "smoke" in variant:
         config.total_timesteps = 8 * 16 * 4
         config.agent.num_steps = 16
         config.agent.num_minibatches = 2
         config.agent.update_epochs = 2
         config.log.every_updates = 1
-    elif arg is not None and envpool_families().get(arg) == _MUJOCO_FAMILY:
-        config.env.id = arg
-    elif arg is not None:
-        raise ValueError(
-            f"unknown variant {arg!r} of ppo_mujoco (known: smoke, or an envpool MuJoCo task "
-            "id such as Hopper-v4)"
-        )
     return config

@@ -7,12 +7,19 @@ lists them all.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
+from collections.abc import Callable, Iterable
 
 import ml_collections
 
+from sebulba import tasks
+from sebulba.errors import ConfigError
+from sebulba.progress import CONSOLE_MODES
 from sebulba.validation import NON_NEGATIVE_INT, POSITIVE_INT, UNIT_INTERVAL, Range, check_range
+
+_TRANSFER_GUARD_LEVELS = ("allow", "log", "disallow", "log_explicit", "disallow_explicit")
 
 # The interval of every numeric run-level key that no other check covers (sizes.py checks
 # the sizes and divisibility, train.py the log and checkpoint keys).
@@ -105,3 +112,114 @@ def check_run_ranges(config: ml_collections.ConfigDict) -> None:
         for part in dotted.split("."):
             value = value[part]
         check_range(value, dotted, allowed)
+
+
+def check_run_config(config: ml_collections.ConfigDict) -> None:
+    """The run-level checks that need neither JAX nor envpool (nor the sizes: `sizes.py`).
+
+    `sebulba.main` runs them before importing either, so a bad value fails in a fraction
+    of a second; `train.prepare` runs them again for library callers.
+
+    Raises:
+      ConfigError: naming the first offending field.
+    """
+    check_run_ranges(config)
+    if config.debug.transfer_guard not in _TRANSFER_GUARD_LEVELS:
+        raise ConfigError(
+            f"debug.transfer_guard {config.debug.transfer_guard!r} must be one of "
+            f"{', '.join(_TRANSFER_GUARD_LEVELS)}"
+        )
+    log = config.log
+    if not isinstance(log.every_updates, int) or log.every_updates < 1:
+        raise ConfigError(f"log.every_updates must be >= 1, got {log.every_updates!r}")
+    every_s = log.console_every_s
+    if isinstance(every_s, bool) or not isinstance(every_s, int | float) or every_s < 0:
+        raise ConfigError(f"log.console_every_s must be a number >= 0, got {every_s!r}")
+    if log.console not in CONSOLE_MODES:
+        raise ConfigError(f"log.console {log.console!r} must be one of {', '.join(CONSOLE_MODES)}")
+    if log.wandb and importlib.util.find_spec("wandb") is None:
+        raise ConfigError("log.wandb is True but wandb is not installed: pip install wandb")
+    for name, minimum in (("every_updates", 0), ("max_to_keep", 1)):
+        value = config.ckpt[name]
+        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+            raise ConfigError(f"ckpt.{name} must be an integer >= {minimum}, got {value!r}")
+    tasks.check_task_ids(config.env)
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """A config file's parsed `:ARG` (`FILE:ARG`): its keywords and at most one task id.
+
+    `"smoke" in variant` asks for a keyword; `variant.task` is the task id or None.
+    """
+
+    keywords: frozenset[str] = frozenset()
+    task: str | None = None
+
+    def __contains__(self, keyword: str) -> bool:
+        return keyword in self.keywords
+
+
+def parse_variant(
+    arg: str | None,
+    config_name: str,
+    keywords: Iterable[str] = ("smoke",),
+    tasks: Callable[[str], bool] | None = None,
+    tasks_known: str = "",
+) -> Variant:
+    """Parses a config's ARG: keywords and at most one task id, comma-separated, any order.
+
+    Every config file reads its variants through this one parser, so `:smoke`,
+    `:Hopper-v4`, `:Hopper-v4,smoke` and `:lstm,smoke` mean the same everywhere.
+
+    Args:
+      arg: the text after the colon of `--config=FILE:ARG` (None: no variant).
+      config_name: the config's name in messages, e.g. "ppo_mujoco".
+      keywords: the variant names the config knows, e.g. ("smoke", "lstm").
+      tasks: which task ids the config accepts (None: it names its own task).
+      tasks_known: how the message describes the accepted task ids.
+
+    Raises:
+      ValueError: "unknown variant 'X' of NAME (known: ...)" for anything else.
+    """
+    keywords = tuple(keywords)
+    chosen, task = set(), None
+    for option in [] if arg is None else [o.strip() for o in arg.split(",")]:
+        if option in keywords:
+            chosen.add(option)
+        elif tasks is not None and task is None and option and tasks(option):
+            task = option
+        else:
+            known = ", ".join(keywords) + (f", or {tasks_known}" if tasks is not None else "")
+            raise ValueError(f"unknown variant {option!r} of {config_name} (known: {known})")
+    return Variant(frozenset(chosen), task)
+
+
+def atari_game(option: str) -> bool:
+    """A `parse_variant` task test for Atari games: ids ending in -v5 (e.g. Pong-v5).
+
+    Only the form is checked here, so a config loads without envpool; the id itself is
+    checked with the rest of the config (an unknown game fails naming close matches).
+    """
+    return option.endswith("-v5")
+
+
+def envpool_tasks(
+    *families: str, box_actions: bool = False, vector_observations: bool = False
+) -> Callable[[str], bool]:
+    """A `parse_variant` task test: an envpool task id of one of `families`.
+
+    Args:
+      families: family names as `sebulba.envs.SUPPORTED_FAMILIES` gives them, e.g. "MuJoCo".
+      box_actions: accept only tasks whose actions are a Box (continuous control).
+      vector_observations: accept only tasks that observe one vector (no images, dicts).
+    """
+
+    def accepts(env_id: str) -> bool:
+        from sebulba import envs  # envpool loads only when a config is given a task id.
+
+        return envs.is_task_of(
+            env_id, families, box_actions=box_actions, vector_observations=vector_observations
+        )
+
+    return accepts

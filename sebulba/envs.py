@@ -79,6 +79,44 @@ def is_atari(env_id: str) -> bool:
     return envpool_families().get(env_id) == _ATARI_FAMILY
 
 
+def family_name(env_id: str) -> str | None:
+    """The supported family of `env_id` as README.md names it ("MuJoCo"), else None."""
+    return SUPPORTED_FAMILIES.get(envpool_families().get(env_id))
+
+
+def task_spaces(env_id: str):
+    """A task's (observation, action) gymnasium spaces under this module's settings.
+
+    Read from envpool's spec, without creating an env (tens of milliseconds).
+    """
+    from sebulba.config import base_config  # Its env section: the defaults make_envs uses.
+
+    env_config = base_config(ml_collections.ConfigDict()).env
+    kwargs = _atari_kwargs(env_config) if is_atari(env_id) else {}
+    spec = envpool.make_spec(env_id, **kwargs)
+    return spec.observation_space, spec.action_space
+
+
+def is_task_of(
+    env_id: str, families, *, box_actions: bool = False, vector_observations: bool = False
+) -> bool:
+    """Whether `env_id` is a task of one of `families` (names as README.md gives them).
+
+    Args:
+      box_actions: also require continuous (Box) actions.
+      vector_observations: also require one vector (a 1-D Box) as the observation.
+    """
+    if family_name(env_id) not in families:
+        return False
+    if not (box_actions or vector_observations):
+        return True
+    observation, action = task_spaces(env_id)
+    if box_actions and type(action).__name__ != "Box":
+        return False
+    is_vector = type(observation).__name__ == "Box" and len(observation.shape) == 1
+    return is_vector or not vector_observations
+
+
 def check_env_id(env_id: str, field: str = "env.id") -> None:
     """Raises ConfigError, naming `field` and close matches, unless the task is supported.
 
@@ -125,26 +163,31 @@ def make_envs(
     if render:
         kwargs["render_mode"] = "rgb_array"
     if is_atari(env_config.id):
-        if env_config.max_episode_frames % FRAMES_PER_AGENT_STEP:
-            raise ConfigError(
-                f"env.max_episode_frames ({env_config.max_episode_frames}) must be a "
-                f"multiple of the frame skip ({FRAMES_PER_AGENT_STEP})"
-            )
-        kwargs.update(
-            episodic_life=False,  # Machado et al.: no life-loss signal.
-            reward_clip=False,  # Clipped by the actor, so raw returns can be reported.
-            repeat_action_probability=env_config.repeat_action_probability,
-            full_action_space=env_config.full_action_space,
-            max_episode_steps=env_config.max_episode_frames // FRAMES_PER_AGENT_STEP,
-            noop_max=1,  # Sticky actions, not no-op starts, make the start stochastic.
-            use_fire_reset=env_config.use_fire_reset,
-            frame_skip=FRAMES_PER_AGENT_STEP,
-            stack_num=env_config.frame_stack,
-            img_height=84,
-            img_width=84,
-            gray_scale=True,
-        )
+        kwargs.update(_atari_kwargs(env_config))
     return envpool.make(env_config.id, env_type="gymnasium", **kwargs)
+
+
+def _atari_kwargs(env_config: ml_collections.ConfigDict) -> dict:
+    """envpool's Atari settings for the protocol of Machado et al. (module docstring)."""
+    if env_config.max_episode_frames % FRAMES_PER_AGENT_STEP:
+        raise ConfigError(
+            f"env.max_episode_frames ({env_config.max_episode_frames}) must be a "
+            f"multiple of the frame skip ({FRAMES_PER_AGENT_STEP})"
+        )
+    return dict(
+        episodic_life=False,  # Machado et al.: no life-loss signal.
+        reward_clip=False,  # Clipped by the actor, so raw returns can be reported.
+        repeat_action_probability=env_config.repeat_action_probability,
+        full_action_space=env_config.full_action_space,
+        max_episode_steps=env_config.max_episode_frames // FRAMES_PER_AGENT_STEP,
+        noop_max=1,  # Sticky actions, not no-op starts, make the start stochastic.
+        use_fire_reset=env_config.use_fire_reset,
+        frame_skip=FRAMES_PER_AGENT_STEP,
+        stack_num=env_config.frame_stack,
+        img_height=84,
+        img_width=84,
+        gray_scale=True,
+    )
 
 
 class SplitPool:
@@ -392,3 +435,11 @@ class EpisodeTracker:
         self.lengths[done] = 0
         self.resetting = done
         return valid
+
+
+if __name__ == "__main__":
+    import sys
+
+    from sebulba.env_catalog import main
+
+    sys.exit(main(sys.argv[1:]))

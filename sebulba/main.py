@@ -28,7 +28,10 @@ from absl import app, flags, logging
 from ml_collections import config_dict, config_flags
 
 from sebulba import distributed, flag_errors
+from sebulba.agents.defaults import check_builtin_ranges
+from sebulba.config import check_run_config
 from sebulba.errors import ConfigError, TrainingDivergedError
+from sebulba.sizes import derive_sizes
 from sebulba.stop_signals import StopSignals
 from sebulba.workdir import check_workdir
 
@@ -241,8 +244,13 @@ def _run(signals: StopSignals) -> None:
     options = _distributed_options()
     try:
         if not options.enabled:
-            # In seconds, before importing JAX. Multi-process runs check it in train.train,
-            # where a failure on one process stops the others at once.
+            # In a fraction of a second, before importing JAX or envpool: the config's
+            # sizes and values (a built-in agent's too), then the workdir. Multi-process
+            # runs check them in train.train (sizes need the process count), where a
+            # failure on one process stops the others at once.
+            derive_sizes(_CONFIG.value, num_processes=1)
+            check_run_config(_CONFIG.value)
+            check_builtin_ranges(_CONFIG.value.agent)
             check_workdir(_WORKDIR.value)
         source = distributed.initialize(options)
     except ConfigError as error:

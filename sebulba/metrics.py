@@ -247,9 +247,7 @@ class MetricsLogger:
         self._jsonl = open(os.path.join(workdir, "metrics.jsonl"), "a", encoding="utf-8")
         if wandb_config is not None:
             self._wandb = _WandbSink(wandb_config, workdir, first_update)
-        self._console = ConsoleProgress(
-            sizes.global_steps, sizes.num_updates, mode=console, first_step=first_step
-        )
+        self._console = ConsoleProgress(sizes.global_steps, sizes.num_updates, mode=console)
 
     def _window_reset(self, now: float, global_step: int) -> None:
         self._window_start = now
@@ -351,7 +349,12 @@ class MetricsLogger:
         if always_print or due:
             self._last_console_time = now
             self._console.write_line(
-                progress_line(line, self.sizes.global_steps, self.sizes.num_updates)
+                progress_line(
+                    line,
+                    self.sizes.global_steps,
+                    self.sizes.num_updates,
+                    self._console.eta_s(report.global_step),
+                )
             )
 
     def bottleneck(self) -> dict[str, Any]:

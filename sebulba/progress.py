@@ -26,10 +26,37 @@ def format_duration(seconds: float) -> str:
     return f"{hours}:{minutes:02d}:{secs:02d}"
 
 
-def progress_line(line: dict[str, Any], total_steps: int, num_updates: int) -> str:
-    """The one-line summary of a metrics line (see `MetricsLogger`)."""
+def eta_seconds(
+    total_steps: int, global_step: int, steady_from: tuple[float, int] | None, now: float
+) -> float:
+    """Seconds left at the steady-state rate; `math.inf` while that rate is unknown.
+
+    A run's first update (and a resumed run's) includes compiling and the first rollout,
+    so a rate that counts it puts the ETA minutes off (3 minutes shown for a one-minute
+    run). The rate counts from the end of that update instead.
+
+    Args:
+      total_steps: env steps of the whole run.
+      global_step: env steps done now.
+      steady_from: (time, global step) at the end of this process's first update; None
+        before it has finished.
+      now: the current time, on the clock of `steady_from`.
+    """
+    if global_step >= total_steps:
+        return 0.0
+    if steady_from is None:
+        return math.inf
+    start_time, start_step = steady_from
+    elapsed, done = now - start_time, global_step - start_step
+    if elapsed <= 0 or done <= 0:
+        return math.inf
+    return max(total_steps - global_step, 0) * elapsed / done
+
+
+def progress_line(line: dict[str, Any], total_steps: int, num_updates: int, eta_s: float) -> str:
+    """The one-line summary of a metrics line (see `MetricsLogger`); `eta_s`: see
+    `eta_seconds` (unknown: `?`)."""
     done, sps = line["global_step"], line["sps"]
-    eta_s = (total_steps - done) / sps if sps > 0 else math.inf
     ret = line["episodic_return"]
     return (
         f"update {line['update']}/{num_updates} "
@@ -51,7 +78,6 @@ class ConsoleProgress:
       mode: "lines" (plain lines), "bar" (lines and a bar redrawn in place) or "auto"
         (a bar only when `stream` is a terminal).
       stream: where to write (default: stdout).
-      first_step: env steps already done (a resumed run), so the ETA counts the rest.
     """
 
     def __init__(
@@ -60,7 +86,6 @@ class ConsoleProgress:
         num_updates: int,
         mode: str = "auto",
         stream: TextIO | None = None,
-        first_step: int = 0,
     ):
         if mode not in CONSOLE_MODES:
             raise ValueError(f"console mode {mode!r} is not one of {CONSOLE_MODES}")
@@ -68,8 +93,12 @@ class ConsoleProgress:
         self.stream = stream if stream is not None else sys.stdout
         is_terminal = getattr(self.stream, "isatty", lambda: False)()
         self.show_bar = mode == "bar" or (mode == "auto" and is_terminal)
-        self._start, self._first_step = time.perf_counter(), first_step
+        self._steady_from: tuple[float, int] | None = None
         self._bar_drawn = False
+
+    def eta_s(self, global_step: int) -> float:
+        """Seconds left at the rate since this process's first update (`eta_seconds`)."""
+        return eta_seconds(self.total_steps, global_step, self._steady_from, time.perf_counter())
 
     def write_line(self, text: str) -> None:
         """Prints a permanent line (above the bar, which is redrawn after it)."""
@@ -77,12 +106,15 @@ class ConsoleProgress:
         print(text, file=self.stream, flush=True)
 
     def on_update(self, update: int, global_step: int) -> None:
-        """Redraws the bar after an update (bar mode only)."""
+        """Notes an update (the first starts the steady-state clock); redraws the bar."""
+        now = time.perf_counter()
+        if self._steady_from is None:
+            self._steady_from = (now, global_step)
         if not self.show_bar:
             return
-        elapsed = time.perf_counter() - self._start
-        sps = (global_step - self._first_step) / elapsed if elapsed > 0 else 0.0
-        eta_s = (self.total_steps - global_step) / sps if sps > 0 else math.inf
+        eta_s = eta_seconds(self.total_steps, global_step, self._steady_from, now)
+        start_time, start_step = self._steady_from
+        sps = (global_step - start_step) / (now - start_time) if now > start_time else 0.0
         fraction = min(global_step / self.total_steps, 1.0)
         filled = int(round(fraction * _BAR_WIDTH))
         bar = "#" * filled + "-" * (_BAR_WIDTH - filled)

@@ -124,8 +124,8 @@ def check_compatible(specs: dict[str, object]) -> None:
     """Raises ConfigError unless every task's `EnvSpec` has the first task's spaces.
 
     One policy acts in every task, so the observation structure (names, shapes, dtypes)
-    and the action space must be identical. The message names the two tasks and what
-    differs.
+    and the action space must be identical. The message names the two tasks and only
+    what differs (e.g. "'mission' shape (96,) vs (512,)"), never whole specs.
     """
     items = list(specs.items())
     first_id, first = items[0]
@@ -133,11 +133,58 @@ def check_compatible(specs: dict[str, object]) -> None:
         if spec.action != first.action:
             raise ConfigError(
                 f"env.ids: tasks {first_id!r} and {task_id!r} have different action spaces "
-                f"({first.action} vs {spec.action}); jointly trained tasks must share one"
+                f"({describe_action(first.action)} vs {describe_action(spec.action)}); "
+                "jointly trained tasks must share one"
             )
         if spec.observation != first.observation:
+            differences = "; ".join(observation_differences(first.observation, spec.observation))
             raise ConfigError(
                 f"env.ids: tasks {first_id!r} and {task_id!r} have different observations "
-                f"({first.observation} vs {spec.observation}); jointly trained tasks must "
-                "share their structure, shapes and dtypes"
+                f"({differences}); jointly trained tasks must share their structure, shapes "
+                "and dtypes"
             )
+
+
+def describe_action(action) -> str:
+    """An action spec in a few words: "Discrete(7)", "Box (6,)", "MultiDiscrete(3, 3)"."""
+    kind = type(action).__name__
+    if kind == "Discrete":
+        return f"Discrete({action.num_actions})"
+    if kind == "MultiDiscrete":
+        return f"MultiDiscrete({', '.join(map(str, action.nvec))})"
+    if kind == "Box":
+        return f"Box {tuple(action.shape)} in [{min(action.low):g}, {max(action.high):g}]"
+    return kind
+
+
+# How messages name the fields of an observation's `ArraySpec` (others: their own name).
+_FIELD_NAMES = {"num_values": "n"}
+
+
+def observation_differences(first, other) -> list[str]:
+    """What differs between two observation specs (an `ArraySpec` or a dict of them).
+
+    Returns:
+      one phrase per difference, e.g. ["'mission' shape (96,) vs (512,)",
+      "'goal' only in the second"]; a key's matching fields are left out.
+    """
+    if isinstance(first, dict) != isinstance(other, dict):
+        kinds = ["a dict" if isinstance(x, dict) else "one array" for x in (first, other)]
+        return [f"{kinds[0]} vs {kinds[1]}"]
+    if not isinstance(first, dict):
+        return _array_differences("", first, other)
+    phrases = [f"{key!r} only in the first" for key in first if key not in other]
+    phrases += [f"{key!r} only in the second" for key in other if key not in first]
+    for key in first:
+        if key in other and first[key] != other[key]:
+            phrases += _array_differences(f"{key!r} ", first[key], other[key])
+    return phrases
+
+
+def _array_differences(prefix: str, first, other) -> list[str]:
+    phrases = []
+    for field in dataclasses.fields(first):
+        a, b = getattr(first, field.name), getattr(other, field.name, None)
+        if a != b:
+            phrases.append(f"{prefix}{_FIELD_NAMES.get(field.name, field.name)} {a} vs {b}")
+    return phrases

@@ -11,7 +11,6 @@ A run resumes from the newest valid checkpoint in `workdir/checkpoints` (else fr
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import os
 import time
 from collections.abc import Callable
@@ -27,15 +26,12 @@ from sebulba import envs as envs_lib
 from sebulba import workdir as workdir_lib
 from sebulba.agents import resolve_agent
 from sebulba.agents.api import Agent, EnvSpec
-from sebulba.config import check_run_ranges
+from sebulba.config import check_run_config
 from sebulba.errors import ConfigError
 from sebulba.mesh import DeviceLayout, build_layout
 from sebulba.metrics import MetricsLogger, params_checksum, truncate_metrics, write_json
 from sebulba.pipeline import Pipeline, UpdateReport, required_policy_version
-from sebulba.progress import CONSOLE_MODES
 from sebulba.sizes import Sizes, derive_sizes
-
-_TRANSFER_GUARD_LEVELS = ("allow", "log", "disallow", "log_explicit", "disallow_explicit")
 
 
 @dataclasses.dataclass
@@ -57,13 +53,7 @@ def prepare(config: ml_collections.ConfigDict) -> RunSetup:
       ConfigError: with one line naming the offending field.
     """
     sizes = derive_sizes(config, num_processes=jax.process_count())
-    check_run_ranges(config)
-    if config.debug.transfer_guard not in _TRANSFER_GUARD_LEVELS:
-        raise ConfigError(
-            f"debug.transfer_guard {config.debug.transfer_guard!r} must be one of "
-            f"{', '.join(_TRANSFER_GUARD_LEVELS)}"
-        )
-    _check_log_config(config.log)
+    check_run_config(config)
     layout = build_layout(config.mesh)
     if sizes.num_actor_threads < len(layout.actor_devices):
         raise ConfigError(
@@ -81,38 +71,17 @@ def prepare(config: ml_collections.ConfigDict) -> RunSetup:
             f"pipeline.overlap_env_steps splits each thread's envs in two halves: "
             f"env.num_envs ({sizes.envs_per_thread}) must be at least 2"
         )
-    tasks.check_task_ids(config.env)
     layout_of_tasks = tasks.task_layout(config, sizes.num_envs)
     for index, task_id in enumerate(layout_of_tasks.ids):
         # With env.ids set, env.id is ignored: errors name the field the task came from.
         envs_lib.check_env_id(task_id, f"env.ids[{index}]" if config.env.ids else "env.id")
     agent_module = resolve_agent(config.agent.name, config.agent)
-    _check_ckpt_config(config.ckpt)
     specs = envs_lib.task_env_specs(config.env, layout_of_tasks.ids)
     tasks.check_compatible(specs)
     env_spec = specs[layout_of_tasks.ids[0]]
     envs_per_thread = make_env_pools(config, sizes, first_update=1)
     agent = agent_module.make(config, env_spec, sizes)
     return RunSetup(config, sizes, layout, envs_per_thread, env_spec, agent)
-
-
-def _check_log_config(log: ml_collections.ConfigDict) -> None:
-    if not isinstance(log.every_updates, int) or log.every_updates < 1:
-        raise ConfigError(f"log.every_updates must be >= 1, got {log.every_updates!r}")
-    every_s = log.console_every_s
-    if isinstance(every_s, bool) or not isinstance(every_s, int | float) or every_s < 0:
-        raise ConfigError(f"log.console_every_s must be a number >= 0, got {every_s!r}")
-    if log.console not in CONSOLE_MODES:
-        raise ConfigError(f"log.console {log.console!r} must be one of {', '.join(CONSOLE_MODES)}")
-    if log.wandb and importlib.util.find_spec("wandb") is None:
-        raise ConfigError("log.wandb is True but wandb is not installed: pip install wandb")
-
-
-def _check_ckpt_config(ckpt: ml_collections.ConfigDict) -> None:
-    for name, minimum in (("every_updates", 0), ("max_to_keep", 1)):
-        value = ckpt[name]
-        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-            raise ConfigError(f"ckpt.{name} must be an integer >= {minimum}, got {value!r}")
 
 
 def make_env_pools(config: ml_collections.ConfigDict, sizes: Sizes, first_update: int) -> list:
@@ -325,14 +294,17 @@ def _summary_extra(config, layout) -> dict[str, Any]:
 
 
 def _final_report(summary: dict[str, Any]) -> str:
-    mean_return = summary["mean_return"]
+    mean_return, episodes = summary["mean_return"], min(summary["episodes"], 100)
     bottleneck = summary["bottleneck"]
+    if mean_return is None or episodes == 0:
+        returns = "no episode has finished, so there is no mean return"
+    else:
+        counted = "the episode" if episodes == 1 else f"the last {episodes} episodes"
+        returns = f"mean return of {counted} {mean_return:.1f}"
     return (
         f"sebulba: done, {summary['global_step']:,} steps in {summary['wall_time_s']:.0f}s "
         f"({summary['sps']:,.0f} sps after update 1, {summary['sps_including_compile']:,.0f} "
-        "including start-up), mean return of the last "
-        f"{min(summary['episodes'], 100)} episodes "
-        f"{'-' if mean_return is None else f'{mean_return:.1f}'}\n"
+        f"including start-up), {returns}\n"
         f"sebulba: throughput limited by: {bottleneck['limited_by']} ({bottleneck['detail']})"
     )
 
@@ -462,9 +434,11 @@ def train(
             f"{sizes.num_updates}; checkpoint saved to {checkpoints.saved_path} "
             "(run the same command again to resume)"
         )
-        logging.info(message)
+        # Once: the console's line on process 0 (its stdout is its log), the log elsewhere.
         if is_main_process:
             print(message, flush=True)
+        else:
+            logging.info(message)
         return state
     summary = metrics.summary(
         global_step=sizes.num_updates * sizes.steps_per_update,

@@ -42,6 +42,7 @@ import rlax
 
 from sebulba import random_streams, tasks
 from sebulba.agents import (
+    defaults,
     distributions,
     learner,
     minibatches,
@@ -50,13 +51,8 @@ from sebulba.agents import (
     recurrent,
 )
 from sebulba.agents.api import (
-    NON_NEGATIVE,
-    POSITIVE,
-    POSITIVE_INT,
-    UNIT_INTERVAL,
     Agent,
     EnvSpec,
-    Range,
     Rollout,
     check_ranges,
     episode_starts,
@@ -65,64 +61,13 @@ from sebulba.agents.api import (
 from sebulba.agents.networks import check_network_fits, has_convolutions, make_network
 from sebulba.sizes import Sizes
 
-# The interval of every numeric hyperparameter; `make` refuses values outside them.
-HYPERPARAMETER_RANGES = {
-    "learning_rate": POSITIVE,
-    "gamma": UNIT_INTERVAL,
-    "vtrace_lambda": UNIT_INTERVAL,
-    "clip_rho_threshold": POSITIVE,
-    "clip_pg_rho_threshold": POSITIVE,
-    "num_minibatches": POSITIVE_INT,
-    "ent_coef": NON_NEGATIVE,
-    "vf_coef": NON_NEGATIVE,
-    "max_grad_norm": POSITIVE,
-    # Decay 1 would freeze the squared-gradient average at its initial zero.
-    "rmsprop_decay": Range(0, 1, high_open=True),
-    # Outside the square root, eps alone keeps the step finite where the average is 0.
-    "rmsprop_eps": POSITIVE,
-    "lstm_size": POSITIVE_INT,
-    "observation_clip": POSITIVE,
-    "reward_clip": POSITIVE,
-}
+# The interval of every numeric hyperparameter (`defaults.py`); `make` refuses values
+# outside them.
+HYPERPARAMETER_RANGES = defaults.IMPALA_RANGES
 
 
-def get_config() -> ml_collections.ConfigDict:
-    """The `agent` section of an IMPALA config (Cleanba paper defaults)."""
-    config = ml_collections.ConfigDict()
-    config.name = "impala"  # Agent to train: built-in name or dotted module path.
-    config.num_steps = 20  # Steps per env per rollout (T); V-trace runs over all of them.
-    config.network = "mlp"  # mlp | nature_cnn | impala_resnet | multi_input.
-    config.core = "none"  # none | lstm: an LSTM between the network's torso and its heads.
-    config.lstm_size = 256  # LSTM units (agent.core="lstm"; the IMPALA paper's: 256).
-    config.learning_rate = 6e-4  # RMSProp step size at the first update.
-    config.anneal_lr = True  # Decay the step size linearly to 0 over the updates.
-    config.gamma = 0.99  # Discount factor.
-    config.vtrace_lambda = 1.0  # V-trace lambda (1: plain V-trace; 0 cuts every trace).
-    config.clip_rho_threshold = 1.0  # rho-bar: clips importance ratios in the value targets.
-    config.clip_pg_rho_threshold = 1.0  # pg-rho-bar: clips importance ratios in the pg advantage.
-    config.num_minibatches = 4  # Minibatches per update, whole sequences split along envs.
-    config.ent_coef = 0.01  # Entropy bonus coefficient.
-    config.vf_coef = 0.5  # Value loss coefficient.
-    config.max_grad_norm = 40.0  # Global gradient-norm clip.
-    config.rmsprop_decay = 0.99  # RMSProp decay of the squared-gradient average.
-    config.rmsprop_eps = 0.01  # RMSProp epsilon, added outside the square root.
-    config.conv_init = "lecun_normal"  # CNN kernels: lecun_normal (Cleanba) | orthogonal.
-    # auto: unrolled for convolutional networks on CPU learners, where XLA runs conv
-    # gradients inside a rolled scan 20-30x slower; rolled lax.scan elsewhere (an MLP
-    # gains little from unrolling and compiles many times longer).
-    config.minibatch_loop = "auto"  # auto | scan | unrolled.
-    # Every k-th env column of a minibatch; the loss is a sum, so the summed gradients equal
-    # the unsplit minibatch's. Memory falls with it.
-    config.gradient_accumulation_steps = 1  # Micro-batches per minibatch (gradients summed).
-    config.normalize_observations = False  # Running mean/std normalisation of float obs.
-    config.normalize_rewards = False  # Scale rewards by the running std of discounted returns.
-    config.observation_clip = 10.0  # Normalised observations are clipped to +-this.
-    config.reward_clip = 10.0  # Scaled rewards are clipped to +-this.
-    config.popart = False  # PopArt: value targets normalised per task (docs/agents.md).
-    config.popart_step_size = 3e-4  # PopArt beta: step of each target on its task's statistics.
-    config.popart_scale_lb = 1e-4  # PopArt: lower bound of each task's value scale.
-    config.popart_scale_ub = 1e6  # PopArt: upper bound of each task's value scale.
-    return config
+# The agent's defaults, kept free of JAX imports (`defaults.py`).
+get_config = defaults.impala_config
 
 
 # The learner state: parameters, RMSProp state, update count (and the normalisation

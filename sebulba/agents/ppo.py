@@ -57,6 +57,7 @@ import rlax
 
 from sebulba import random_streams, tasks
 from sebulba.agents import (
+    defaults,
     distributions,
     learner,
     minibatches,
@@ -65,10 +66,6 @@ from sebulba.agents import (
     recurrent,
 )
 from sebulba.agents.api import (
-    NON_NEGATIVE,
-    POSITIVE,
-    POSITIVE_INT,
-    UNIT_INTERVAL,
     Agent,
     EnvSpec,
     Rollout,
@@ -84,61 +81,13 @@ from sebulba.sizes import Sizes
 # the whole global rollout (Cleanba normalises once per rollout), or not at all.
 NORM_ADV_MODES = ("minibatch", "batch", "none")
 
-# The interval of every numeric hyperparameter; `make` refuses values outside them.
-HYPERPARAMETER_RANGES = {
-    "learning_rate": POSITIVE,
-    "gamma": UNIT_INTERVAL,
-    "gae_lambda": UNIT_INTERVAL,
-    "num_minibatches": POSITIVE_INT,
-    "update_epochs": POSITIVE_INT,
-    "clip_coef": POSITIVE,
-    "ent_coef": NON_NEGATIVE,
-    "vf_coef": NON_NEGATIVE,
-    "max_grad_norm": POSITIVE,
-    "lstm_size": POSITIVE_INT,
-    "observation_clip": POSITIVE,
-    "reward_clip": POSITIVE,
-}
+# The interval of every numeric hyperparameter (`defaults.py`); `make` refuses values
+# outside them.
+HYPERPARAMETER_RANGES = defaults.PPO_RANGES
 
 
-def get_config() -> ml_collections.ConfigDict:
-    """The `agent` section of a PPO config (baselines ppo2 Atari defaults)."""
-    config = ml_collections.ConfigDict()
-    config.name = "ppo"  # Agent to train: built-in name or dotted module path.
-    config.num_steps = 128  # Steps per env per rollout (T).
-    config.network = "mlp"  # mlp | nature_cnn | impala_resnet | multi_input.
-    config.core = "none"  # none | lstm: an LSTM between the network's torso and its heads.
-    config.lstm_size = 128  # LSTM units (agent.core="lstm"; CleanRL ppo_atari_lstm: 128).
-    config.learning_rate = 2.5e-4  # Adam step size at the first update.
-    config.anneal_lr = True  # Decay the step size linearly to 0 over the updates.
-    config.gamma = 0.99  # Discount factor.
-    config.gae_lambda = 0.95  # GAE lambda.
-    # Must divide num_steps; with core "lstm" (whole env sequences) the envs per device.
-    config.num_minibatches = 4  # Minibatches per epoch.
-    config.update_epochs = 4  # Passes over each rollout.
-    config.norm_adv = "minibatch"  # minibatch (baselines) | batch (whole rollout) | none.
-    config.clip_coef = 0.1  # Surrogate clipping epsilon.
-    config.clip_vloss = True  # Clip the value loss around the behaviour values.
-    config.ent_coef = 0.01  # Entropy bonus coefficient.
-    config.vf_coef = 0.5  # Value loss coefficient.
-    config.max_grad_norm = 0.5  # Global gradient-norm clip.
-    config.conv_init = "orthogonal"  # CNN kernels: orthogonal (baselines) | lecun_normal.
-    # auto: unrolled for convolutional networks on CPU learners, where XLA runs conv
-    # gradients inside a rolled scan 20-30x slower; rolled lax.scan elsewhere (an MLP
-    # gains little from unrolling and compiles many times longer).
-    config.minibatch_loop = "auto"  # auto | scan | unrolled.
-    # Memory falls with it. Advantage normalisation and the means over valid samples are
-    # then per micro-batch (exact split only for a plain mean: norm_adv "none", all valid).
-    config.gradient_accumulation_steps = 1  # Micro-batches per minibatch (gradients averaged).
-    config.normalize_observations = False  # Running mean/std normalisation of float obs.
-    config.normalize_rewards = False  # Scale rewards by the running std of discounted returns.
-    config.observation_clip = 10.0  # Normalised observations are clipped to +-this.
-    config.reward_clip = 10.0  # Scaled rewards are clipped to +-this.
-    config.popart = False  # PopArt: value targets normalised per task (docs/agents.md).
-    config.popart_step_size = 3e-4  # PopArt beta: step of each target on its task's statistics.
-    config.popart_scale_lb = 1e-4  # PopArt: lower bound of each task's value scale.
-    config.popart_scale_ub = 1e6  # PopArt: upper bound of each task's value scale.
-    return config
+# The agent's defaults, kept free of JAX imports (`defaults.py`).
+get_config = defaults.ppo_config
 
 
 # The learner state: parameters, Adam state, update count (and the normalisation

@@ -1,0 +1,148 @@
+"""The hyperparameter defaults and ranges of the built-in agents (the `agent` section).
+
+`sebulba.agents.ppo.get_config` and `sebulba.agents.impala.get_config` are these
+functions, and their `HYPERPARAMETER_RANGES` these ranges. They live apart from the
+agents' JAX code so that a config file loads, and a bad value fails, before JAX is
+imported (seconds of start-up).
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+from sebulba.validation import (
+    NON_NEGATIVE,
+    POSITIVE,
+    POSITIVE_INT,
+    UNIT_INTERVAL,
+    Range,
+    check_ranges,
+)
+
+# The interval of every numeric hyperparameter of each agent.
+PPO_RANGES = {
+    "learning_rate": POSITIVE,
+    "gamma": UNIT_INTERVAL,
+    "gae_lambda": UNIT_INTERVAL,
+    "num_minibatches": POSITIVE_INT,
+    "update_epochs": POSITIVE_INT,
+    "clip_coef": POSITIVE,
+    "ent_coef": NON_NEGATIVE,
+    "vf_coef": NON_NEGATIVE,
+    "max_grad_norm": POSITIVE,
+    "lstm_size": POSITIVE_INT,
+    "observation_clip": POSITIVE,
+    "reward_clip": POSITIVE,
+}
+
+IMPALA_RANGES = {
+    "learning_rate": POSITIVE,
+    "gamma": UNIT_INTERVAL,
+    "vtrace_lambda": UNIT_INTERVAL,
+    "clip_rho_threshold": POSITIVE,
+    "clip_pg_rho_threshold": POSITIVE,
+    "num_minibatches": POSITIVE_INT,
+    "ent_coef": NON_NEGATIVE,
+    "vf_coef": NON_NEGATIVE,
+    "max_grad_norm": POSITIVE,
+    # Decay 1 would freeze the squared-gradient average at its initial zero.
+    "rmsprop_decay": Range(0, 1, high_open=True),
+    # Outside the square root, eps alone keeps the step finite where the average is 0.
+    "rmsprop_eps": POSITIVE,
+    "lstm_size": POSITIVE_INT,
+    "observation_clip": POSITIVE,
+    "reward_clip": POSITIVE,
+}
+
+_RANGES = {"ppo": PPO_RANGES, "impala": IMPALA_RANGES}
+
+
+def check_builtin_ranges(agent: ml_collections.ConfigDict) -> None:
+    """Checks a built-in agent's hyperparameter ranges (others: at `make`, by their agent).
+
+    Raises:
+      ConfigError: for the first value outside its range, naming the field.
+    """
+    ranges = _RANGES.get(agent.name)
+    # A section built for another agent is refused later, naming what it lacks.
+    if ranges is not None and set(ranges) <= set(agent):
+        check_ranges(agent, "agent", ranges)
+
+
+def ppo_config() -> ml_collections.ConfigDict:
+    """The `agent` section of a PPO config (baselines ppo2 Atari defaults)."""
+    config = ml_collections.ConfigDict()
+    config.name = "ppo"  # Agent to train: built-in name or dotted module path.
+    config.num_steps = 128  # Steps per env per rollout (T).
+    config.network = "mlp"  # mlp | nature_cnn | impala_resnet | multi_input.
+    config.core = "none"  # none | lstm: an LSTM between the network's torso and its heads.
+    config.lstm_size = 128  # LSTM units (agent.core="lstm"; CleanRL ppo_atari_lstm: 128).
+    config.learning_rate = 2.5e-4  # Adam step size at the first update.
+    config.anneal_lr = True  # Decay the step size linearly to 0 over the updates.
+    config.gamma = 0.99  # Discount factor.
+    config.gae_lambda = 0.95  # GAE lambda.
+    # Must divide num_steps; with core "lstm" (whole env sequences) the envs per device.
+    config.num_minibatches = 4  # Minibatches per epoch.
+    config.update_epochs = 4  # Passes over each rollout.
+    config.norm_adv = "minibatch"  # minibatch (baselines) | batch (whole rollout) | none.
+    config.clip_coef = 0.1  # Surrogate clipping epsilon.
+    config.clip_vloss = True  # Clip the value loss around the behaviour values.
+    config.ent_coef = 0.01  # Entropy bonus coefficient.
+    config.vf_coef = 0.5  # Value loss coefficient.
+    config.max_grad_norm = 0.5  # Global gradient-norm clip.
+    config.conv_init = "orthogonal"  # CNN kernels: orthogonal (baselines) | lecun_normal.
+    # auto: unrolled for convolutional networks on CPU learners, where XLA runs conv
+    # gradients inside a rolled scan 20-30x slower; rolled lax.scan elsewhere (an MLP
+    # gains little from unrolling and compiles many times longer).
+    config.minibatch_loop = "auto"  # auto | scan | unrolled.
+    # Memory falls with it. Advantage normalisation and the means over valid samples are
+    # then per micro-batch (exact split only for a plain mean: norm_adv "none", all valid).
+    config.gradient_accumulation_steps = 1  # Micro-batches per minibatch (gradients averaged).
+    config.normalize_observations = False  # Running mean/std normalisation of float obs.
+    config.normalize_rewards = False  # Scale rewards by the running std of discounted returns.
+    config.observation_clip = 10.0  # Normalised observations are clipped to +-this.
+    config.reward_clip = 10.0  # Scaled rewards are clipped to +-this.
+    config.popart = False  # PopArt: value targets normalised per task (docs/agents.md).
+    config.popart_step_size = 3e-4  # PopArt beta: step of each target on its task's statistics.
+    config.popart_scale_lb = 1e-4  # PopArt: lower bound of each task's value scale.
+    config.popart_scale_ub = 1e6  # PopArt: upper bound of each task's value scale.
+    return config
+
+
+def impala_config() -> ml_collections.ConfigDict:
+    """The `agent` section of an IMPALA config (Cleanba paper defaults)."""
+    config = ml_collections.ConfigDict()
+    config.name = "impala"  # Agent to train: built-in name or dotted module path.
+    config.num_steps = 20  # Steps per env per rollout (T); V-trace runs over all of them.
+    config.network = "mlp"  # mlp | nature_cnn | impala_resnet | multi_input.
+    config.core = "none"  # none | lstm: an LSTM between the network's torso and its heads.
+    config.lstm_size = 256  # LSTM units (agent.core="lstm"; the IMPALA paper's: 256).
+    config.learning_rate = 6e-4  # RMSProp step size at the first update.
+    config.anneal_lr = True  # Decay the step size linearly to 0 over the updates.
+    config.gamma = 0.99  # Discount factor.
+    config.vtrace_lambda = 1.0  # V-trace lambda (1: plain V-trace; 0 cuts every trace).
+    config.clip_rho_threshold = 1.0  # rho-bar: clips importance ratios in the value targets.
+    config.clip_pg_rho_threshold = 1.0  # pg-rho-bar: clips importance ratios in the pg advantage.
+    config.num_minibatches = 4  # Minibatches per update, whole sequences split along envs.
+    config.ent_coef = 0.01  # Entropy bonus coefficient.
+    config.vf_coef = 0.5  # Value loss coefficient.
+    config.max_grad_norm = 40.0  # Global gradient-norm clip.
+    config.rmsprop_decay = 0.99  # RMSProp decay of the squared-gradient average.
+    config.rmsprop_eps = 0.01  # RMSProp epsilon, added outside the square root.
+    config.conv_init = "lecun_normal"  # CNN kernels: lecun_normal (Cleanba) | orthogonal.
+    # auto: unrolled for convolutional networks on CPU learners, where XLA runs conv
+    # gradients inside a rolled scan 20-30x slower; rolled lax.scan elsewhere (an MLP
+    # gains little from unrolling and compiles many times longer).
+    config.minibatch_loop = "auto"  # auto | scan | unrolled.
+    # Every k-th env column of a minibatch; the loss is a sum, so the summed gradients equal
+    # the unsplit minibatch's. Memory falls with it.
+    config.gradient_accumulation_steps = 1  # Micro-batches per minibatch (gradients summed).
+    config.normalize_observations = False  # Running mean/std normalisation of float obs.
+    config.normalize_rewards = False  # Scale rewards by the running std of discounted returns.
+    config.observation_clip = 10.0  # Normalised observations are clipped to +-this.
+    config.reward_clip = 10.0  # Scaled rewards are clipped to +-this.
+    config.popart = False  # PopArt: value targets normalised per task (docs/agents.md).
+    config.popart_step_size = 3e-4  # PopArt beta: step of each target on its task's statistics.
+    config.popart_scale_lb = 1e-4  # PopArt: lower bound of each task's value scale.
+    config.popart_scale_ub = 1e6  # PopArt: upper bound of each task's value scale.
+    return config

@@ -1,0 +1,102 @@
+"""The tasks `env.id` accepts, listed on the command line.
+
+    python -m sebulba.envs            # each family and its number of tasks
+    python -m sebulba.envs mujoco     # a family's task ids with their spaces
+
+The list is envpool's registry, restricted to the families `sebulba.envs` supports; the
+spaces are envpool's under the settings a run uses (Atari's under the Machado et al.
+protocol: 18 actions, a stack of 4 grey 84x84 frames), read from envpool's specs without
+creating envs. Observation bounds are left out (envpool's are unreliable); the host turns
+float64 observations into float32 (`sebulba.spaces`).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+
+from sebulba import envs
+
+
+def _normalised(name: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", name.lower())
+
+
+def family_named(text: str) -> str | None:
+    """The supported family `text` names, e.g. "mujoco", "Box2D", "babyai", "classic"."""
+    wanted = _normalised(text)
+    for family in envs.SUPPORTED_FAMILIES.values():
+        parts = [_normalised(family), *map(_normalised, family.split("/"))]
+        if wanted and any(part.startswith(wanted) for part in parts):
+            return family
+    return None
+
+
+def tasks_by_family() -> dict[str, list[str]]:
+    """Family name -> its task ids in envpool's registry order (families in README order)."""
+    by_family = {family: [] for family in envs.SUPPORTED_FAMILIES.values()}
+    for env_id in envs.supported_env_ids():
+        by_family[envs.family_name(env_id)].append(env_id)
+    return by_family
+
+
+def describe_space(space, bounds: bool = False) -> str:
+    """A gymnasium space in a few words: "Discrete(2)", "Box (4,) float32 in [-1, 1]".
+
+    Args:
+      bounds: give a Box's bounds (actions; observation bounds are unreliable).
+    """
+    kind = type(space).__name__
+    if kind == "Discrete":
+        return f"Discrete({space.n})"
+    if kind == "MultiDiscrete":
+        return f"MultiDiscrete({list(space.nvec)})"
+    if kind == "Dict":
+        entries = ", ".join(f"{k}: {describe_space(v)}" for k, v in space.spaces.items())
+        return f"dict({entries})"
+    if kind == "Box":
+        text = f"Box {tuple(space.shape)} {space.dtype}"
+        low, high = space.low.min(), space.high.max()
+        if bounds:
+            text += f" in [{low:g}, {high:g}]"
+        return text
+    return str(space)
+
+
+def task_line(env_id: str) -> str:
+    observation, action = envs.task_spaces(env_id)
+    action = describe_space(action, bounds=True)
+    return f"{env_id}: observation {describe_space(observation)}; action {action}"
+
+
+def main(argv: list[str]) -> int:
+    """Prints the families (no argument) or one family's tasks; returns the exit status."""
+    try:
+        return _print_tasks(argv)
+    except BrokenPipeError:  # `python -m sebulba.envs atari | head`: the reader left.
+        sys.stdout = None
+        return 0
+
+
+def _print_tasks(argv: list[str]) -> int:
+    by_family = tasks_by_family()
+    if not argv:
+        total = sum(map(len, by_family.values()))
+        print(f"env.id accepts {total} envpool tasks in {len(by_family)} families:")
+        width = max(map(len, by_family))
+        for family, ids in by_family.items():
+            print(f"  {family:<{width}}  {len(ids):>4}  e.g. {', '.join(ids[:3])}")
+        print("List a family's tasks with their spaces: python -m sebulba.envs FAMILY")
+        return 0
+    family = family_named(argv[0]) if len(argv) == 1 else None
+    if family is None:
+        names = ", ".join(repr(f) for f in by_family)
+        print(
+            f"sebulba.envs: usage: python -m sebulba.envs [FAMILY], FAMILY one of {names}",
+            file=sys.stderr,
+        )
+        return 2
+    print(f"{family}: {len(by_family[family])} tasks")
+    for env_id in by_family[family]:
+        print(f"  {task_line(env_id)}")
+    return 0

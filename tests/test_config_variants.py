@@ -1,0 +1,86 @@
+"""Config variants (`--config=FILE:ARG`): one parser for every config file."""
+
+import importlib.util
+import os
+
+import pytest
+
+from sebulba import train
+from sebulba.config import parse_variant
+from tests.helpers import read_metrics
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIGS = sorted(f[:-3] for f in os.listdir(os.path.join(ROOT, "configs")) if f.endswith(".py"))
+
+
+def load_config(name, arg=None):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "configs", f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.get_config(arg)
+
+
+def test_parse_variant_takes_keywords_and_one_task_in_any_order():
+    def is_task(option):
+        return option.endswith("-v4")
+
+    variant = parse_variant("Hopper-v4,smoke", "x", ("smoke", "lstm"), is_task, "TASK")
+    assert variant.task == "Hopper-v4" and "smoke" in variant and "lstm" not in variant
+    assert parse_variant("smoke, Hopper-v4", "x", ("smoke",), is_task) == variant.__class__(
+        frozenset({"smoke"}), "Hopper-v4"
+    )
+    assert parse_variant(None, "x").task is None and "smoke" not in parse_variant(None, "x")
+    with pytest.raises(ValueError, match=r"unknown variant 'fast' of x \(known: smoke, or TASK\)"):
+        parse_variant("fast", "x", ("smoke",), is_task, "TASK")
+    with pytest.raises(ValueError, match="unknown variant 'Ant-v4' of x"):
+        parse_variant("Hopper-v4,Ant-v4", "x", ("smoke",), is_task, "TASK")  # Two tasks.
+    with pytest.raises(ValueError, match=r"unknown variant 'Hopper-v4' of x \(known: smoke\)"):
+        parse_variant("Hopper-v4", "x")  # A config that names its own task.
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_every_config_reads_smoke_through_the_shared_parser(name):
+    smoke, full = load_config(name, "smoke"), load_config(name)
+    assert smoke.total_timesteps < full.total_timesteps
+    with pytest.raises(ValueError, match=f"unknown variant 'smok' of {name} "):
+        load_config(name, "smok")
+
+
+@pytest.mark.parametrize(
+    "name, arg, env_id",
+    [
+        ("ppo_mujoco", "BipedalWalker-v3", "BipedalWalker-v3"),
+        ("ppo_mujoco", "Pendulum-v1", "Pendulum-v1"),
+        ("ppo_mujoco", "LunarLanderContinuous-v2", "LunarLanderContinuous-v2"),
+        ("ppo_mujoco", "Hopper-v4,smoke", "Hopper-v4"),
+        ("ppo_mujoco", "smoke,Walker2d-v4", "Walker2d-v4"),
+        ("ppo_dmc", "WalkerWalk-v1,smoke", "WalkerWalk-v1"),
+        ("ppo_minigrid", "MiniGrid-Empty-5x5-v0,smoke", "MiniGrid-Empty-5x5-v0"),
+        ("ppo_atari", "Pong-v5,smoke", "Pong-v5"),
+        ("impala_atari", "lstm,Pong-v5,smoke", "Pong-v5"),
+    ],
+)
+def test_a_task_shortcut_selects_the_task_and_combines_with_smoke(name, arg, env_id):
+    config = load_config(name, arg)
+    assert config.env.id == env_id
+    smoke = load_config(name, "smoke")
+    if "smoke" in arg.split(","):
+        assert config.total_timesteps == smoke.total_timesteps
+        assert config.agent.num_steps == smoke.agent.num_steps
+    else:
+        assert config.total_timesteps == load_config(name).total_timesteps
+
+
+@pytest.mark.parametrize(
+    "task", ["CartPole-v1", "LunarLander-v2", "CarRacing-v2", "CheetahRun-v1", "Pong-v5"]
+)
+def test_the_continuous_config_refuses_tasks_without_box_actions_or_vectors(task):
+    with pytest.raises(ValueError, match=f"unknown variant '{task}' of ppo_mujoco .*BipedalWalker"):
+        load_config("ppo_mujoco", task)
+
+
+def test_the_continuous_config_trains_a_box2d_task_as_a_smoke_run(tmp_path):
+    config = load_config("ppo_mujoco", "BipedalWalker-v3,smoke")
+    config.log.tensorboard = False
+    train.train(config, str(tmp_path))
+    assert [line["update"] for line in read_metrics(str(tmp_path))] == [1, 2, 3, 4]

@@ -1,0 +1,81 @@
+"""What the console says: an ETA from the steady-state rate, and plain final words."""
+
+import io
+import math
+
+import pytest
+
+from sebulba import progress, train
+from sebulba.progress import ConsoleProgress, eta_seconds, progress_line
+
+
+def test_the_eta_is_unknown_until_the_first_update_has_finished():
+    assert eta_seconds(10_000, 0, None, now=5.0) == math.inf
+    # Just after the first update: no steady-state step has been timed yet.
+    assert eta_seconds(10_000, 1_000, (30.0, 1_000), now=30.0) == math.inf
+
+
+def test_the_eta_counts_the_rate_after_the_first_update_not_the_compile():
+    # Update 1 took 30 s (compiling) for 1,000 steps; the next 2,000 took 2 s. The rate
+    # since the start (3,000 steps / 32 s) would say 75 s for the 7,000 left; the
+    # steady-state rate (1,000 steps/s) says 7 s.
+    assert eta_seconds(10_000, 3_000, (30.0, 1_000), now=32.0) == pytest.approx(7.0)
+    assert eta_seconds(10_000, 10_000, None, now=40.0) == 0.0  # Done: nothing left.
+
+
+def test_the_console_starts_its_clock_at_the_first_update(monkeypatch):
+    clock = iter([30.0, 30.0, 32.0, 32.0])
+    monkeypatch.setattr(progress.time, "perf_counter", lambda: next(clock))
+    console = ConsoleProgress(10_000, 10, mode="lines", stream=io.StringIO())
+    console.on_update(1, 1_000)
+    assert console.eta_s(1_000) == math.inf
+    console.on_update(2, 3_000)
+    assert console.eta_s(3_000) == pytest.approx(7.0)
+
+
+def _line(**changes):
+    line = {
+        "global_step": 3_000,
+        "update": 3,
+        "sps": 1_000.0,
+        "episodic_return": None,
+        "actor_policy_version": 2,
+        "learner_policy_version": 4,
+        "learner_wait_fraction": 0.5,
+        "actor_wait_fraction": 0.25,
+    }
+    return {**line, **changes}
+
+
+def test_progress_lines_show_the_eta_they_are_given():
+    assert " ETA ? " in progress_line(_line(), 10_000, 10, math.inf)
+    assert " ETA 0:00:07 " in progress_line(_line(), 10_000, 10, 7.0)
+
+
+def _summary(episodes, mean_return):
+    return {
+        "global_step": 512,
+        "wall_time_s": 9.0,
+        "sps": 6_000.0,
+        "sps_including_compile": 300.0,
+        "episodes": episodes,
+        "mean_return": mean_return,
+        "bottleneck": {"limited_by": "learner", "detail": "d"},
+    }
+
+
+@pytest.mark.parametrize(
+    "episodes, mean_return, words",
+    [
+        (0, None, "no episode has finished, so there is no mean return"),
+        (1, 12.0, "mean return of the episode 12.0"),
+        (21, 20.5, "mean return of the last 21 episodes 20.5"),
+        (350, 480.0, "mean return of the last 100 episodes 480.0"),
+    ],
+)
+def test_the_final_line_reads_naturally_however_many_episodes_finished(
+    episodes, mean_return, words
+):
+    first = train._final_report(_summary(episodes, mean_return)).splitlines()[0]
+    assert first.endswith(f"including start-up), {words}")
+    assert " -" not in first
