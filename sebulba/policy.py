@@ -250,26 +250,27 @@ class Policy:
         """`obs` as a batch of the policy's observations, converted as the actors do."""
         spec = self.env_spec.observation
         expected = spaces.map_observation(lambda s: ("B", *s.shape), spec)
+        given = spaces.dict_tree(obs)
         try:
-            obs = spaces.host_observation(spec, obs)
+            kinds = spaces.map_observation(_same_kind, spec, given)
+            obs = spaces.host_observation(spec, given)
             shapes = spaces.map_observation(lambda s, x: ("B", *x.shape[1:]), spec, obs)
-            kinds = spaces.map_observation(_same_kind, spec, spaces.dict_tree(obs))
             rows = {x.shape[0] for x in jax.tree.leaves(obs) if x.ndim}
             batched = all(np.ndim(x) > 0 for x in jax.tree.leaves(obs)) and len(rows) == 1
         except (ValueError, TypeError):
             shapes, batched, kinds = None, False, [True]
-        if batched and shapes == expected and not all(jax.tree.leaves(kinds)):
-            got = jax.tree.map(lambda x: np.asarray(x).dtype.name, spaces.dict_tree(obs))
+        if not batched or shapes != expected:
+            got = jax.tree.map(np.shape, given)
+            raise PolicyError(
+                f"obs of shape {got} is not a batch {expected} of "
+                f"{self.env_spec.env_id} observations"
+            )
+        if not all(jax.tree.leaves(kinds)):
+            got = jax.tree.map(lambda x: np.asarray(x).dtype.name, given)
             want = spaces.map_observation(lambda s: s.dtype, spec)
             raise PolicyError(
                 f"obs of dtype {got} cannot be {self.env_spec.env_id} observations of "
                 f"dtype {want}: build the envs with policy.make_envs(num_envs, seed)"
-            )
-        if not batched or shapes != expected:
-            got = jax.tree.map(np.shape, spaces.dict_tree(obs))
-            raise PolicyError(
-                f"obs of shape {got} is not a batch {expected} of "
-                f"{self.env_spec.env_id} observations"
             )
         return obs
 
