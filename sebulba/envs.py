@@ -15,6 +15,11 @@ learning while raw returns are reported. `env.use_fire_reset` presses FIRE after
 reset, as envpool does by default and Cleanba keeps (with the full action space that
 means every game); Machado et al. do not, so the base config leaves it off.
 
+`make_envs(..., render=True)` lets every supported family draw RGB screens; MuJoCo and
+dm_control draw with OpenGL through EGL, headless, which needs the system's libEGL loaded
+before envpool is imported (done on import of this module when it is installed) and a
+Mesa EGL driver; `check_rendering` tries a task in a child process first.
+
 Env seeds follow the global env index: env i of a pool whose first env has global
 index g0 is seeded with `seed + g0 + i`, whatever thread or process steps it.
 
