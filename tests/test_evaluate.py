@@ -395,3 +395,51 @@ def test_max_steps_caps_every_episode(trained, tmp_path):
     assert capped["lengths"] == [5, 5, 5]
     with pytest.raises(evaluate.EvaluationError, match=r"--max_steps \(-1\) must be >= 0"):
         evaluate.evaluate(trained, max_steps=-1)
+
+
+_RENDER_EVERY_FAMILY = """
+import json, sys
+import ml_collections
+from sebulba import envs
+from sebulba.config import base_config
+from sebulba.agents import ppo
+sizes = {}
+for env_id in sys.argv[1:]:
+    config = base_config(ppo.get_config()).env
+    config.id = env_id
+    pool = envs.make_envs(config, 1, seed=0, render=True)
+    pool.reset()
+    screen = pool.render(env_ids=[0])[0]
+    sizes[env_id] = [list(screen.shape), len({tuple(p) for p in screen.reshape(-1, 3)})]
+print(json.dumps(sizes))
+"""
+
+
+def test_every_supported_family_can_be_animated(tmp_path):
+    # One task of each family draws an RGB screen of many colours, in a fresh process
+    # (as `python -m sebulba.evaluate` runs), leaving nothing in the current directory.
+    ids = [
+        "CartPole-v1",
+        "BipedalWalker-v3",
+        "Hopper-v4",
+        "CheetahRun-v1",
+        "MiniGrid-Empty-5x5-v0",
+        "Pong-v5",
+    ]
+    families = {envs_lib.envpool_families()[i] for i in ids}
+    assert families == set(envs_lib.SUPPORTED_FAMILIES)
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": ROOT}
+    result = subprocess.run(
+        [sys.executable, "-c", _RENDER_EVERY_FAMILY, *ids],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    sizes = json.loads(result.stdout.strip().splitlines()[-1])
+    assert sizes["Hopper-v4"][0] == sizes["CheetahRun-v1"][0] == [480, 480, 3]
+    assert sizes["Pong-v5"][0] == [210, 160, 3]
+    assert all(colours >= 3 for _, colours in sizes.values()), sizes  # Drawings, not blanks.
+    assert os.listdir(tmp_path) == []
