@@ -15,6 +15,11 @@ learning while raw returns are reported. `env.use_fire_reset` presses FIRE after
 reset, as envpool does by default and Cleanba keeps (with the full action space that
 means every game); Machado et al. do not, so the base config leaves it off.
 
+`make_envs(..., render=True)` lets every supported family draw RGB screens; MuJoCo and
+dm_control draw with OpenGL through EGL, headless, which needs the system's libEGL loaded
+before envpool is imported (done on import of this module when it is installed) and a
+Mesa EGL driver; `check_rendering` tries a task in a child process first.
+
 Env seeds follow the global env index: env i of a pool whose first env has global
 index g0 is seeded with `seed + g0 + i`, whatever thread or process steps it.
 
@@ -26,16 +31,46 @@ every step still returning every env of a half, in order.
 
 from __future__ import annotations
 
+import ctypes
 import difflib
 import functools
+import subprocess
+import sys
+import tempfile
 import warnings
 
-import envpool
 import ml_collections
 import numpy as np
 
 from sebulba import spaces
 from sebulba.errors import ConfigError
+
+# envpool draws MuJoCo and dm_control scenes with OpenGL through EGL, which needs no display.
+# MuJoCo looks its GL functions up once, when envpool is imported, among the libraries loaded
+# into the process's global namespace, where envpool's own bundled EGL is not: unless the
+# system's libEGL is loaded there first, the first render ends the process with a MuJoCo
+# error and leaves MUJOCO_LOG.TXT in the current directory. Every other family draws on the
+# CPU without OpenGL.
+_EGL_FAMILIES = ("envpool.mujoco.gym", "envpool.mujoco.dmc")
+_EGL_LIBRARY = "libEGL.so.1"
+# The Debian/Ubuntu packages of EGL and Mesa's software renderer (llvmpipe).
+EGL_APT_PACKAGES = "libegl1 libegl-mesa0 libgl1-mesa-dri"
+
+
+def _preload_egl() -> str | None:
+    """Loads the system's libEGL globally, before envpool; None, or why it could not."""
+    if "envpool" in sys.modules:
+        return "envpool was imported before sebulba.envs (import sebulba.envs first)"
+    try:
+        ctypes.CDLL(_EGL_LIBRARY, mode=ctypes.RTLD_GLOBAL)
+    except OSError:
+        return f"{_EGL_LIBRARY} is not installed (apt-get install -y {EGL_APT_PACKAGES})"
+    return None
+
+
+_EGL_MISSING = _preload_egl()
+
+import envpool  # noqa: E402  (after the EGL library, see above)
 
 # envpool's classic-control spaces are float64 boxes that gymnasium casts with a warning
 # on every access; the cast is harmless.
@@ -58,6 +93,19 @@ ATARI_FRAMES_PER_SECOND = 60  # The console's (NTSC) frame rate.
 # animations of other non-Atari tasks play at `_DEFAULT_STEP_S`.
 _CLASSIC_CONTROL_STEP_S = {"CartPole-v1": 0.02, "Acrobot-v1": 0.2}
 _DEFAULT_STEP_S = 0.02
+_RENDER_PROBE = """
+import ctypes, sys
+ctypes.CDLL(sys.argv[2], mode=ctypes.RTLD_GLOBAL)
+import envpool
+pool = envpool.make(sys.argv[1], env_type="gymnasium", num_envs=1, batch_size=1,
+                    render_mode="rgb_array")
+pool.reset()
+sys.exit(0 if pool.render(env_ids=[0]).any() else "rendered an all-black screen")
+"""
+
+
+class RenderingError(Exception):
+    """A task cannot be rendered on this machine; the message says why in one line."""
 
 
 @functools.cache
@@ -162,6 +210,8 @@ def make_envs(
     )
     if render:
         kwargs["render_mode"] = "rgb_array"
+        if envpool_families().get(env_config.id) in _EGL_FAMILIES:
+            _check_egl(env_config.id)
     if is_atari(env_config.id):
         kwargs.update(_atari_kwargs(env_config))
     return envpool.make(env_config.id, env_type="gymnasium", **kwargs)
@@ -188,6 +238,46 @@ def _atari_kwargs(env_config: ml_collections.ConfigDict) -> dict:
         img_width=84,
         gray_scale=True,
     )
+
+
+def check_rendering(env_id: str) -> None:
+    """Raises RenderingError, in one line, unless `make_envs(render=True)` can draw the task.
+
+    MuJoCo and dm_control tasks are tried in a child process in a scratch directory: a
+    failing MuJoCo render ends its process and writes MUJOCO_LOG.TXT where it runs. Every
+    other family draws without OpenGL.
+    """
+    if envpool_families().get(env_id) not in _EGL_FAMILIES:
+        return
+    _check_egl(env_id)
+    with tempfile.TemporaryDirectory() as scratch:
+        result = subprocess.run(
+            [sys.executable, "-c", _RENDER_PROBE, env_id, _EGL_LIBRARY],
+            capture_output=True,
+            text=True,
+            cwd=scratch,
+            check=False,
+        )
+    if result.returncode != 0:
+        lines = (result.stderr + result.stdout).strip().splitlines() or ["no output"]
+        raise RenderingError(
+            f"cannot render {env_id} on this machine ({lines[-1].strip()}): "
+            f"{_family_name(env_id)} tasks render headless through EGL "
+            f"(apt-get install -y {EGL_APT_PACKAGES})"
+        )
+
+
+def _check_egl(env_id: str) -> None:
+    """Raises RenderingError unless the system's libEGL was loaded before envpool."""
+    if _EGL_MISSING is not None:
+        raise RenderingError(
+            f"cannot render {env_id}: {_family_name(env_id)} tasks render headless through "
+            f"EGL, and {_EGL_MISSING}"
+        )
+
+
+def _family_name(env_id: str) -> str:
+    return SUPPORTED_FAMILIES.get(envpool_families().get(env_id), "envpool")
 
 
 class SplitPool:

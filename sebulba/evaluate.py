@@ -1,7 +1,7 @@
 """Evaluates a run's checkpoint: N full episodes, deterministic for a seed.
 
     python -m sebulba.evaluate --workdir=DIR [--checkpoint=UPDATE] [--episodes=N] [--seed=S]
-                               [--greedy] [--animation=FILE.gif]
+                               [--greedy] [--animation=FILE.gif] [--max_steps=T]
 
 Loads the policy of the newest valid checkpoint of `DIR/checkpoints` (or UPDATE) onto
 one local device with `sebulba.policy.load_policy`, and plays it in envpool envs with
@@ -17,7 +17,10 @@ count, the checkpoint and whether actions were greedy; for Atari also the
 human-normalized score (score - random) / (human - random) of Mnih et al. (2015), with
 the Atari-57 reference scores of `sebulba.atari_scores`. `--animation` writes episode 0
 as a GIF of the env's own RGB rendering (the Atari game screen, a drawing for other
-tasks), played at real-time speed.
+tasks), played at real-time speed. Every supported family renders headless; MuJoCo and
+dm_control through EGL (`sebulba.envs.check_rendering` tries it first, so a machine
+without EGL fails in one line before any work). `--max_steps=T` ends every episode
+after T agent steps.
 
 A multi-task run (`env.ids`) plays `--episodes` episodes of every task, each task in its
 own envs with the same seeds, and writes those fields per task under `tasks` (task id ->
@@ -43,7 +46,7 @@ from sebulba import envs as envs_lib
 from sebulba import flag_errors, random_streams, tasks
 from sebulba.atari_scores import RANDOM_AND_HUMAN_SCORES, human_normalized_score
 from sebulba.metrics import write_json
-from sebulba.policy import Policy, PolicyError, load_policy
+from sebulba.policy import Policy, PolicyError, load_policy, load_run_config
 
 # Rendered screens wider than this are shrunk by an integer factor (classic control
 # draws 600x400); Atari's 160-pixel game screen is kept as it is.
@@ -63,12 +66,15 @@ def run_episodes(
     num_envs: int,
     record_first: bool = False,
     env_config: ml_collections.ConfigDict | None = None,
+    max_steps: int = 0,
 ) -> tuple[np.ndarray, np.ndarray, list[Any]]:
     """Plays `episodes` complete episodes with `policy`, keys from (seed, step, episode).
 
     Args:
       env_config: the `env` section of the task to play (one task); None: the run's own,
         `policy.config.env` (a single-task run).
+      max_steps: ends every episode after this many agent steps (as a truncation);
+        0: only the env ends them.
 
     Returns:
       returns [episodes] (raw), lengths [episodes] (agent steps), and, if
@@ -86,7 +92,7 @@ def run_episodes(
         obs, _ = envs.reset()
         policy.reset()  # A recurrent policy starts these episodes from its initial carry.
         if recording:
-            frames.append(_animation_frame(envs.render(env_ids=[0])[0]))
+            frames.append(_render(envs))
         running = np.ones(len(ids), bool)
         step = 0
         while running.any():
@@ -95,13 +101,24 @@ def run_episodes(
                 policy.env_spec.action.to_env(actions)
             )
             if recording and running[0]:  # The screen this step of episode 0 led to.
-                frames.append(_animation_frame(envs.render(env_ids=[0])[0]))
+                frames.append(_render(envs))
             returns[ids] += np.where(running, rewards, 0.0)
             lengths[ids] += running
             running &= ~np.logical_or(terminations, truncations)
             step += 1
+            if step == max_steps:
+                running[:] = False
         envs.close()
     return returns, lengths, frames
+
+
+def _render(envs):
+    """Env 0's screen as an animation frame; a failure to draw it is one line."""
+    try:
+        screen = envs.render(env_ids=[0])[0]
+    except RuntimeError as error:
+        raise EvaluationError(f"cannot render the env: {error}") from None
+    return _animation_frame(screen)
 
 
 def evaluate(
@@ -113,20 +130,28 @@ def evaluate(
     num_envs: int = 16,
     greedy: bool = False,
     animation: str | None = None,
+    max_steps: int = 0,
 ) -> dict[str, Any]:
     """Evaluates a checkpoint of `workdir`; writes and returns the `eval.json` payload.
 
+    `max_steps` > 0 ends every episode after that many agent steps.
+
     Raises:
-      EvaluationError: no config, no (valid) checkpoint, or bad arguments.
+      EvaluationError: no config, no (valid) checkpoint, a task this machine cannot
+        render for `animation`, or bad arguments.
     """
     if episodes < 1 or num_envs < 1:
         raise EvaluationError(f"--episodes ({episodes}) and --num_envs must be >= 1")
-    if animation is not None:
-        _check_animation_target(animation)
+    if max_steps < 0:
+        raise EvaluationError(f"--max_steps ({max_steps}) must be >= 0 (0: no limit)")
     workdir = os.path.abspath(workdir)
     try:
+        if animation is not None:
+            _check_animation_target(animation)
+            for task_id in tasks.task_ids(load_run_config(workdir).env):
+                envs_lib.check_rendering(task_id)
         policy = load_policy(workdir, checkpoint, greedy, seed=seed)
-    except PolicyError as error:
+    except (PolicyError, envs_lib.RenderingError) as error:
         raise EvaluationError(str(error)) from None
     ids = tasks.task_ids(policy.config.env)
     run = {
@@ -139,12 +164,19 @@ def evaluate(
         "seed": seed,
     }
     if len(ids) == 1:
-        result = {**_evaluate_task(policy, ids[0], episodes, seed, num_envs, animation), **run}
+        task = _evaluate_task(policy, ids[0], episodes, seed, num_envs, animation, max_steps)
+        result = {**task, **run}
         write_json(os.path.join(workdir, "eval.json"), result)
         return result
     per_task = {
         task_id: _evaluate_task(
-            policy, task_id, episodes, seed, num_envs, _task_animation(animation, task_id)
+            policy,
+            task_id,
+            episodes,
+            seed,
+            num_envs,
+            _task_animation(animation, task_id),
+            max_steps,
         )
         for task_id in ids
     }
@@ -171,6 +203,7 @@ def _evaluate_task(
     seed: int,
     num_envs: int,
     animation: str | None,
+    max_steps: int,
 ) -> dict[str, Any]:
     """The returns of `episodes` episodes of one task: the fields of a single-task eval.json."""
     returns, lengths, frames = run_episodes(
@@ -180,6 +213,7 @@ def _evaluate_task(
         num_envs=min(num_envs, episodes),
         record_first=animation is not None,
         env_config=tasks.task_env_config(policy.config.env, task_id),
+        max_steps=max_steps,
     )
     result = {
         "mean_return": float(np.mean(returns)),
@@ -266,6 +300,9 @@ _SEED = flags.DEFINE_integer("seed", 0, "Seeds the env seeds and action keys.")
 _NUM_ENVS = flags.DEFINE_integer(
     "num_envs", 16, "Episodes played side by side (no effect on results)."
 )
+_MAX_STEPS = flags.DEFINE_integer(
+    "max_steps", 0, "End every episode after this many agent steps (0: only the env ends it)."
+)
 _GREEDY = flags.DEFINE_bool(
     "greedy", False, "Act with the most likely action instead of sampling from the policy."
 )
@@ -298,6 +335,7 @@ def main(argv: list[str]) -> None:
             num_envs=_NUM_ENVS.value,
             greedy=_GREEDY.value,
             animation=_ANIMATION.value,
+            max_steps=_MAX_STEPS.value,
         )
     except EvaluationError as error:
         print(f"sebulba.evaluate: {error}", file=sys.stderr)

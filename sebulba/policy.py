@@ -12,6 +12,12 @@ Sampling is deterministic: the actions of call n depend only on the observations
 parameters, the seed and n (`inference_keys`), so two fresh loads act alike. Greedy
 acting takes the agent's `act_greedy` (the policy's most likely action).
 
+`policy.make_envs(num_envs, seed)` builds envpool envs with the run's env settings (the
+Atari action space and frame stack included), the envs the policy expects;
+`policy.check_env(envs)` refuses, in one line, envs built otherwise whose observations or
+actions differ from the policy's, and `policy(obs)` refuses observations of another shape
+or dtype kind, or other dict keys.
+
 A recurrent policy (`agent.core="lstm"`) carries its state from call to call, one row
 per observation row; it restarts from the initial carry when the batch size changes,
 on `policy.reset()`, and for the rows flagged by `episode_starts`.
@@ -22,6 +28,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+from typing import Any
 
 import jax
 import ml_collections
@@ -99,6 +106,9 @@ class Policy:
       greedy: whether actions are the most likely ones instead of samples.
       seed: the seed of the sampling keys (`inference_keys`).
       device: where the policy runs.
+      task_ids: the tasks the run trained on (one, or those of `env.ids`).
+      env_observation: the observation spec of the run's envs as they return it, before
+        `env.observation_indices` selects components.
     """
 
     def __init__(
@@ -112,15 +122,72 @@ class Policy:
         greedy: bool,
         seed: int,
         device: jax.Device,
+        env_observation: Any = None,
     ):
         self.config, self.env_spec, self.agent, self.params = config, env_spec, agent, params
         self.checkpoint = restored.step
         self.checkpoint_path = restored.path
         self.global_step = restored.meta.get("global_step")
         self.greedy, self.seed, self.device = greedy, seed, device
+        self.task_ids = tasks.task_ids(config.env)
+        self.env_observation = env_spec.observation if env_observation is None else env_observation
         self.calls = 0  # Calls of `__call__` so far: the step index of the next keys.
         self._actions = jax.jit(functools.partial(_actions, agent, greedy, seed))
         self._carry = None  # The recurrent state of the current batch's rows, on `device`.
+
+    def make_envs(
+        self, num_envs: int, seed: int = 0, *, task: str | None = None, render: bool = False
+    ):
+        """envpool envs this policy acts in: the run's env settings, `seed + i` for env i.
+
+        Args:
+          num_envs: envs stepped together (a batch of `num_envs` observations per step).
+          seed: seed of env 0.
+          task: for a joint run (`env.ids`), the task to play, one of `task_ids`; a
+            single-task run needs none.
+          render: enable `envs.render(env_ids)` (see `sebulba.envs.make_envs`).
+
+        Raises:
+          PolicyError: a joint run without `task`, or a task it did not train on.
+        """
+        if task is None and len(self.task_ids) > 1:
+            raise PolicyError(
+                f"this run trained on {len(self.task_ids)} tasks: pass task= one of "
+                f"{', '.join(self.task_ids)}"
+            )
+        if task is not None and task not in self.task_ids:
+            raise PolicyError(
+                f"task {task!r} is not one this run trained on: {', '.join(self.task_ids)}"
+            )
+        env_config = tasks.task_env_config(self.config.env, task or self.task_ids[0])
+        try:
+            return envs_lib.make_envs(env_config, num_envs, seed=seed, render=render)
+        except (ConfigError, envs_lib.RenderingError) as error:
+            raise PolicyError(str(error)) from None
+
+    def check_env(self, envs) -> None:
+        """Raises PolicyError, in one line, unless `envs` observe and act as the policy's.
+
+        Compares the spaces of an envpool pool (or any env with gymnasium
+        `observation_space` and `action_space`) with the run's: e.g. Breakout-v5 built
+        with envpool's default 4 actions for a policy trained on the full 18.
+        """
+        task_id = self.env_spec.env_id
+        try:
+            observation = spaces.observation_spec_of(envs.observation_space, task_id)
+            action = spaces.action_spec_of(envs.action_space, task_id)
+        except (AttributeError, ConfigError) as error:
+            raise PolicyError(f"envs cannot be checked against the policy: {error}") from None
+        for what, got, want in (
+            ("observations", observation, self.env_observation),
+            ("actions", action, self.env_spec.action),
+        ):
+            if got != want:
+                raise PolicyError(
+                    f"the envs' {what} {_describe(got)} differ from the policy's "
+                    f"{_describe(want)} ({_settings_hint(self.config.env)}): build them "
+                    "with policy.make_envs(num_envs, seed)"
+                )
 
     def reset(self) -> None:
         """Starts every row's episode anew: the next call begins from the initial carry."""
@@ -183,20 +250,62 @@ class Policy:
         """`obs` as a batch of the policy's observations, converted as the actors do."""
         spec = self.env_spec.observation
         expected = spaces.map_observation(lambda s: ("B", *s.shape), spec)
+        given = spaces.dict_tree(obs)
         try:
-            obs = spaces.host_observation(spec, obs)
+            kinds = spaces.map_observation(_same_kind, spec, given)
+            obs = spaces.host_observation(spec, given)
             shapes = spaces.map_observation(lambda s, x: ("B", *x.shape[1:]), spec, obs)
             rows = {x.shape[0] for x in jax.tree.leaves(obs) if x.ndim}
             batched = all(np.ndim(x) > 0 for x in jax.tree.leaves(obs)) and len(rows) == 1
         except (ValueError, TypeError):
-            shapes, batched = None, False
+            shapes, batched, kinds = None, False, [True]
         if not batched or shapes != expected:
-            got = jax.tree.map(np.shape, spaces.dict_tree(obs))
+            got = jax.tree.map(np.shape, given)
             raise PolicyError(
                 f"obs of shape {got} is not a batch {expected} of "
                 f"{self.env_spec.env_id} observations"
             )
+        if not all(jax.tree.leaves(kinds)):
+            got = jax.tree.map(lambda x: np.asarray(x).dtype.name, given)
+            want = spaces.map_observation(lambda s: s.dtype, spec)
+            raise PolicyError(
+                f"obs of dtype {got} cannot be {self.env_spec.env_id} observations of "
+                f"dtype {want}: build the envs with policy.make_envs(num_envs, seed)"
+            )
         return obs
+
+
+def _same_kind(spec: spaces.ArraySpec, x) -> bool:
+    """Whether observations of x's dtype convert to the spec's without changing kind.
+
+    float64 -> float32 and int64 -> int32 are what envpool returns and `host_observation`
+    converts; floats for uint8 screens, say, come from another env or another wrapper.
+    """
+    return bool(np.can_cast(np.asarray(x).dtype, spec.dtype, casting="same_kind"))
+
+
+def _describe(spec) -> str:
+    """A spec in a few words: "uint8 (4, 84, 84)", "Discrete(18)", or a dict of them."""
+    if isinstance(spec, spaces.ArraySpec):
+        return f"{spec.dtype} {spec.shape}"
+    if isinstance(spec, dict):
+        return "{" + ", ".join(f"{k}: {_describe(v)}" for k, v in spec.items()) + "}"
+    if isinstance(spec, spaces.Discrete):
+        return f"Discrete({spec.num_actions})"
+    if isinstance(spec, spaces.MultiDiscrete):
+        return f"MultiDiscrete({list(spec.nvec)})"
+    return f"Box{spec.shape}"
+
+
+def _settings_hint(env_config: ml_collections.ConfigDict) -> str:
+    """The env settings of the run that shape its spaces, for a mismatch message."""
+    ids = tasks.task_ids(env_config)
+    if not envs_lib.is_atari(ids[0]):
+        return f"the run trained on {', '.join(ids)}"
+    return (
+        f"the run trained on {', '.join(ids)} with env.full_action_space="
+        f"{env_config.full_action_space}, env.frame_stack={env_config.frame_stack}"
+    )
 
 
 def _carry_rows(carry, num_rows: int) -> int:
@@ -260,6 +369,7 @@ def load_policy(
         first_task = tasks.task_env_config(config.env, tasks.task_ids(config.env)[0])
         probe = envs_lib.make_envs(first_task, 1, seed=0)
         env_spec = envs_lib.env_spec_of(first_task, probe)
+        env_observation = spaces.observation_spec_of(probe.observation_space, first_task.id)
         probe.close()
         sizes = derive_sizes(config, num_processes=meta.get("num_processes", 1))
         agent = resolve_agent(config.agent.name).make(config, env_spec, sizes)
@@ -287,4 +397,5 @@ def load_policy(
         greedy=greedy,
         seed=config.seed if seed is None else seed,
         device=device,
+        env_observation=env_observation,
     )

@@ -301,3 +301,136 @@ def test_a_joint_atari_run_reports_human_normalized_scores_per_game(tmp_path):
     assert result["atari_median_hns"] == pytest.approx(np.median(scores))
     assert result["atari_mean_hns"] == pytest.approx(np.mean(scores))
     assert "human_normalized_score" not in result  # Per game only.
+
+
+def run_evaluate_cli_in(cwd, *flags, **environ):
+    """`python -m sebulba.evaluate` run from `cwd`, headless (no DISPLAY, no MUJOCO_GL)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "MUJOCO_GL")}
+    env.update(JAX_PLATFORMS="cpu", **environ)
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    return subprocess.run(
+        [sys.executable, "-m", "sebulba.evaluate", *flags],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=cwd,
+        env=env,
+    )
+
+
+@pytest.fixture(scope="module")
+def trained_mujoco(tmp_path_factory):
+    """configs/ppo_mujoco.py:smoke (Hopper-v4) and ppo_dmc.py:smoke (CheetahRun-v1) runs."""
+    workdirs = {}
+    for name in ("ppo_mujoco", "ppo_dmc"):
+        config = load_config(name, "smoke")
+        config.log.tensorboard = False
+        workdirs[name] = str(tmp_path_factory.mktemp(name) / "run")
+        train.train(config, workdirs[name])
+    return workdirs
+
+
+@pytest.mark.parametrize("name", ["ppo_mujoco", "ppo_dmc"])
+def test_mujoco_and_dm_control_runs_animate_headless(trained_mujoco, name, tmp_path):
+    # No display and no MUJOCO_GL set: the frames are drawn through EGL. Mesa's software
+    # renderer takes about 0.2 s a frame on 2 CPU cores, so the episode stops at 6 steps.
+    gif = tmp_path / "clip.gif"
+    result = run_evaluate_cli_in(
+        tmp_path,
+        f"--workdir={trained_mujoco[name]}",
+        "--episodes=1",
+        "--max_steps=6",
+        f"--animation={gif}",
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    written = json.loads(open(os.path.join(trained_mujoco[name], "eval.json")).read())
+    assert written["lengths"] == [6] and written["animation"] == str(gif)
+    assert sorted(os.listdir(tmp_path)) == ["clip.gif"]  # No MUJOCO_LOG.TXT.
+    with Image.open(gif) as animation:
+        assert animation.size == (240, 240)  # envpool's 480x480 scene, halved.
+        assert 2 <= animation.n_frames <= 7
+        screens = []
+        for i in range(animation.n_frames):
+            animation.seek(i)
+            screens.append(np.asarray(animation.convert("RGB")))
+    # Real drawings: many colours on every frame, and the body moves between frames.
+    assert all(len(np.unique(s.reshape(-1, 3), axis=0)) > 20 for s in screens)
+    assert not np.array_equal(screens[0], screens[-1])
+
+
+def test_a_machine_that_cannot_render_fails_in_one_line_before_any_work(trained_mujoco, tmp_path):
+    # EGL without a driver (as on a machine without Mesa's EGL): one line, status 1, and
+    # nothing written: no GIF, no eval.json, no MUJOCO_LOG.TXT in the current directory.
+    workdir = trained_mujoco["ppo_mujoco"]
+    eval_json = os.path.join(workdir, "eval.json")
+    if os.path.exists(eval_json):
+        os.remove(eval_json)
+    result = run_evaluate_cli_in(
+        tmp_path,
+        f"--workdir={workdir}",
+        "--episodes=1",
+        "--max_steps=3",
+        f"--animation={tmp_path / 'clip.gif'}",
+        __EGL_VENDOR_LIBRARY_FILENAMES=str(tmp_path / "no_such_vendor.json"),
+    )
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("sebulba.evaluate: cannot render Hopper-v4 on this machine")
+    assert "apt-get install -y libegl1 libegl-mesa0 libgl1-mesa-dri" in lines[0]
+    assert os.listdir(tmp_path) == [] and not os.path.exists(eval_json)
+
+
+def test_max_steps_caps_every_episode(trained, tmp_path):
+    capped = evaluate.evaluate(trained, episodes=3, seed=2, max_steps=5)
+    assert capped["lengths"] == [5, 5, 5]
+    with pytest.raises(evaluate.EvaluationError, match=r"--max_steps \(-1\) must be >= 0"):
+        evaluate.evaluate(trained, max_steps=-1)
+
+
+_RENDER_EVERY_FAMILY = """
+import json, sys
+import ml_collections
+from sebulba import envs
+from sebulba.config import base_config
+from sebulba.agents import ppo
+sizes = {}
+for env_id in sys.argv[1:]:
+    config = base_config(ppo.get_config()).env
+    config.id = env_id
+    pool = envs.make_envs(config, 1, seed=0, render=True)
+    pool.reset()
+    screen = pool.render(env_ids=[0])[0]
+    sizes[env_id] = [list(screen.shape), len({tuple(p) for p in screen.reshape(-1, 3)})]
+print(json.dumps(sizes))
+"""
+
+
+def test_every_supported_family_can_be_animated(tmp_path):
+    # One task of each family draws an RGB screen of many colours, in a fresh process
+    # (as `python -m sebulba.evaluate` runs), leaving nothing in the current directory.
+    ids = [
+        "CartPole-v1",
+        "BipedalWalker-v3",
+        "Hopper-v4",
+        "CheetahRun-v1",
+        "MiniGrid-Empty-5x5-v0",
+        "Pong-v5",
+    ]
+    families = {envs_lib.envpool_families()[i] for i in ids}
+    assert families == set(envs_lib.SUPPORTED_FAMILIES)
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": ROOT}
+    result = subprocess.run(
+        [sys.executable, "-c", _RENDER_EVERY_FAMILY, *ids],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    sizes = json.loads(result.stdout.strip().splitlines()[-1])
+    assert sizes["Hopper-v4"][0] == sizes["CheetahRun-v1"][0] == [480, 480, 3]
+    assert sizes["Pong-v5"][0] == [210, 160, 3]
+    assert all(colours >= 3 for _, colours in sizes.values()), sizes  # Drawings, not blanks.
+    assert os.listdir(tmp_path) == []

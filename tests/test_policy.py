@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 
+import envpool
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -171,6 +172,7 @@ def test_the_readme_snippet_runs(trained):
     section = readme[readme.index("### Use a trained policy") :]
     snippet = re.search(r"```python\n(.*?)```", section, flags=re.DOTALL).group(1)
     assert '"runs/ppo_cartpole"' in snippet
+    assert "policy.make_envs(4, seed=0)" in snippet  # The envs that match the policy.
     namespace = {}
     exec(snippet.replace('"runs/ppo_cartpole"', repr(trained)), namespace)  # noqa: S102
     assert namespace["obs"].shape == (4, 4) and namespace["policy"].calls == 100
@@ -241,3 +243,83 @@ def test_a_joint_runs_policy_loads_and_acts_in_every_task(tmp_path):
         assert actions.shape == (4,) and ((0 <= actions) & (actions < 7)).all()
         envs.step(policy.env_spec.action.to_env(actions))
         envs.close()
+    # policy.make_envs plays one named task of a joint run, and refuses to guess which.
+    assert policy.task_ids == tuple(config.env.ids)
+    with pytest.raises(sebulba.PolicyError, match=r"trained on \d+ tasks: pass task= one of"):
+        policy.make_envs(2)
+    with pytest.raises(sebulba.PolicyError, match="is not one this run trained on"):
+        policy.make_envs(2, task="CartPole-v1")
+    for task_id in config.env.ids:
+        envs = policy.make_envs(2, seed=5, task=task_id)
+        policy.check_env(envs)
+        obs, _ = envs.reset()
+        reference = envs_lib.make_envs(tasks.task_env_config(config.env, task_id), 2, seed=5)
+        np.testing.assert_array_equal(obs["image"], reference.reset()[0]["image"])
+        envs.close()
+        reference.close()
+
+
+def test_policy_make_envs_builds_the_runs_env_settings(trained, tmp_path):
+    # A run that hides CartPole's velocities (env.observation_indices): its envs observe all
+    # 4 components and the policy keeps 2; check_env compares what the envs return.
+    hidden = tmp_path / "hidden"
+    train.train(agent_config(minimal_agent, env__observation_indices=(0, 2)), str(hidden))
+    policy = sebulba.load_policy(str(hidden))
+    envs = policy.make_envs(3, seed=7)
+    policy.check_env(envs)
+    obs, _ = envs.reset()
+    assert obs.shape == (3, 4) and policy(obs).shape == (3,)
+    envs.close()
+    # Another task with other spaces is refused, naming what differs, in one line.
+    acrobot = envs_lib.make_envs(agent_config(minimal_agent, env__id="Acrobot-v1").env, 2, seed=0)
+    with pytest.raises(sebulba.PolicyError) as refused:
+        sebulba.load_policy(trained).check_env(acrobot)
+    message = str(refused.value)
+    assert "\n" not in message
+    assert "observations float32 (6,) differ from the policy's float32 (4,)" in message
+    assert "policy.make_envs(num_envs, seed)" in message
+    acrobot.close()
+
+
+@pytest.fixture(scope="module")
+def atari_run(tmp_path_factory):
+    """A 2-update Breakout-v5 run with the Machado et al. protocol: the full 18 actions."""
+    spec = importlib.util.spec_from_file_location(
+        "ppo_atari", os.path.join(ROOT, "configs", "ppo_atari.py")
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    config = module.get_config("smoke")
+    config.agent.network = "nature_cnn"  # The cheaper network: this tests env checks.
+    config.log.tensorboard = False
+    workdir = str(tmp_path_factory.mktemp("atari") / "run")
+    train.train(config, workdir)
+    return workdir
+
+
+def test_an_atari_policy_refuses_envpools_default_action_space(atari_run):
+    # The issue's case: an 18-action policy on envpool's default 4-action Breakout-v5
+    # returned invalid actions for nearly every row, silently.
+    policy = sebulba.load_policy(atari_run)
+    assert policy.env_spec.action == Discrete(18)
+    default = envpool.make("Breakout-v5", env_type="gymnasium", num_envs=2, batch_size=2)
+    with pytest.raises(sebulba.PolicyError) as refused:
+        policy.check_env(default)
+    message = str(refused.value)
+    assert "\n" not in message
+    assert "actions Discrete(4) differ from the policy's Discrete(18)" in message
+    assert "env.full_action_space=True" in message
+    default.close()
+    # The envs the policy offers match it, and every action is one of the env's.
+    envs = policy.make_envs(2, seed=3)
+    policy.check_env(envs)
+    assert envs.action_space.n == 18
+    obs, _ = envs.reset()
+    for _ in range(5):
+        actions = policy(obs)
+        assert ((0 <= actions) & (actions < envs.action_space.n)).all()
+        obs, *_ = envs.step(policy.env_spec.action.to_env(actions))
+    envs.close()
+    # Screens of another dtype kind (floats for uint8 frames) are refused, in one line.
+    with pytest.raises(sebulba.PolicyError, match=r"obs of dtype float32 cannot be Breakout-v5"):
+        policy(obs.astype(np.float32) / 255)
