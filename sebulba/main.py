@@ -13,8 +13,9 @@ Bad flags, a bad config or an unusable --workdir exit with status 2 and one line
 stderr naming the field. A run stopped by Ctrl-C (SIGINT) saves a checkpoint and exits
 130, so shell loops over runs stop too; one stopped by SIGTERM (TPU preemption, a SLURM
 time limit, `tpu.sh stop`) saves and exits 0, so SLURM job chains continue and the
-same command resumes. See docs/multihost.md for multi-process runs and their failure
-behaviour.
+same command resumes. A signal before the first update has finished, or a second
+signal, ends the process at once without a checkpoint (docs/checkpointing.md). See
+docs/multihost.md for multi-process runs and their failure behaviour.
 """
 
 from __future__ import annotations
@@ -231,9 +232,9 @@ def main(argv: list[str]) -> None:
     if len(argv) > 1:
         _config_error(f"unexpected arguments: {' '.join(argv[1:])}")
     # Installed before JAX is imported or started, so that a Ctrl-C during start-up is
-    # not swallowed by a JAX callback: the run stops after its first update, with a
-    # checkpoint, and exits 130.
-    with StopSignals() as signals:
+    # not swallowed by a JAX callback: before the first update has finished it ends the
+    # process at once (nothing is worth saving yet), exit 130; so does a second signal.
+    with StopSignals(exit_at_once=True) as signals:
         _run(signals)
     if signals.received == "SIGINT":
         sys.exit(EXIT_INTERRUPTED)

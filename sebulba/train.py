@@ -255,6 +255,7 @@ class RunCheckpoints:
             )
         if self._params_before_update is not None:
             self._params_before_update = self._copy(self.setup.agent.policy_params(state))
+        self.signals.mark_saveable()  # From now on a stop saves this run's progress.
 
     def should_stop(self) -> bool:
         return self.stopping
