@@ -357,17 +357,6 @@ def test_same_seed_same_checksum_and_both_lags_log_the_schedule(tmp_path):
         assert all(np.isfinite(line[name]) for line in lines)
 
 
-@pytest.mark.slow
-def test_impala_learns_cartpole_with_the_default_config(tmp_path):
-    # 1M steps, ~20-30 s on 2 CPU cores.
-    config = load_config("impala_cartpole")
-    config.log.tensorboard = False
-    train.train(config, str(tmp_path))
-    summary = read_summary(str(tmp_path))
-    assert summary["global_step"] >= 990_000
-    assert summary["mean_return"] >= 400, summary
-
-
 def test_impala_atari_end_to_end_on_pong(tmp_path):
     config = load_config("impala_atari", "smoke,Pong-v5")
     config.mesh.learner_device_ids = (1, 2)

@@ -1,0 +1,89 @@
+"""The shipped CartPole configs as the README runs them, one run per seed, as a record.
+
+    python benchmarks/default_runs.py --config=ppo_cartpole --seeds=1,2,3,4,5     # ~5 min
+    python benchmarks/default_runs.py --config=impala_cartpole --seeds=1,2,3,4,5  # ~3 min
+
+Each seed is the README's command, `python -m sebulba.main --config=configs/NAME.py
+--workdir=DIR --config.seed=S` (TensorBoard off), in its own process with JAX's default
+devices. Prints one line per seed and writes `docs/records/NAME.json` with each seed's
+summary: the final mean return (last 100 episodes), `params_checksum`, steps/s and wall
+time. Returns and checksums do not depend on the machine's load; times do. Then
+`python benchmarks/render_docs.py` puts the new numbers in the docs, and
+tests/test_records.py checks that a fresh run of the first seed still gives them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+
+import records
+
+SUMMARY_KEYS = ("mean_return", "params_checksum", "sps", "wall_time_s", "updates", "global_step")
+
+
+def command(config: str, seed: int, workdir: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "sebulba.main",
+        f"--config=configs/{config}.py",
+        f"--workdir={workdir}",
+        f"--config.seed={seed}",
+        "--config.log.tensorboard=False",
+    ]
+
+
+def run(config: str, seed: int) -> dict:
+    """One seed of the README's command; returns the summary's figures."""
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # JAX's own devices.
+    env["PYTHONPATH"] = records.ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    with tempfile.TemporaryDirectory() as workdir:
+        result = subprocess.run(
+            command(config, seed, workdir),
+            cwd=records.ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if result.returncode != 0:
+            raise RuntimeError(f"{config} seed {seed} failed:\n{result.stderr[-3000:]}")
+        with open(os.path.join(workdir, "summary.json"), encoding="utf-8") as f:
+            summary = json.load(f)
+    return {key: summary[key] for key in SUMMARY_KEYS}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", required=True, help="ppo_cartpole or impala_cartpole")
+    parser.add_argument("--seeds", default="1,2,3,4,5")
+    parser.add_argument("--parallel", type=int, default=1, help="seeds run at once")
+    args = parser.parse_args()
+    seeds = [int(s) for s in args.seeds.split(",")]
+    with ThreadPoolExecutor(args.parallel) as pool:
+        results = dict(zip(seeds, pool.map(lambda s: run(args.config, s), seeds), strict=True))
+    for seed, result in results.items():
+        print(
+            f"{args.config} seed {seed}: mean return {result['mean_return']:.1f}, "
+            f"{result['sps']:,.0f} sps, {result['wall_time_s']:.0f} s, "
+            f"checksum {result['params_checksum'][:12]}"
+        )
+    readme_command = " ".join(command(args.config, 0, "DIR")[1:]).replace(
+        "--config.seed=0", "--config.seed=SEED"
+    )
+    path = records.write(
+        args.config,
+        f"python {readme_command}",
+        {"seeds": {str(seed): result for seed, result in results.items()}},
+    )
+    print(f"wrote {path}; now run: python benchmarks/render_docs.py")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,104 @@
+"""Result records: what a benchmark measured, with its command, commit, machine and versions.
+
+Every result that README.md and docs/ quote is rendered from a record in `docs/records/`
+(`python benchmarks/render_docs.py`), and the script that measured it wrote the record:
+
+    python benchmarks/default_runs.py --config=ppo_cartpole --seeds=1,2,3,4,5
+    python benchmarks/render_docs.py        # rewrites every record block in the docs
+
+A record says which machine and software it holds for: `same_environment` tells whether
+this machine can reproduce its numbers bit for bit (same CPU model, same versions of the
+packages that decide the arithmetic).
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib.metadata
+import json
+import os
+import platform
+import subprocess
+import sys
+from typing import Any
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RECORDS_DIR = os.path.join(ROOT, "docs", "records")
+# The packages whose versions decide the numbers of a run (XLA's code, envpool's physics).
+ARITHMETIC_PACKAGES = ("jax", "jaxlib", "envpool", "numpy", "flax", "optax", "rlax")
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def environment() -> dict[str, Any]:
+    """The commit, machine and package versions a measurement is taken on."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", *args], cwd=ROOT, capture_output=True, text=True, check=False
+        ).stdout.strip()
+
+    return {
+        "commit": git("rev-parse", "HEAD"),
+        # Uncommitted changes to what is measured (docs/records excepted: being rewritten).
+        "dirty": bool(git("status", "--porcelain", "--", "sebulba", "configs", "benchmarks")),
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"),
+        "machine": {
+            "cpu": cpu_model(),
+            "cores": os.cpu_count(),
+            "os": f"{platform.system()} {platform.machine()}",
+        },
+        "versions": {
+            "python": platform.python_version(),
+            **{name: importlib.metadata.version(name) for name in ARITHMETIC_PACKAGES},
+        },
+    }
+
+
+def write(name: str, command: str, values: dict[str, Any]) -> str:
+    """Writes `docs/records/NAME.json`: the command, the environment and the values."""
+    record = {"name": name, "command": command, **environment(), "values": values}
+    os.makedirs(RECORDS_DIR, exist_ok=True)
+    path = os.path.join(RECORDS_DIR, f"{name}.json")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(record, f, indent=2, sort_keys=True)
+        f.write("\n")
+    return path
+
+
+def read(name: str) -> dict[str, Any]:
+    path = os.path.join(RECORDS_DIR, f"{name}.json")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"no record {name!r}: {path} does not exist")
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def names() -> list[str]:
+    return sorted(f[: -len(".json")] for f in os.listdir(RECORDS_DIR) if f.endswith(".json"))
+
+
+def same_environment(record: dict[str, Any]) -> tuple[bool, str]:
+    """Whether this machine should reproduce the record exactly; if not, why not."""
+    here = environment()
+    if record["machine"]["cpu"] != here["machine"]["cpu"]:
+        return False, f"CPU {here['machine']['cpu']!r}, the record's {record['machine']['cpu']!r}"
+    for package in ("python", *ARITHMETIC_PACKAGES):
+        mine, theirs = here["versions"][package], record["versions"].get(package)
+        if mine != theirs:
+            return False, f"{package} {mine}, the record's {theirs}"
+    return True, "same CPU model and versions as the record"
+
+
+if __name__ == "__main__":
+    json.dump(environment(), sys.stdout, indent=2)
+    print()

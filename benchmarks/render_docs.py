@@ -1,0 +1,110 @@
+"""Renders the result blocks of README.md and docs/*.md from the records in docs/records/.
+
+    python benchmarks/render_docs.py           # rewrites every block from its record
+    python benchmarks/render_docs.py --check   # exit 1 naming each stale block
+
+A block is the text between `<!-- record:NAME STYLE -->` and `<!-- /record:NAME -->`;
+NAME is a record (`docs/records/NAME.json`) and STYLE how it is shown: `table` (one row
+per seed, then where and how it was measured) or `line` (one sentence for prose).
+Nothing between the markers is written by hand: tests/test_records.py fails when a block
+differs from what its record renders.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import re
+import sys
+
+import records
+
+BLOCK = re.compile(
+    r"(<!-- record:(?P<name>[\w.-]+) (?P<style>\w+) -->\n)(?P<body>.*?)"
+    r"(<!-- /record:(?P=name) -->)",
+    re.DOTALL,
+)
+
+
+def documents() -> list[str]:
+    return [os.path.join(records.ROOT, "README.md")] + sorted(
+        glob.glob(os.path.join(records.ROOT, "docs", "*.md"))
+    )
+
+
+def provenance(record: dict) -> str:
+    machine, versions = record["machine"], record["versions"]
+    dirty = " with uncommitted changes" if record["dirty"] else ""
+    return (
+        f"`{record['command']}`, commit {record['commit'][:10]}{dirty}, {record['date']}, "
+        f"{machine['cpu']} ({machine['cores']} cores), jax {versions['jax']}, "
+        f"envpool {versions['envpool']}; `docs/records/{record['name']}.json`"
+    )
+
+
+def render(name: str, style: str) -> str:
+    record = records.read(name)
+    seeds = record["values"]["seeds"]
+    if style == "line":
+        returns = [f"{seeds[s]['mean_return']:.1f}" for s in seeds]
+        listed = ", ".join(returns[:-1]) + f" and {returns[-1]}" if len(returns) > 1 else returns[0]
+        return (
+            f"seeds {', '.join(seeds)} end at {listed} (mean return of the last 100 "
+            f"episodes; record `docs/records/{name}.json`)\n"
+        )
+    if style == "table":
+        rows = [
+            "| seed | final mean return (last 100 episodes) | steps/s | wall time | "
+            "params_checksum |",
+            "|---|---|---|---|---|",
+        ]
+        for seed, result in seeds.items():
+            rows.append(
+                f"| {seed} | {result['mean_return']:.1f} | {result['sps']:,.0f} | "
+                f"{result['wall_time_s']:.0f} s | `{result['params_checksum'][:12]}` |"
+            )
+        return "\n".join(rows) + f"\n\nRecorded by {provenance(record)}.\n"
+    raise ValueError(f"record block {name}: unknown style {style!r} (table, line)")
+
+
+def rendered(text: str) -> str:
+    def replace(match: re.Match) -> str:
+        body = render(match["name"], match["style"])
+        return match.group(1) + body + match.group(5)
+
+    return BLOCK.sub(replace, text)
+
+
+def stale_blocks() -> list[str]:
+    """Each document whose record blocks differ from their records' rendering."""
+    stale = []
+    for path in documents():
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        if rendered(text) != text:
+            stale.append(os.path.relpath(path, records.ROOT))
+    return stale
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="only report stale blocks")
+    args = parser.parse_args()
+    if args.check:
+        stale = stale_blocks()
+        for path in stale:
+            print(f"{path}: record blocks are stale; run python benchmarks/render_docs.py")
+        sys.exit(1 if stale else 0)
+    for path in documents():
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        new = rendered(text)
+        if new != text:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(new)
+            print(f"rendered {os.path.relpath(path, records.ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
