@@ -197,7 +197,11 @@ def restore_or_init(setup: RunSetup, workdir: str) -> StartPoint:
     if restored is None:
         return StartPoint(init_learner_state(setup))
     logging.info("resuming after update %d from %s", restored.step, restored.path)
-    return StartPoint(restored.state, restored.step + 1, restored.previous_params, restored.meta)
+    state = restored.state
+    if setup.agent.restart_envs is not None:
+        # Every env starts a new episode on resume; what follows live episodes starts too.
+        state = jax.jit(setup.agent.restart_envs, out_shardings=layout.replicated)(state)
+    return StartPoint(state, restored.step + 1, restored.previous_params, restored.meta)
 
 
 class RunCheckpoints:

@@ -281,7 +281,7 @@ def test_resume_on_another_layout_runs_to_completion(saved_run, tmp_path):
         np.testing.assert_allclose(jax.device_get(a), jax.device_get(b), rtol=1e-5, atol=1e-7)
 
 
-def test_resume_restores_the_normalization_statistics_exactly(tmp_path):
+def test_resume_restores_the_normalization_statistics_exactly_and_restarts_env_returns(tmp_path):
     # PPO on Pendulum with both normalisations: 6 updates of 8 envs x 16 steps.
     overrides = normalized_continuous_overrides()
     samples_per_update = 8 * 16
@@ -291,13 +291,23 @@ def test_resume_restores_the_normalization_statistics_exactly(tmp_path):
     setup = train.prepare(agent_config(ppo, ckpt__resume_from=first, **overrides))
     start = train.restore_or_init(setup, str(tmp_path / "new"))
     assert start.first_update == 7
+    # Every env restarts its episode on resume, so each env's running discounted return
+    # starts from zero again (as at any episode start); the statistics are bit-exact.
+    assert np.any(np.asarray(saved.normalization.reward.returns) != 0)
+    np.testing.assert_array_equal(jax.device_get(start.state.normalization.reward.returns), 0.0)
+    restarted = saved.replace(
+        normalization=saved.normalization.replace(
+            reward=saved.normalization.reward.replace(
+                returns=np.zeros_like(saved.normalization.reward.returns)
+            )
+        )
+    )
     for restored, expected in zip(
-        jax.tree.leaves(start.state), jax.tree.leaves(saved), strict=True
+        jax.tree.leaves(start.state), jax.tree.leaves(restarted), strict=True
     ):
         np.testing.assert_array_equal(jax.device_get(restored), expected)  # Bit-exact.
     stats = start.state.normalization
     assert float(stats.observation.count) == pytest.approx(6 * samples_per_update)
-    assert np.any(np.asarray(stats.reward.returns) != 0)
     # policy_lag 1: the actors' version 6 was normalised with the statistics of 5 updates.
     previous = start.previous_params["observation_stats"]
     assert float(previous.count) == pytest.approx(5 * samples_per_update)

@@ -183,6 +183,10 @@ class Agent:
         actions)`.
       initial_carry: `initial_carry(num_envs) -> carry` with leaves [num_envs, ...], the
         carry of an env at the start of an episode; None: a feed-forward agent.
+      restart_envs: `restart_envs(learner_state) -> learner_state` for envs that all start
+        new episodes (a resumed run re-creates every env): state tied to the live envs'
+        episodes, such as a reward scaler's running returns, starts again with them.
+        None: the learner state holds nothing of the kind.
     """
 
     init: Callable[[jax.Array], LearnerState]
@@ -191,6 +195,7 @@ class Agent:
     policy_params: Callable[[LearnerState], Params]
     act_greedy: Callable[..., Any] | None = None
     initial_carry: Callable[[int], Carry] | None = None
+    restart_envs: Callable[[LearnerState], LearnerState] | None = None
 
     @classmethod
     def with_carry(
@@ -202,6 +207,7 @@ class Agent:
         policy_params: Callable[[LearnerState], Params],
         act_greedy: Callable[..., Any] | None,
         initial_carry: Callable[[int], Carry],
+        restart_envs: Callable[[LearnerState], LearnerState] | None = None,
     ) -> Agent:
         """An agent from recurrent-form functions; an empty carry gives a feed-forward one.
 
@@ -209,7 +215,7 @@ class Agent:
         `()` the returned agent has the feed-forward `act(params, obs, keys)` form.
         """
         if jax.tree.leaves(jax.eval_shape(lambda: initial_carry(1))):
-            return cls(init, act, update, policy_params, act_greedy, initial_carry)
+            return cls(init, act, update, policy_params, act_greedy, initial_carry, restart_envs)
 
         def feed_forward_act(params, obs, keys):
             _, actions, outputs = act(params, (), obs, keys)
@@ -219,7 +225,7 @@ class Agent:
             return act_greedy(params, (), obs)[1]
 
         greedy = None if act_greedy is None else feed_forward_greedy
-        return cls(init, feed_forward_act, update, policy_params, greedy)
+        return cls(init, feed_forward_act, update, policy_params, greedy, None, restart_envs)
 
     @property
     def is_recurrent(self) -> bool:

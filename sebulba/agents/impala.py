@@ -312,4 +312,5 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         policy_params=lambda s: normalizer.policy_params(s.params, statistics(s)),
         act_greedy=act_greedy,
         initial_carry=model.initial_carry,
+        restart_envs=learner.restart_envs,
     )

@@ -63,6 +63,20 @@ def train_state(params, opt_state, update_count, stats, popart=None) -> TrainSta
     return NormalizedTrainState(params, opt_state, update_count, stats)
 
 
+def restart_envs(state: TrainState) -> TrainState:
+    """The state for envs that all start new episodes (a resume re-creates every env).
+
+    The reward scaler's per-env discounted returns go back to zero, as each env's return
+    does at an episode's start (baselines' VecNormalize zeroes it on reset); every
+    statistic, and everything else, is kept.
+    """
+    normalization = getattr(state, "normalization", None)
+    if normalization is None or normalization.reward is None:
+        return state
+    reward = normalization.reward.replace(returns=jnp.zeros_like(normalization.reward.returns))
+    return state.replace(normalization=normalization.replace(reward=reward))
+
+
 def masked_mean(x: jax.Array, weight: jax.Array) -> jax.Array:
     """Mean of `x` over the samples of weight 1 (0 when there are none)."""
     return jnp.sum(x * weight) / jnp.maximum(jnp.sum(weight), 1.0)

@@ -406,4 +406,5 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         policy_params=policy_params,
         act_greedy=act_greedy,
         initial_carry=model.initial_carry,
+        restart_envs=learner.restart_envs,
     )
