@@ -250,9 +250,9 @@ def test_ppo_statistics_take_in_the_returns_of_each_columns_own_task():
     assert float(metrics["popart_scale/CartPole-v1"]) == pytest.approx(float(expected.scale[0]))
 
 
-def test_impala_statistics_take_in_the_vtrace_targets_after_the_step():
+def test_impala_statistics_take_in_the_vtrace_targets_before_the_step():
     # One minibatch: its V-trace targets come from the initial parameters (statistics 0
-    # and 1, so n(s) is the value) and update the statistics after the optimizer step.
+    # and 1, so n(s) is the value) and update the statistics before the optimizer step.
     agent = make_two_task_agent(impala, popart_step_size=0.05, num_minibatches=1)
     rollout = impala_rollout()
     state = agent.init(jax.random.key(0))
@@ -291,6 +291,22 @@ def test_impala_statistics_take_in_the_vtrace_targets_after_the_step():
     for a, b in zip(new_state.popart, expected, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
     assert float(metrics["popart_scale/CartPole-v0"]) == pytest.approx(float(expected.scale[1]))
+
+
+def test_impala_normalises_sparse_rewards_with_statistics_that_have_seen_them():
+    # A long stretch without reward leaves a task's scale at its lower bound (1e-4). The
+    # first rewarded minibatch must update the statistics before its loss (Hessel et al.
+    # 2019, Algorithm 1; rlax.popart_update): its targets, of order 1, are then normalised
+    # to tens. Normalised with the stale scale, they would be ~1e4 and the value loss ~1e8.
+    agent = make_two_task_agent(impala, num_minibatches=1)
+    state = agent.init(jax.random.key(0))
+    decayed = rlax.PopArtState(jnp.zeros(2), jnp.full(2, 1e-4), jnp.full(2, 1e-8))
+    state = state.replace(popart=decayed)
+    rollout = impala_rollout()  # Rewards ~ N(1, 1): the first rewarded rollout.
+    new_state, metrics = jax.jit(agent.update)(state, rollout)
+    assert np.all(np.asarray(new_state.popart.scale) > 1e-3)  # The statistics saw them.
+    assert 0 < float(metrics["value_loss"]) < 1e5, metrics["value_loss"]
+    assert np.isfinite(float(metrics["policy_loss"]))
 
 
 def test_impala_accumulation_and_loops_agree_with_popart():

@@ -187,27 +187,25 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         carry, policy_params, _ = model.step(params, carry, obs)
         return carry, policy.mode(policy_params)
 
-    def loss_fn(params, batch, popart_state=None):
-        """IMPALA loss on whole sequences: a dict of [T (+ 1), b, ...] arrays, sharded on b.
+    def forward(params, batch, popart_state):
+        """Network and V-trace on whole sequences: a dict of [T (+ 1), b, ...] arrays.
 
-        With PopArt, `popart_state` holds the statistics, and the aux output also has the
-        [3, K] moments of the minibatch's V-trace targets (`popart.task_moments`).
+        Returns (policy parameters [T, b, ...], values [T + 1, b], PopArt's normalised
+        values of each column's task [T + 1, b] or None, V-trace returns, tasks [T, b] or
+        None). With PopArt V-trace runs on the unnormalised values sigma n(s) + mu.
         """
-        # obs [T + 1, b, ...] -> policy parameters [T + 1, b, ...], values [T + 1, b]
-        # (PopArt: normalised values of every task [T + 1, b, K]).
         initial_carry = jax.tree.map(lambda x: x[0], batch["initial_carry"])
         policy_params, values = model.sequence(params, initial_carry, batch["obs"], batch["starts"])
         policy_params = jax.tree.map(lambda x: x[:-1], policy_params)
+        normalized_values, step_tasks = None, None
         if value_normalization.enabled:
-            # V-trace runs on the unnormalised values sigma n(s) + mu of each column's task.
             sample_tasks = jnp.broadcast_to(batch["tasks"], values.shape[:-1])
             normalized_values, values = rlax.unnormalize_linear(popart_state, values, sample_tasks)
-        weight = batch["valid"].astype(jnp.float32)
+            step_tasks = sample_tasks[:-1]
         log_pi = policy.logprob(policy_params, batch["actions"])
         log_mu = policy.logprob(batch["behaviour_policy"], batch["actions"])
-        log_rho = log_pi - log_mu
         # Ratios weight the targets; they are not a path for the policy gradient.
-        rhos = jnp.exp(jax.lax.stop_gradient(log_rho))
+        rhos = jnp.exp(jax.lax.stop_gradient(log_pi - log_mu))
         returns = vtrace(
             values,
             rhos,
@@ -219,6 +217,29 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
             clip_rho_threshold=hp.clip_rho_threshold,
             clip_pg_rho_threshold=hp.clip_pg_rho_threshold,
         )
+        return (policy_params, log_pi, rhos), values, normalized_values, returns, step_tasks
+
+    def popart_statistics_first(params, batch, popart_state):
+        """Hessel et al. (2019), Algorithm 1: the minibatch's V-trace targets update the
+        statistics, and the value head is rescaled to preserve every output, before the
+        gradient step; the loss then normalises the targets with statistics that have
+        seen them. The unnormalised values, and so the targets, are the same either side
+        of the rescaling."""
+        _, values, _, returns, step_tasks = forward(params, batch, popart_state)
+        targets = jax.lax.stop_gradient(returns.errors + values[:-1])
+        moments = value_normalization.moments(targets, batch["valid"], step_tasks)
+        return value_normalization.update(params, popart_state, moments)
+
+    def loss_fn(params, batch, popart_state=None):
+        """IMPALA loss on whole sequences: a dict of [T (+ 1), b, ...] arrays, sharded on b.
+
+        With PopArt, `popart_state` holds the statistics (already updated with this
+        minibatch's targets: `popart_statistics_first`).
+        """
+        (policy_params, log_pi, rhos), values, normalized_values, returns, step_tasks = forward(
+            params, batch, popart_state
+        )
+        weight = batch["valid"].astype(jnp.float32)
         # IMPALA's sums over the valid samples (rlax.policy_gradient_loss, for any
         # distribution): the advantages carry no gradient.
         pg_advantage = jax.lax.stop_gradient(returns.pg_advantage)
@@ -229,7 +250,6 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
             # the policy gradient on the normalised advantage (r + gamma v_{s+1} - mu) /
             # sigma - n(s) = rho-clipped advantage / sigma (rlax's pg_advantage is
             # min(pg-rho-bar, rho) times the unnormalised one).
-            step_tasks = sample_tasks[:-1]
             value_errors = (
                 rlax.normalize(popart_state, targets, step_tasks) - (normalized_values[:-1])
             )
@@ -246,9 +266,7 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
             "importance_ratio": learner.masked_mean(rhos, weight),
             "explained_variance": learner.explained_variance(targets, values[:-1], weight),
         }
-        if not value_normalization.enabled:
-            return loss, stats
-        return loss, (stats, value_normalization.moments(targets, batch["valid"], step_tasks))
+        return loss, stats
 
     def update(state: IMPALAState, rollout: Rollout):
         stats = statistics(state)
@@ -280,8 +298,7 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         popart_state = None
         if value_normalization.enabled:
             # The targets depend on the learner's values, so each minibatch's targets
-            # update the statistics (ART, then POP) right after its optimizer step; the
-            # next minibatch is normalised with them.
+            # update the statistics (POP, then ART's rescaling) before its gradient step.
             params, opt_state, metrics, popart_state = learner.stateful_minibatch_steps(
                 loss_fn,
                 optimizer,
@@ -290,7 +307,7 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
                 state.popart,
                 batches,
                 unroll,
-                after_step=value_normalization.update,
+                before_step=popart_statistics_first,
                 **steps,
             )
             metrics.update(value_normalization.metrics(popart_state))

@@ -197,19 +197,15 @@ def minibatch_steps(
       (params, opt_state, stats averaged over the N minibatches and their micro-batches).
     """
 
-    def stateless_loss(params, batch, _):
-        loss, stats = loss_fn(params, batch)
-        return loss, (stats, ())
-
     params, opt_state, stats, _ = stateful_minibatch_steps(
-        stateless_loss,
+        lambda params, batch, _: loss_fn(params, batch),
         optimizer,
         params,
         opt_state,
         (),
         batches,
         unroll,
-        after_step=lambda params, state, _: (params, state),
+        before_step=lambda params, batch, state: (params, state),
         accumulation_steps=accumulation_steps,
         split=split,
         combine=combine,
@@ -226,24 +222,24 @@ def stateful_minibatch_steps(
     batches,
     unroll: bool,
     *,
-    after_step: Callable,
+    before_step: Callable,
     accumulation_steps: int = 1,
     split: Callable | None = None,
     combine: str = "mean",
 ):
-    """`minibatch_steps` with a state that the loss reads and each step updates.
+    """`minibatch_steps` with a state that the loss reads and each minibatch updates first.
 
     For statistics learned from the minibatches themselves (PopArt's, from the value
-    targets that the loss computes): the loss also returns what it observed, summed over
-    micro-batches, and after each optimizer step `after_step` folds that into the state
-    (and may change the parameters, as PopArt's rescaling does).
+    targets): before each minibatch's gradient, `before_step` folds the minibatch into the
+    state (and may change the parameters, as PopArt's output-preserving rescaling does),
+    so the loss sees statistics that have already seen its own targets, the order of
+    Hessel et al.'s Algorithm 1 and of rlax's `popart_update`.
 
     Args:
-      loss_fn: `loss_fn(params, batch, state) -> (loss, (stats, observed))`; `observed`
-        a pytree of arrays that add up over micro-batches.
-      state: the state of the first minibatch.
-      after_step: `after_step(params, state, observed) -> (params, state)`, applied to
-        the parameters after the optimizer step.
+      loss_fn: `loss_fn(params, batch, state) -> (loss, stats)`.
+      state: the state before the first minibatch.
+      before_step: `before_step(params, batch, state) -> (params, state)` on the whole
+        minibatch, before its gradient (forward passes only; no gradient is taken).
       (the other arguments as in `minibatch_steps`)
 
     Returns:
@@ -256,16 +252,10 @@ def stateful_minibatch_steps(
         micro_batches = split(batch, accumulation_steps)
 
         def micro_step(total, micro_batch):
-            grads, (stats, observed) = gradient(params, micro_batch, state)
-            return jax.tree.map(jnp.add, total, (grads, observed)), stats
+            grads, stats = gradient(params, micro_batch, state)
+            return jax.tree.map(jnp.add, total, grads), stats
 
-        observed_shape = jax.eval_shape(
-            lambda: gradient(params, jax.tree.map(lambda x: x[0], micro_batches), state)[1][1]
-        )
-        zeros = (
-            jax.tree.map(jnp.zeros_like, params),
-            jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), observed_shape),
-        )
+        zeros = jax.tree.map(jnp.zeros_like, params)
         if unroll:  # Straight-line code: no convolution inside a nested XLA computation.
             total, all_stats = zeros, []
             for i in range(accumulation_steps):
@@ -274,20 +264,19 @@ def stateful_minibatch_steps(
             stats = jax.tree.map(lambda *xs: jnp.stack(xs), *all_stats)
         else:
             total, stats = jax.lax.scan(micro_step, zeros, micro_batches)
-        grads, observed = total
         if combine == "mean":
-            grads = jax.tree.map(lambda g: g / accumulation_steps, grads)
-        return grads, (jax.tree.map(jnp.mean, stats), observed)
+            total = jax.tree.map(lambda g: g / accumulation_steps, total)
+        return total, jax.tree.map(jnp.mean, stats)
 
     def step(carry, batch):
         params, opt_state, state = carry
+        params, state = before_step(params, batch, state)
         if accumulation_steps > 1:
-            grads, (stats, observed) = accumulated_gradient(params, batch, state)
+            grads, stats = accumulated_gradient(params, batch, state)
         else:
-            grads, (stats, observed) = gradient(params, batch, state)
+            grads, stats = gradient(params, batch, state)
         updates, opt_state = optimizer.update(grads, opt_state, params)
-        params, state = after_step(optax.apply_updates(params, updates), state, observed)
-        return (params, opt_state, state), stats
+        return (optax.apply_updates(params, updates), opt_state, state), stats
 
     (params, opt_state, state), stats = jax.lax.scan(
         step, (params, opt_state, state), batches, unroll=num_steps if unroll else 1
