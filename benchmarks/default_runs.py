@@ -5,11 +5,13 @@
 
 Each seed is the README's command, `python -m sebulba.main --config=configs/NAME.py
 --workdir=DIR --config.seed=S` (TensorBoard off), in its own process with JAX's default
-devices. Prints one line per seed and writes `docs/records/NAME.json` with each seed's
-summary: the final mean return (last 100 episodes), `params_checksum`, steps/s and wall
-time. Returns and checksums do not depend on the machine's load; times do. Then
-`python benchmarks/render_docs.py` puts the new numbers in the docs, and
-tests/test_records.py checks that a fresh run of the first seed still gives them.
+devices, then `python -m sebulba.evaluate --workdir=DIR --episodes=20` (the sampled
+policy of the final checkpoint). Prints one line per seed and writes
+`docs/records/NAME.json` with each seed's summary: the final mean return (last 100
+episodes), `params_checksum`, steps/s, wall time, and the evaluation's mean and min.
+Returns and checksums do not depend on the machine's load; times do. Then `python
+benchmarks/render_docs.py` puts the new numbers in the docs, and tests/test_records.py
+checks that a fresh run of the first seed still gives them.
 """
 
 from __future__ import annotations
@@ -39,8 +41,8 @@ def command(config: str, seed: int, workdir: str) -> list[str]:
     ]
 
 
-def run(config: str, seed: int) -> dict:
-    """One seed of the README's command; returns the summary's figures."""
+def run(config: str, seed: int, eval_episodes: int = 0) -> dict:
+    """One seed of the README's command; the summary's figures (and the evaluation's)."""
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # JAX's own devices.
     env["PYTHONPATH"] = records.ROOT + os.pathsep + env.get("PYTHONPATH", "")
     with tempfile.TemporaryDirectory() as workdir:
@@ -56,7 +58,25 @@ def run(config: str, seed: int) -> dict:
             raise RuntimeError(f"{config} seed {seed} failed:\n{result.stderr[-3000:]}")
         with open(os.path.join(workdir, "summary.json"), encoding="utf-8") as f:
             summary = json.load(f)
-    return {key: summary[key] for key in SUMMARY_KEYS}
+        figures = {key: summary[key] for key in SUMMARY_KEYS}
+        if eval_episodes:
+            evaluation = subprocess.run(
+                [sys.executable, "-m", "sebulba.evaluate", f"--workdir={workdir}"]
+                + [f"--episodes={eval_episodes}"],
+                cwd=records.ROOT,
+                env=env,
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if evaluation.returncode != 0:
+                raise RuntimeError(f"evaluating {config} seed {seed}:\n{evaluation.stderr}")
+            with open(os.path.join(workdir, "eval.json"), encoding="utf-8") as f:
+                result = json.load(f)
+            figures["eval"] = {
+                key: result[key] for key in ("episodes", "mean_return", "min_return")
+            }
+    return figures
 
 
 def main() -> None:
@@ -64,10 +84,12 @@ def main() -> None:
     parser.add_argument("--config", required=True, help="ppo_cartpole or impala_cartpole")
     parser.add_argument("--seeds", default="1,2,3,4,5")
     parser.add_argument("--parallel", type=int, default=1, help="seeds run at once")
+    parser.add_argument("--eval_episodes", type=int, default=20, help="0: no evaluation")
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
     with ThreadPoolExecutor(args.parallel) as pool:
-        results = dict(zip(seeds, pool.map(lambda s: run(args.config, s), seeds), strict=True))
+        runs = pool.map(lambda s: run(args.config, s, args.eval_episodes), seeds)
+        results = dict(zip(seeds, runs, strict=True))
     for seed, result in results.items():
         print(
             f"{args.config} seed {seed}: mean return {result['mean_return']:.1f}, "

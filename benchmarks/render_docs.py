@@ -55,13 +55,20 @@ def render(name: str, style: str) -> str:
         )
     if style == "table":
         rows = [
-            "| seed | final mean return (last 100 episodes) | steps/s | wall time | "
-            "params_checksum |",
-            "|---|---|---|---|---|",
+            "| seed | final mean return (last 100 episodes) | evaluation: mean (min) | "
+            "steps/s | wall time | params_checksum |",
+            "|---|---|---|---|---|---|",
         ]
         for seed, result in seeds.items():
+            evaluation = result.get("eval")
+            evaluated = (
+                f"{evaluation['mean_return']:.1f} ({evaluation['min_return']:.0f}) over "
+                f"{evaluation['episodes']} episodes"
+                if evaluation
+                else "-"
+            )
             rows.append(
-                f"| {seed} | {result['mean_return']:.1f} | {result['sps']:,.0f} | "
+                f"| {seed} | {result['mean_return']:.1f} | {evaluated} | {result['sps']:,.0f} | "
                 f"{result['wall_time_s']:.0f} s | `{result['params_checksum'][:12]}` |"
             )
         return "\n".join(rows) + f"\n\nRecorded by {provenance(record)}.\n"
