@@ -54,11 +54,23 @@ def run_record(run: Run, failure: str | None = None) -> dict:
         record["status"] = "done"
         for field in ("mean_return", "wall_time_s", "sps", "global_step"):
             record[field] = summary.get(field)
-        record["env_id"] = summary.get("env_id") or dict(run.setting).get(TASK_KEY)
-        if record["env_id"] and record["mean_return"] is not None:
-            record["human_normalized"] = human_normalized_score(
-                record["env_id"], record["mean_return"]
-            )
+        tasks = summary.get("tasks") or {}
+        if len(tasks) > 1:
+            # A joint run: its mean return mixes games, so each game is scored on its own
+            # return and the run on its own aggregate (the median over its games).
+            record["env_id"] = None
+            record["task_human_normalized"] = {
+                task_id: human_normalized_score(task_id, task["mean_return"])
+                for task_id, task in tasks.items()
+                if task.get("mean_return") is not None
+            }
+            record["human_normalized"] = summary.get("atari_median_hns")
+        else:
+            record["env_id"] = summary.get("env_id") or dict(run.setting).get(TASK_KEY)
+            if record["env_id"] and record["mean_return"] is not None:
+                record["human_normalized"] = human_normalized_score(
+                    record["env_id"], record["mean_return"]
+                )
     elif failure is not None:
         record["status"] = "failed"
         record["error"] = failure
@@ -79,12 +91,16 @@ def atari_aggregates(runs: list[Run], records: list[dict], reps: int = _BOOTSTRA
     """
     scores_by_group: dict[str, dict[str, list[float]]] = collections.defaultdict(dict)
     for run, record in zip(runs, records, strict=True):
-        if record.get("human_normalized") is None:
-            continue
+        # Per game: a single-task run's score, or each game's score within a joint run.
+        scores = record.get("task_human_normalized") or {
+            record.get("env_id"): record.get("human_normalized")
+        }
         # The setting's name without the task: the keys (and config) that vary.
         rest = [part for part in run.setting_name.split(",") if not part.startswith(TASK_KEY)]
         label = ",".join(part for part in rest if part) or config_name(run.config)
-        scores_by_group[label].setdefault(record["env_id"], []).append(record["human_normalized"])
+        for game, score in scores.items():
+            if game is not None and score is not None:
+                scores_by_group[label].setdefault(game, []).append(score)
     matrices = {}
     for label, games in scores_by_group.items():
         if len(games) >= 2:

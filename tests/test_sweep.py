@@ -381,3 +381,33 @@ def test_plot_draws_a_sweep_and_flags_runs_with_the_same_seed(tmp_path, capsys):
         }
     ]
     assert "has 2 runs with seed 1" in capsys.readouterr().err
+
+
+def test_a_joint_atari_run_is_scored_per_game_not_as_its_first_game(tmp_path):
+    # Alien + Pong in one run: its mean return (mixed) is no score of either game. The
+    # report takes each game's own return: Alien 7127.7 (human) -> 1.0, Pong -20.7
+    # (random) -> 0.0; the run's own aggregate is their median, 0.5.
+    workdir = tmp_path / "sweep"
+    plan = parse_sweep(str(workdir), ["configs/impala_atari_multitask.py:smoke"], "1", [])
+    (run,) = plan.runs()
+    write_run(run.workdir, 1, "Alien-v5", 3553.5, 10.0, 100.0)
+    summary_path = os.path.join(run.workdir, "summary.json")
+    with open(summary_path) as f:
+        summary = json.load(f)
+    summary["tasks"] = {
+        "Alien-v5": {"mean_return": 7127.7, "mean_length": 100.0, "episodes": 5},
+        "Pong-v5": {"mean_return": -20.7, "mean_length": 100.0, "episodes": 5},
+    }
+    summary["atari_median_hns"] = 0.5
+    with open(summary_path, "w") as f:
+        json.dump(summary, f)
+    record = sweep_report.run_record(run)
+    assert record["task_human_normalized"] == {
+        "Alien-v5": pytest.approx(1.0, abs=1e-3),
+        "Pong-v5": pytest.approx(0.0, abs=1e-3),
+    }
+    assert record["human_normalized"] == pytest.approx(0.5)
+    report = sweep_report.build_report(plan, reps=10)
+    assert report["settings"][0]["human_normalized"]["mean"] == pytest.approx(0.5)
+    (aggregate,) = report["atari"].values()
+    assert aggregate["games"] == 2 and aggregate["median"][0] == pytest.approx(0.5, abs=1e-3)
