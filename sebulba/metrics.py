@@ -247,7 +247,15 @@ class MetricsLogger:
         self._jsonl = open(os.path.join(workdir, "metrics.jsonl"), "a", encoding="utf-8")
         if wandb_config is not None:
             self._wandb = _WandbSink(wandb_config, workdir, first_update)
-        self._console = ConsoleProgress(sizes.global_steps, sizes.num_updates, mode=console)
+        self._console = ConsoleProgress(
+            sizes.global_steps,
+            sizes.num_updates,
+            mode=console,
+            # A long update says so as often as progress lines may appear (5 s when
+            # every line is printed).
+            stall_notice_s=console_every_s or 5.0,
+            first_update=first_update,
+        )
 
     def _window_reset(self, now: float, global_step: int) -> None:
         self._window_start = now

@@ -4,12 +4,17 @@ Every log step prints one progress line (steps done / total, steps/s, ETA, mean 
 policy versions, wait fractions). On a terminal a bar below the lines is redrawn after
 every update; in CI, log files and SLURM output (not a terminal) only the lines appear,
 so the output stays greppable and free of carriage returns. Process 0 only.
+
+An update that takes long (the first compiles; a big learner on a CPU can take minutes)
+is never silent: while one runs, a line `update 1/488 running for 0:01:00` is printed
+every `stall_notice_s` seconds.
 """
 
 from __future__ import annotations
 
 import math
 import sys
+import threading
 import time
 from typing import Any, TextIO
 
@@ -78,6 +83,9 @@ class ConsoleProgress:
       mode: "lines" (plain lines), "bar" (lines and a bar redrawn in place) or "auto"
         (a bar only when `stream` is a terminal).
       stream: where to write (default: stdout).
+      stall_notice_s: while an update has been running this long, say so every this
+        many seconds (0: never).
+      first_update: the update this process starts with (a resumed run's is later).
     """
 
     def __init__(
@@ -86,6 +94,8 @@ class ConsoleProgress:
         num_updates: int,
         mode: str = "auto",
         stream: TextIO | None = None,
+        stall_notice_s: float = 0.0,
+        first_update: int = 1,
     ):
         if mode not in CONSOLE_MODES:
             raise ValueError(f"console mode {mode!r} is not one of {CONSOLE_MODES}")
@@ -95,6 +105,33 @@ class ConsoleProgress:
         self.show_bar = mode == "bar" or (mode == "auto" and is_terminal)
         self._steady_from: tuple[float, int] | None = None
         self._bar_drawn = False
+        # The stall notices come from a thread of their own: the learner thread that
+        # calls on_update is the one blocked in the long update.
+        self._lock = threading.RLock()
+        self._running_update = first_update
+        self._running_since = self._last_notice = time.perf_counter()
+        self._closed = threading.Event()
+        self._notices = None
+        if stall_notice_s > 0:
+            self._notices = threading.Thread(
+                target=self._notice_stalls,
+                args=(stall_notice_s,),
+                name="sebulba-progress",
+                daemon=True,
+            )
+            self._notices.start()
+
+    def _notice_stalls(self, every_s: float) -> None:
+        while not self._closed.wait(min(1.0, every_s / 4)):
+            with self._lock:
+                now = time.perf_counter()
+                running_s = now - self._running_since
+                if running_s >= every_s and now - self._last_notice >= every_s:
+                    self._last_notice = now
+                    self.write_line(
+                        f"update {self._running_update}/{self.num_updates} running for "
+                        f"{format_duration(running_s)}"
+                    )
 
     def eta_s(self, global_step: int) -> float:
         """Seconds left at the rate since this process's first update (`eta_seconds`)."""
@@ -102,12 +139,18 @@ class ConsoleProgress:
 
     def write_line(self, text: str) -> None:
         """Prints a permanent line (above the bar, which is redrawn after it)."""
-        self._clear_bar()
-        print(text, file=self.stream, flush=True)
+        with self._lock:
+            self._clear_bar()
+            print(text, file=self.stream, flush=True)
 
     def on_update(self, update: int, global_step: int) -> None:
         """Notes an update (the first starts the steady-state clock); redraws the bar."""
+        with self._lock:
+            self._on_update(update, global_step)
+
+    def _on_update(self, update: int, global_step: int) -> None:
         now = time.perf_counter()
+        self._running_update, self._running_since, self._last_notice = update + 1, now, now
         if self._steady_from is None:
             self._steady_from = (now, global_step)
         if not self.show_bar:
@@ -126,7 +169,10 @@ class ConsoleProgress:
         self._bar_drawn = True
 
     def close(self) -> None:
-        """Ends the bar's line so later output starts on a fresh line."""
+        """Stops the stall notices; ends the bar's line so later output starts afresh."""
+        self._closed.set()
+        if self._notices is not None:
+            self._notices.join()
         if self._bar_drawn:
             self.stream.write("\n")
             self.stream.flush()

@@ -8,6 +8,7 @@ import os
 import re
 import struct
 import sys
+import time
 import types
 
 import pytest
@@ -176,3 +177,48 @@ def test_wandb_gets_the_metrics_lines_when_enabled(tmp_path, monkeypatch):
     logged = [call for call in calls if call[0] == "log"]
     assert [step for _, step, _ in logged] == [x["global_step"] for x in read_metrics(workdir)]
     assert "charts/episodic_return" in logged[-1][2] and "losses/loss" in logged[-1][2]
+
+
+def test_an_update_that_takes_long_says_so_while_it_runs():
+    stream = io.StringIO()
+    progress = ConsoleProgress(400, 4, mode="lines", stream=stream, stall_notice_s=0.2)
+    try:
+        deadline = time.monotonic() + 10
+        while "running for" not in stream.getvalue():  # Update 1 has printed nothing yet.
+            assert time.monotonic() < deadline, stream.getvalue()
+            time.sleep(0.05)
+        assert stream.getvalue().splitlines()[0] == "update 1/4 running for 0:00:00"
+        progress.on_update(1, 100)
+        stream.truncate(0)
+        stream.seek(0)
+        time.sleep(0.1)  # Update 2 has just begun: nothing to say yet.
+        assert stream.getvalue() == ""
+        while "running for" not in stream.getvalue():
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert stream.getvalue().startswith("update 2/4 running for")
+    finally:
+        progress.close()
+    stream.truncate(0)
+    stream.seek(0)
+    time.sleep(0.5)
+    assert stream.getvalue() == ""  # Closed: no more notices.
+
+
+def test_a_run_whose_update_is_slow_prints_a_line_before_the_update_ends(tmp_path):
+    # Each update takes 3 s (an injected learner delay); lines are due every second, so
+    # the console says which update is running before its progress line.
+    result = run_cli(
+        tmp_path / "run",
+        "--config.debug.learner_delay_s=3",
+        "--config.log.console_every_s=1",
+        "--config.total_timesteps=256",
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = result.stdout.splitlines()
+    notice = next(i for i, line in enumerate(lines) if re.match(r"update 2/2 running for", line))
+    finished = next(i for i, line in enumerate(lines) if PROGRESS_LINE_2.match(line))
+    assert notice < finished, lines
+
+
+PROGRESS_LINE_2 = re.compile(r"^update 2/2 step ")
