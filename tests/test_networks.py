@@ -1,5 +1,7 @@
 """Networks: convolution initialisation, and refusing a network that does not fit the env."""
 
+import os
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -79,8 +81,8 @@ def test_cleanba_configs_select_cleanbas_behaviour():
     "network, env_spec, expected",
     [
         ("mlp", BREAKOUT, "flat feature vector .* 'Breakout-v5' observes uint8 \\[4, 84, 84\\]"),
-        ("nature_cnn", CARTPOLE, "uint8 frames .* 'CartPole-v1' observes float32 \\[4\\]"),
-        ("impala_resnet", CARTPOLE, "uint8 frames .* 'CartPole-v1' observes float32 \\[4\\]"),
+        ("nature_cnn", CARTPOLE, "uint8 images .* 'CartPole-v1' observes float32 \\[4\\]"),
+        ("impala_resnet", CARTPOLE, "uint8 images .* 'CartPole-v1' observes float32 \\[4\\]"),
     ],
 )
 def test_a_network_that_does_not_fit_the_observations_is_refused(network, env_spec, expected):
@@ -99,3 +101,53 @@ def test_networks_that_fit_are_accepted_and_named_in_the_advice():
     check_network_fits("impala_resnet", BREAKOUT)
     with pytest.raises(ConfigError, match="use agent.network=nature_cnn or impala_resnet$"):
         check_network_fits("mlp", BREAKOUT)
+
+
+@pytest.mark.parametrize(
+    "shape, layout",
+    [((4, 84, 84), "CHW"), ((1, 84, 84), "CHW"), ((96, 96, 3), "HWC"), ((3, 5, 4), None)],
+)
+def test_the_image_layout_is_read_from_the_spec(shape, layout):
+    from sebulba.agents.networks import image_layout
+
+    assert image_layout(ArraySpec(shape, "uint8")) == layout
+    assert image_layout(ArraySpec((84,), "uint8")) is None
+
+
+@pytest.mark.parametrize("name, first_kernel", [("nature_cnn", 8), ("impala_resnet", 3)])
+@pytest.mark.parametrize("shape, channels", [((96, 96, 3), 3), ((4, 84, 84), 4)])
+def test_cnns_convolve_over_height_and_width_in_either_layout(name, first_kernel, shape, channels):
+    # CarRacing's [96, 96, 3] is channels last, Atari's [4, 84, 84] channels first: the
+    # first convolution sees the colour channels or the frame stack, never 96 "channels".
+    spec = ArraySpec(shape, "uint8")
+    network = make_network(name, Discrete(3), observation=spec)
+    params = network.init(jax.random.key(0), jnp.zeros((1, *shape), jnp.uint8))
+    kernels = [leaf for leaf in jax.tree.leaves(params) if leaf.ndim == 4]
+    assert kernels[0].shape[:3] == (first_kernel, first_kernel, channels)
+    assert all(leaf.size for leaf in jax.tree.leaves(params))  # No zero-size layer.
+
+
+def test_a_cnn_too_big_for_the_image_is_refused_in_one_line():
+    tiny = EnvSpec("MiniGrid-tiny", ArraySpec((7, 7, 3), "uint8"), Discrete(7))
+    with pytest.raises(ConfigError, match=r"agent.network 'nature_cnn' takes .*H and W >= 36"):
+        check_network_fits("nature_cnn", tiny)
+    check_network_fits("impala_resnet", tiny)  # SAME padding: any size.
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("network", ["nature_cnn", "impala_resnet"])
+def test_car_racing_trains_with_both_cnns(tmp_path, network):
+    from sebulba import train
+    from tests.helpers import read_summary
+    from tests.test_learning import load_config
+
+    config = load_config("ppo_cartpole", "smoke")
+    config.env.id = "CarRacing-v2"  # uint8 [96, 96, 3], Box(3) actions.
+    config.agent.network = network
+    config.env.num_envs = 4
+    config.total_timesteps = 4 * 16 * 2
+    config.log.tensorboard = False
+    train.train(config, str(tmp_path))
+    summary = read_summary(str(tmp_path))
+    assert summary["updates"] == 2 and summary["global_step"] == 128
+    assert os.listdir(tmp_path / "checkpoints") == ["2"]

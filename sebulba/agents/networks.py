@@ -2,9 +2,11 @@
 
 * "mlp": separate 2x64 tanh actor and critic, as in openai/baselines for classic control.
   Takes a flat feature vector [D].
-* "nature_cnn": the DQN torso of Mnih et al. (2015). Takes uint8 frames [C, H, W].
+* "nature_cnn": the DQN torso of Mnih et al. (2015). Takes uint8 images, Atari's frame
+  stacks [C, H, W] or rendered images [H, W, C] (`image_layout` reads which from the
+  spec), at least 36 pixels high and wide.
 * "impala_resnet": the 15-layer ResNet of Espeholt et al. (2018), as used by Cleanba.
-  Takes uint8 frames [C, H, W].
+  Takes uint8 images [C, H, W] or [H, W, C] of any size.
 * "multi_input": any observation pytree (dm_control's dicts of vectors, MiniGrid's
   image, direction and mission): an encoder maps every entry to features (vectors and
   scalars flattened, channels-last images [H, W, C] through a small CNN, discrete
@@ -78,6 +80,36 @@ def _is_image(spec: ArraySpec) -> bool:
     return len(spec.shape) == 3 and spec.shape[-1] <= _MAX_IMAGE_CHANNELS
 
 
+def image_layout(spec: Any) -> str | None:
+    """ "CHW" or "HWC" for a rank-3 image spec, read from where its few channels are.
+
+    envpool stacks Atari's grayscale frames first ([4, 84, 84]: channels first) and gives
+    rendered colour images channels last (CarRacing's [96, 96, 3]). None when the spec is
+    no such image, or when both ends could be channels (e.g. [3, 5, 4]).
+    """
+    if not isinstance(spec, ArraySpec) or len(spec.shape) != 3:
+        return None
+    first, last = (size <= _MAX_IMAGE_CHANNELS for size in (spec.shape[0], spec.shape[-1]))
+    if first == last:
+        return None
+    return "CHW" if first else "HWC"
+
+
+@dataclasses.dataclass(frozen=True)
+class Pixels:
+    """uint8 images of one layout or the other, at least `min_size` pixels high and wide."""
+
+    min_size: int
+    description: str = ""
+
+    def accepts(self, observation: Any) -> bool:
+        layout = image_layout(observation)
+        if layout is None or observation.dtype != "uint8":
+            return False
+        height, width = observation.shape[1:] if layout == "CHW" else observation.shape[:2]
+        return min(height, width) >= self.min_size
+
+
 @dataclasses.dataclass(frozen=True)
 class AnyObservation:
     """Observation pytrees whose entries are discrete, vectors [D] / [N, D], or images."""
@@ -94,8 +126,11 @@ class AnyObservation:
 
 
 FEATURE_VECTOR = ObservationKind("a flat feature vector [D]", rank=1)
-# Channels first, as envpool stacks them; the torso scales uint8 pixels to [0, 1].
-FRAMES = ObservationKind("uint8 frames [C, H, W]", rank=3, dtype="uint8")
+# Channels first (Atari's frame stacks) or last (rendered colour images), C <= 4; the
+# torso scales uint8 pixels to [0, 1] and puts channels last. Nature CNN's three VALID
+# convolutions (8/4, 4/2, 3/1) need 36 pixels or more; the ResNet's SAME ones any size.
+NATURE_PIXELS = Pixels(36, "uint8 images [C, H, W] or [H, W, C] (C <= 4, H and W >= 36)")
+RESNET_PIXELS = Pixels(1, "uint8 images [C, H, W] or [H, W, C] (C <= 4)")
 ANY_OBSERVATION = AnyObservation()
 
 
@@ -116,9 +151,10 @@ def _conv(init: str, features: int, kernel: int, stride: int = 1, padding="VALID
     )
 
 
-def _frames_to_nhwc(obs: jax.Array) -> jax.Array:
-    """uint8 [B, C, H, W] frames (envpool layout) -> float32 [B, H, W, C] in [0, 1]."""
-    return jnp.transpose(obs.astype(jnp.float32) / 255.0, (0, 2, 3, 1))
+def _pixels_to_nhwc(obs: jax.Array, channels_first: bool) -> jax.Array:
+    """uint8 [B, C, H, W] (or [B, H, W, C]) -> float32 [B, H, W, C] in [0, 1]."""
+    x = obs.astype(jnp.float32) / 255.0
+    return jnp.transpose(x, (0, 2, 3, 1)) if channels_first else x
 
 
 def _value(x: jax.Array, value_heads: int | None) -> jax.Array:
@@ -241,16 +277,20 @@ class MultiInput(nn.Module):
 
 
 class NatureCNN(nn.Module):
-    """Mnih et al. (2015): uint8 [B, 4, 84, 84] -> (policy parameters, value [B])."""
+    """Mnih et al. (2015): uint8 [B, 4, 84, 84] -> (policy parameters, value [B]).
 
-    observation: ClassVar[ObservationKind] = FRAMES
+    `channels_first` False takes channels-last images [B, H, W, C] instead.
+    """
+
+    observation: ClassVar[Pixels] = NATURE_PIXELS
     policy_head: nn.Module
     conv_init: str = "orthogonal"
+    channels_first: bool = True
     core: nn.Module | None = None
     value_heads: int | None = None  # PopArt: one value per task [B, K].
 
     def torso(self, obs):
-        x = _frames_to_nhwc(obs)
+        x = _pixels_to_nhwc(obs, self.channels_first)
         x = nn.relu(_conv(self.conv_init, 32, 8, 4)(x))
         x = nn.relu(_conv(self.conv_init, 64, 4, 2)(x))
         x = nn.relu(_conv(self.conv_init, 64, 3, 1)(x))
@@ -277,12 +317,16 @@ class _ResidualBlock(nn.Module):
 
 
 class ImpalaResNet(nn.Module):
-    """Espeholt et al. (2018): uint8 [B, 4, 84, 84] -> (policy parameters, value [B])."""
+    """Espeholt et al. (2018): uint8 [B, 4, 84, 84] -> (policy parameters, value [B]).
 
-    observation: ClassVar[ObservationKind] = FRAMES
+    `channels_first` False takes channels-last images [B, H, W, C] instead.
+    """
+
+    observation: ClassVar[Pixels] = RESNET_PIXELS
     policy_head: nn.Module
     channels: Sequence[int] = (16, 32, 32)
     conv_init: str = "orthogonal"
+    channels_first: bool = True
     core: nn.Module | None = None
     value_heads: int | None = None  # PopArt: one value per task [B, K].
 
@@ -294,7 +338,7 @@ class ImpalaResNet(nn.Module):
         return _Heads(self.policy_head, self.value_heads)(x)
 
     def torso(self, obs):
-        x = _frames_to_nhwc(obs)
+        x = _pixels_to_nhwc(obs, self.channels_first)
         for channels in self.channels:
             x = _conv(self.conv_init, channels, 3, padding="SAME")(x)
             x = nn.max_pool(x, (3, 3), (2, 2), padding="SAME")
@@ -342,7 +386,12 @@ def make_network(
     check_choice(conv_init, "agent.conv_init", tuple(CONV_INITS))
     fields = {field.name for field in dataclasses.fields(network_class)}
     entry_specs = tuple(jax.tree.leaves(observation, is_leaf=is_array_spec))
-    options = {"conv_init": conv_init, "entry_specs": entry_specs}
+    options = {
+        "conv_init": conv_init,
+        "entry_specs": entry_specs,
+        # Read from the spec, so a CNN convolves over height and width whatever the layout.
+        "channels_first": image_layout(observation) != "HWC",
+    }
     return network_class(
         policy_head=distributions.for_action_spec(action).head(),
         core=core,
