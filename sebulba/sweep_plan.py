@@ -272,9 +272,42 @@ def check_workdir(sweep: Sweep, report_only: bool = False) -> None:
         return
     definition = sweep.definition()
     if stored != definition:
-        differ = [name for name in definition if stored.get(name) != definition[name]]
-        raise ConfigError(
-            f"--workdir={sweep.workdir} holds a different sweep ({', '.join(differ)} differ: "
-            f"{ {name: stored.get(name) for name in differ} }); rerun it with its own "
-            "arguments to resume it, or give another --workdir"
+        why = _not_a_growth(stored, definition)
+        if why is not None:
+            raise ConfigError(
+                f"--workdir={sweep.workdir} holds a different sweep ({why}); rerun it with "
+                "its own arguments to resume it, add seeds or values to grow it, or give "
+                "another --workdir"
+            )
+
+
+def _not_a_growth(stored: dict, new: dict) -> str | None:
+    """Why `new` is not `stored` grown by more seeds or values; None when it is.
+
+    A sweep grows by seeds, and by values of a `--set` key that already had several:
+    every run it had keeps its directory, so finished runs are kept and the new ones run.
+    A key that had one value is left out of the directory names, so more values for it
+    would rename every run; that, other configs or keys, or fewer seeds or values, make
+    another sweep.
+    """
+    if stored.get("configs") != new["configs"]:
+        return f"configs {stored.get('configs')} here, {new['configs']} now"
+    missing_seeds = sorted(set(stored.get("seeds", ())) - set(new["seeds"]))
+    if missing_seeds:
+        return f"it has seeds {stored['seeds']}; --seeds lacks {missing_seeds}"
+    stored_set = [(key, values) for key, values in stored.get("set", ())]
+    if [key for key, _ in stored_set] != [key for key, _ in new["set"]]:
+        return (
+            f"--set keys {[key for key, _ in stored_set]} here, "
+            f"{[key for key, _ in new['set']]} now"
         )
+    for (key, old), (_, values) in zip(stored_set, new["set"], strict=True):
+        missing = [value for value in old if value not in values]
+        if missing:
+            return f"it has {key}={','.join(old)}; --set lacks {','.join(missing)}"
+        if len(old) == 1 and len(values) > 1:
+            return (
+                f"{key} had the one value {old[0]}, which its run directories do not name; "
+                "more values would rename every run"
+            )
+    return None

@@ -131,9 +131,12 @@ def test_a_workdir_holding_another_sweep_is_refused(tmp_path, capsys):
     assert sweep.main([*base, "--slurm"]) == 0  # Writes the definition, runs nothing.
     assert sweep.main([*base, "--slurm"]) == 0  # The same sweep: fine.
     capsys.readouterr()
-    assert sweep.main([*base[:2], "--seeds=1,2,3", "--slurm"]) == 2
+    assert sweep.main([*base[:2], "--seeds=1", "--slurm"]) == 2  # Fewer seeds: another.
     err = capsys.readouterr().err
-    assert "holds a different sweep (seeds differ" in err and len(err.splitlines()) == 1
+    assert "holds a different sweep (it has seeds [1, 2]; --seeds lacks [2]" in err
+    assert len(err.splitlines()) == 1
+    assert sweep.main([*base, "--set", "total_timesteps=768,1536", "--slurm"]) == 2
+    assert "--set keys [] here, ['total_timesteps'] now" in capsys.readouterr().err
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "notes.txt").write_text("mine")
     assert sweep.main([*base[:1], f"--workdir={tmp_path / 'other'}", "--slurm"]) == 2
@@ -411,3 +414,22 @@ def test_a_joint_atari_run_is_scored_per_game_not_as_its_first_game(tmp_path):
     assert report["settings"][0]["human_normalized"]["mean"] == pytest.approx(0.5)
     (aggregate,) = report["atari"].values()
     assert aggregate["games"] == 2 and aggregate["median"][0] == pytest.approx(0.5, abs=1e-3)
+
+
+def test_a_sweep_grows_by_seeds_and_values_and_keeps_its_runs(tmp_path, capsys):
+    workdir = tmp_path / "sweep"
+    base = [f"--config={MINIMAL}", f"--workdir={workdir}"]
+    first = ["--seeds=1,2", "--set", "total_timesteps=768,1536", "--set", "env.num_envs=8"]
+    assert sweep.main([*base, *first, "--slurm"]) == 0
+    before = {run["workdir"] for run in json.loads((workdir / "sweep.json").read_text())["runs"]}
+    grown = ["--seeds=1,2,3", "--set", "total_timesteps=768,1536,2304", "--set", "env.num_envs=8"]
+    assert sweep.main([*base, *grown, "--slurm"]) == 0
+    report = json.loads((workdir / "sweep.json").read_text())
+    assert report["definition"]["seeds"] == [1, 2, 3]
+    after = {run["workdir"] for run in report["runs"]}
+    assert before < after and len(after) == 9  # Every run kept its directory.
+    capsys.readouterr()
+    # A key with one value is not in the directory names: more values would rename them.
+    more = ["--seeds=1,2,3", "--set", "total_timesteps=768,1536,2304", "--set", "env.num_envs=8,16"]
+    assert sweep.main([*base, *more, "--slurm"]) == 2
+    assert "env.num_envs had the one value 8" in capsys.readouterr().err
