@@ -1,7 +1,12 @@
 """Learning curves from run directories.
 
     python -m sebulba.plot runs/ppo_s1 runs/ppo_s2 runs/impala_s1 --out=curves.png
-    python -m sebulba.plot runs/sweep --out=curves.png   # a sebulba.sweep directory
+    python -m sebulba.plot runs/sweep        # a sebulba.sweep directory: runs/sweep/curves.png
+
+Without `--out` the figure goes to `curves.png` in the first directory given. Nothing is
+dropped silently: where a curve's mean covers only the range its runs share, or the runs
+share none (each is then drawn alone), a note under the panel says so; the legend sits
+below the panels, covering none of them.
 
 Runs whose configs differ only by `seed` are one curve (a sweep's runs: one curve per
 setting); two runs of one curve with the same seed are flagged on stderr and in the
@@ -278,21 +283,25 @@ def _plot_tasks(groups: dict[str, list[Run]], flagged: set[str], plt):
         ax.axis("off")
     panels = {task_id: {} for task_id in task_ids}
     aggregates = {}
+    notes: dict[int, list[str | None]] = collections.defaultdict(list)
     for index, (label, runs) in enumerate(groups.items()):
         note = ", seeds repeated!" if label in flagged else ""
         color = f"C{index % 10}"
-        for ax, task_id in zip(axes, task_ids, strict=False):
+        for panel, task_id in enumerate(task_ids):
             series = [_task_series(run, task_id) for run in runs]
             series = [s for s in series if s is not None and len(s[0])]
             if series:
-                _draw_curve(ax, series, f"{label} (n={len(series)}{note})", color)
+                curve = f"{label} (n={len(series)}{note})"
+                notes[panel].append(_draw_curve(axes[panel], series, curve, color, "env step"))
                 panels[task_id][label] = len(series)
         multitask = [run for run in runs if run.task_returns]
         series = [task_aggregate(run) for run in multitask]
         kinds = {kind for _, _, kind in series}
         series = [(steps, values) for steps, values, _ in series if len(steps)]
         if series:
-            _draw_curve(axes[len(task_ids)], series, f"{label} (n={len(series)}{note})", color)
+            curve = f"{label} (n={len(series)}{note})"
+            aggregate_ax = axes[len(task_ids)]
+            notes[len(task_ids)].append(_draw_curve(aggregate_ax, series, curve, color, "env step"))
             aggregates[label] = kinds.pop()
     for ax, task_id in zip(axes, task_ids, strict=False):
         ax.set_title(task_id, fontsize=9)
@@ -300,10 +309,11 @@ def _plot_tasks(groups: dict[str, list[Run]], flagged: set[str], plt):
     aggregate_ax = axes[len(task_ids)]
     aggregate_ax.set_title("aggregate over tasks", fontsize=9)
     aggregate_ax.set_ylabel(" / ".join(sorted(set(aggregates.values()))) or "no aggregate yet")
-    aggregate_ax.legend(fontsize=7)
-    for ax in axes[: len(task_ids) + 1]:
+    for panel, ax in enumerate(axes[: len(task_ids) + 1]):
         ax.set_xlabel("env steps")
         ax.grid(alpha=0.3)
+        _annotate(ax, notes[panel])
+    _legend_below(fig, axes[: len(task_ids) + 1])
     return fig, panels, aggregates
 
 
@@ -314,12 +324,69 @@ def _task_series(run: Run, task_id: str) -> tuple[np.ndarray, np.ndarray] | None
     return (run.steps, run.returns) if run.task_ids == [task_id] else None
 
 
-def _draw_curve(ax, series: list[tuple[np.ndarray, np.ndarray]], label: str, color: str):
-    """The mean of runs' (x, y) series and, for two runs or more, its 95% bootstrap band."""
-    grid, mean, low, high = mean_and_band([x for x, _ in series], [y for _, y in series])
+def _draw_curve(
+    ax, series: list[tuple[np.ndarray, np.ndarray]], label: str, color: str, unit: str = ""
+) -> str | None:
+    """The mean of runs' (x, y) series and, for two runs or more, its 95% bootstrap band.
+
+    The mean covers only the x range every run shares. Returns a note for the figure
+    whenever that hides data: the runs' curves are cut to the shared range, or (no shared
+    range at all, e.g. wall-clock times that do not overlap) each run is drawn alone.
+    """
+    xs = [x for x, _ in series]
+    start, end = max(x[0] for x in xs), min(x[-1] for x in xs)
+    if len(series) > 1 and end <= start:
+        for index, (x, y) in enumerate(series):
+            ax.plot(x, y, color=color, alpha=0.6, label=label if index == 0 else None)
+        return f"{label}: the {len(series)} runs share no {unit or 'x'} range; each drawn alone"
+    grid, mean, low, high = mean_and_band(xs, [y for _, y in series])
     ax.plot(grid, mean, label=label, color=color)
     if len(series) > 1:
         ax.fill_between(grid, low, high, color=color, alpha=0.2)
+    furthest = max(x[-1] for x in xs)
+    earliest = min(x[0] for x in xs)
+    span = max(furthest - earliest, 1e-9)
+    if (furthest - end) / span > 0.01 or (start - earliest) / span > 0.01:
+        return (
+            f"{label}: mean over the {unit or 'x'} range all runs share, "
+            f"{start:,.0f}-{end:,.0f} (runs span {earliest:,.0f}-{furthest:,.0f})"
+        )
+    return None
+
+
+def _annotate(ax, notes: list[str | None]) -> None:
+    """Writes what a panel leaves out under its x axis label."""
+    notes = [note for note in notes if note]
+    if notes:
+        ax.annotate(
+            "\n".join(notes),
+            xy=(0, 0),
+            xycoords="axes fraction",
+            xytext=(0, -34),
+            textcoords="offset points",
+            va="top",
+            fontsize=7,
+            color="0.3",
+        )
+
+
+def _legend_below(fig, axes) -> None:
+    """One legend for the figure, below every panel, so that it covers none of them."""
+    handles, labels = {}, []
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            if label not in handles:
+                handles[label] = handle
+                labels.append(label)
+    if labels:
+        fig.legend(
+            [handles[label] for label in labels],
+            labels,
+            loc="lower center",
+            ncol=min(len(labels), 3),
+            fontsize=8,
+            frameon=False,
+        )
 
 
 def plot(run_dirs: list[str], out: str) -> dict:
@@ -360,19 +427,22 @@ def plot(run_dirs: list[str], out: str) -> dict:
     aggregates = atari_aggregates(groups)
     panels = 3 if aggregates else 2
     fig, axes = plt.subplots(1, panels, figsize=(6 * panels, 4.5))
-    for label, runs in groups.items():
-        for ax, xs in ((axes[0], [r.steps for r in runs]), (axes[1], [r.wall_times for r in runs])):
-            grid, mean, low, high = mean_and_band(xs, [r.returns for r in runs])
-            note = ", seeds repeated!" if label in flagged else ""
-            line = ax.plot(grid, mean, label=f"{label} (n={len(runs)}{note})")[0]
-            if len(runs) > 1:
-                ax.fill_between(grid, low, high, color=line.get_color(), alpha=0.2)
+    notes: list[list[str | None]] = [[], []]
+    for index, (label, runs) in enumerate(groups.items()):
+        note = ", seeds repeated!" if label in flagged else ""
+        curve, color = f"{label} (n={len(runs)}{note})", f"C{index % 10}"
+        for panel, (xs, unit) in enumerate(
+            (([r.steps for r in runs], "env step"), ([r.wall_times for r in runs], "time (s)"))
+        ):
+            series = list(zip(xs, [r.returns for r in runs], strict=True))
+            notes[panel].append(_draw_curve(axes[panel], series, curve, color, unit))
     axes[0].set_xlabel("env steps")
     axes[1].set_xlabel("wall-clock time (s)")
-    for ax in axes[:2]:
+    for panel, ax in enumerate(axes[:2]):
         ax.set_ylabel("episodic return")
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=8)
+        _annotate(ax, notes[panel])
+    _legend_below(fig, axes[:2])
     if aggregates:
         ax = axes[2]
         for row, values in enumerate(aggregates.values()):
@@ -395,11 +465,13 @@ def plot(run_dirs: list[str], out: str) -> dict:
         "curves": {k: len(v) for k, v in groups.items()},
         "atari_aggregates": aggregates,
         "repeated_seeds": repeated,
+        "notes": [note for panel in notes for note in panel if note],
     }
 
 
 def _save(fig, out: str, plt) -> None:
-    fig.tight_layout()
+    # Room below the panels for the legend and the notes of what a panel leaves out.
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     fig.savefig(out, dpi=100)
     plt.close(fig)
@@ -413,15 +485,19 @@ def main(argv: list[str] | None = None) -> int:
         "run_dirs", nargs="+", help="run directories (--workdir of each run) or sweep directories"
     )
     parser.add_argument(
-        "--out", required=True, help="output image, e.g. curves.png (missing folders are created)"
+        "--out",
+        default=None,
+        help="output image (missing folders are created); default: curves.png in the first "
+        "run or sweep directory",
     )
     args = parser.parse_args(argv)
+    out = args.out or os.path.join(args.run_dirs[0], "curves.png")
     try:
-        result = plot(args.run_dirs, args.out)
+        result = plot(args.run_dirs, out)
     except ValueError as error:
         print(f"sebulba.plot: error: {error}", file=sys.stderr)
         return 2
-    print(json.dumps({"out": args.out, **result}))
+    print(json.dumps({"out": os.path.abspath(out), **result}))
     return 0
 
 

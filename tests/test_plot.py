@@ -183,3 +183,41 @@ def test_a_joint_atari_run_aggregates_the_median_human_normalized_score(tmp_path
     result = plot.plot([str(tmp_path / "run")], str(tmp_path / "atari.png"))
     assert list(result["tasks"]) == list(ids)
     assert result["task_aggregates"] == {"ppo 4 tasks lag=1": "median human-normalized score"}
+
+
+def _fake_cartpole_run(path, seed, wall_offset):
+    os.makedirs(path)
+    config = {"seed": seed, "env": {"id": "Acrobot-v1"}, "agent": {"name": "impala"}}
+    config["pipeline"] = {"policy_lag": 1}
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(config, f)
+    with open(os.path.join(path, "metrics.jsonl"), "w") as f:
+        for step in (1000, 2000, 3000):
+            line = {"global_step": step, "wall_time_s": wall_offset + step / 1000}
+            f.write(json.dumps({**line, "episodic_return": -500.0 + step / 10}) + "\n")
+    with open(os.path.join(path, "summary.json"), "w") as f:
+        json.dump({"mean_return": -200.0}, f)
+
+
+def test_seeds_whose_times_do_not_overlap_are_drawn_alone_with_a_note(tmp_path, capsys):
+    # Seed 1 trained from 1 s to 3 s, seed 2 from 11 s to 13 s (a slower machine): no
+    # wall-clock range is shared, so there is no mean to draw; each seed is drawn, and
+    # the figure says why. Against env steps they share everything: no note.
+    for seed, offset in ((1, 0.0), (2, 10.0)):
+        _fake_cartpole_run(str(tmp_path / f"s{seed}"), seed, offset)
+    result = plot.plot([str(tmp_path / "s1"), str(tmp_path / "s2")], str(tmp_path / "c.png"))
+    (note,) = result["notes"]
+    assert "share no time (s) range; each drawn alone" in note
+    # Partly overlapping times: the mean is cut to the shared range, and the figure says so.
+    _fake_cartpole_run(str(tmp_path / "s3"), 3, 1.5)
+    result = plot.plot([str(tmp_path / "s1"), str(tmp_path / "s3")], str(tmp_path / "d.png"))
+    (note,) = result["notes"]
+    assert "mean over the time (s) range all runs share, 2-3 (runs span 1-4)" in note
+
+
+def test_without_out_the_figure_goes_into_the_first_directory(tmp_path, capsys):
+    _fake_cartpole_run(str(tmp_path / "run"), 1, 0.0)
+    assert plot.main([str(tmp_path / "run")]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["out"] == str(tmp_path / "run" / "curves.png")
+    assert (tmp_path / "run" / "curves.png").read_bytes()[:4] == b"\x89PNG"
