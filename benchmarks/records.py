@@ -14,6 +14,7 @@ packages that decide the arithmetic).
 from __future__ import annotations
 
 import datetime
+import hashlib
 import importlib.metadata
 import json
 import os
@@ -28,15 +29,26 @@ RECORDS_DIR = os.path.join(ROOT, "docs", "records")
 ARITHMETIC_PACKAGES = ("jax", "jaxlib", "envpool", "numpy", "flax", "optax", "rlax")
 
 
-def cpu_model() -> str:
+def _cpuinfo(field: str) -> str | None:
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
             for line in cpuinfo:
-                if line.startswith("model name"):
+                if line.split(":", 1)[0].strip() == field:
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    return None
+
+
+def cpu_model() -> str:
+    return _cpuinfo("model name") or platform.processor() or platform.machine()
+
+
+def cpu_features() -> str:
+    """A digest of the CPU's instruction-set flags: XLA:CPU compiles for them, so two
+    CPUs of one model name (virtual machines often show a bare "AMD EPYC") can differ."""
+    flags = " ".join(sorted((_cpuinfo("flags") or "").split()))
+    return hashlib.sha256(flags.encode()).hexdigest()[:16]
 
 
 def environment() -> dict[str, Any]:
@@ -54,6 +66,7 @@ def environment() -> dict[str, Any]:
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"),
         "machine": {
             "cpu": cpu_model(),
+            "cpu_features": cpu_features(),
             "cores": os.cpu_count(),
             "os": f"{platform.system()} {platform.machine()}",
         },
@@ -90,8 +103,10 @@ def names() -> list[str]:
 def same_environment(record: dict[str, Any]) -> tuple[bool, str]:
     """Whether this machine should reproduce the record exactly; if not, why not."""
     here = environment()
-    if record["machine"]["cpu"] != here["machine"]["cpu"]:
-        return False, f"CPU {here['machine']['cpu']!r}, the record's {record['machine']['cpu']!r}"
+    for key in ("cpu", "cpu_features"):
+        mine, theirs = here["machine"][key], record["machine"].get(key)
+        if mine != theirs:
+            return False, f"{key} {mine!r}, the record's {theirs!r}"
     for package in ("python", *ARITHMETIC_PACKAGES):
         mine, theirs = here["versions"][package], record["versions"].get(package)
         if mine != theirs:

@@ -91,4 +91,4 @@ def test_same_environment_names_what_differs():
     same, why = records.same_environment(record)
     assert not same and "jax" in why and "0.0.1" in why
     record["machine"]["cpu"] = "another CPU"
-    assert "CPU" in records.same_environment(record)[1]
+    assert "cpu 'another CPU'" in records.same_environment(record)[1]
