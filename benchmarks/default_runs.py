@@ -41,41 +41,33 @@ def command(config: str, seed: int, workdir: str) -> list[str]:
     ]
 
 
+def _python(args: list[str], what: str) -> None:
+    """Runs `python ARGS` from the repository with JAX's own devices; raises on failure."""
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env["PYTHONPATH"] = records.ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    result = subprocess.run(
+        [sys.executable, *args], cwd=records.ROOT, env=env, capture_output=True, text=True
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"{what} failed:\n{result.stderr[-3000:]}")
+
+
+def _read(workdir: str, name: str) -> dict:
+    with open(os.path.join(workdir, name), encoding="utf-8") as f:
+        return json.load(f)
+
+
 def run(config: str, seed: int, eval_episodes: int = 0) -> dict:
     """One seed of the README's command; the summary's figures (and the evaluation's)."""
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # JAX's own devices.
-    env["PYTHONPATH"] = records.ROOT + os.pathsep + env.get("PYTHONPATH", "")
     with tempfile.TemporaryDirectory() as workdir:
-        result = subprocess.run(
-            command(config, seed, workdir),
-            cwd=records.ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if result.returncode != 0:
-            raise RuntimeError(f"{config} seed {seed} failed:\n{result.stderr[-3000:]}")
-        with open(os.path.join(workdir, "summary.json"), encoding="utf-8") as f:
-            summary = json.load(f)
+        _python(command(config, seed, workdir)[1:], f"{config} seed {seed}")
+        summary = _read(workdir, "summary.json")
         figures = {key: summary[key] for key in SUMMARY_KEYS}
         if eval_episodes:
-            evaluation = subprocess.run(
-                [sys.executable, "-m", "sebulba.evaluate", f"--workdir={workdir}"]
-                + [f"--episodes={eval_episodes}"],
-                cwd=records.ROOT,
-                env=env,
-                capture_output=True,
-                text=True,
-                check=False,
-            )
-            if evaluation.returncode != 0:
-                raise RuntimeError(f"evaluating {config} seed {seed}:\n{evaluation.stderr}")
-            with open(os.path.join(workdir, "eval.json"), encoding="utf-8") as f:
-                result = json.load(f)
-            figures["eval"] = {
-                key: result[key] for key in ("episodes", "mean_return", "min_return")
-            }
+            evaluate = ["-m", "sebulba.evaluate", f"--workdir={workdir}"]
+            _python([*evaluate, f"--episodes={eval_episodes}"], f"evaluating {config} {seed}")
+            evaluation = _read(workdir, "eval.json")
+            figures["eval"] = {k: evaluation[k] for k in ("episodes", "mean_return", "min_return")}
     return figures
 
 
