@@ -99,6 +99,7 @@ def test_agent_name_on_the_command_line_swaps_the_agent(lab, tmp_path):
     result = run_cli(
         workdir,
         "--config.agent.name=my_lab.a2c",
+        "--config.env.num_envs=8",
         "--config.total_timesteps=4096",
         "--config.log.every_updates=1",
         "--config.log.tensorboard=False",
