@@ -24,11 +24,13 @@ def test_the_eta_counts_the_rate_after_the_first_update_not_the_compile():
 
 
 def test_the_console_starts_its_clock_at_the_first_update(monkeypatch):
-    clock = iter([30.0, 30.0, 32.0, 32.0])
-    monkeypatch.setattr(progress.time, "perf_counter", lambda: next(clock))
+    now = [0.0]
+    monkeypatch.setattr(progress.time, "perf_counter", lambda: now[0])
     console = ConsoleProgress(10_000, 10, mode="lines", stream=io.StringIO())
+    now[0] = 30.0
     console.on_update(1, 1_000)
     assert console.eta_s(1_000) == math.inf
+    now[0] = 32.0
     console.on_update(2, 3_000)
     assert console.eta_s(3_000) == pytest.approx(7.0)
 
