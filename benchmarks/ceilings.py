@@ -303,6 +303,28 @@ def print_table(result: dict) -> None:
             print(f"| {key} | {value:.2f} |")
 
 
+def print_threads_table(config, thread_counts: list[int], seconds: float) -> None:
+    """Raw envpool and actor-only steps/s for each number of actor threads, envs per
+    thread fixed (the config's `env.num_envs` is the envs of one thread)."""
+    envs_per_thread = config.env.num_envs
+    print(
+        f"{config.agent.name} {config.env.id}, {envs_per_thread} envs per actor thread; "
+        f"jax {jax.__version__}, {jax.default_backend()}\n"
+    )
+    print("| actor threads | raw envpool steps/s | actor-only steps/s | actor-only / raw |")
+    print("|---|---|---|---|")
+    for threads in thread_counts:
+        variant = config.copy_and_resolve_references()
+        variant.pipeline.num_actor_threads = threads
+        variant.env.num_envs = envs_per_thread * threads
+        result = measure(variant, seconds, updates=0, only=("raw", "actor"))
+        print(
+            f"| {threads} | {result['raw_envpool_sps']:,.0f} | {result['actor_only_sps']:,.0f} "
+            f"| {result['actor_only_over_raw_envpool']:.2f} |",
+            flush=True,
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", required=True, help="configs/FILE.py[:ARG]")
@@ -313,11 +335,19 @@ def main() -> None:
     parser.add_argument(
         "--only", default=",".join(MEASUREMENTS), help=f"comma-separated subset of {MEASUREMENTS}"
     )
+    parser.add_argument(
+        "--threads",
+        default=None,
+        help="e.g. 1,2,4: raw envpool and actor-only per pipeline.num_actor_threads, one table",
+    )
     args = parser.parse_args()
     config = load_config(args.config)
     config.mesh.actor_device_ids = (0,)
     config.mesh.learner_device_ids = (1,)
     apply_overrides(config, args.set)
+    if args.threads:
+        print_threads_table(config, [int(n) for n in args.threads.split(",")], args.seconds)
+        return
     result = measure(config, args.seconds, args.updates, args.only.split(","))
     if args.json:
         print(json.dumps(result))

@@ -1,13 +1,16 @@
-"""The shipped CartPole configs as the README runs them, one run per seed, as a record.
+"""The shipped configs as the README runs them, one run per seed, as a record.
 
     python benchmarks/default_runs.py --config=ppo_cartpole --seeds=1,2,3,4,5     # ~5 min
     python benchmarks/default_runs.py --config=impala_cartpole --seeds=1,2,3,4,5  # ~3 min
+    python benchmarks/default_runs.py --config=ppo_memory --name=ppo_memory_feedforward \
+        --set agent.core=none --seeds=1
 
 Each seed is the README's command, `python -m sebulba.main --config=configs/NAME.py
---workdir=DIR --config.seed=S` (TensorBoard off), in its own process with JAX's default
+--workdir=DIR --config.seed=S` (TensorBoard off; each `--set KEY=VALUE` added as
+`--config.KEY=VALUE`), in its own process with JAX's default
 devices, then `python -m sebulba.evaluate --workdir=DIR --episodes=20` (the sampled
 policy of the final checkpoint). Prints one line per seed and writes
-`docs/records/NAME.json` with each seed's summary: the final mean return (last 100
+`docs/records/NAME.json` (or `--name`) with each seed's summary: the final mean return (last 100
 episodes), `params_checksum`, steps/s, wall time, and the evaluation's mean and min.
 Returns and checksums do not depend on the machine's load; times do. Then `python
 benchmarks/render_docs.py` puts the new numbers in the docs, and tests/test_records.py
@@ -29,7 +32,7 @@ import records
 SUMMARY_KEYS = ("mean_return", "params_checksum", "sps", "wall_time_s", "updates", "global_step")
 
 
-def command(config: str, seed: int, workdir: str) -> list[str]:
+def command(config: str, seed: int, workdir: str, overrides: tuple[str, ...] = ()) -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -38,6 +41,7 @@ def command(config: str, seed: int, workdir: str) -> list[str]:
         f"--workdir={workdir}",
         f"--config.seed={seed}",
         "--config.log.tensorboard=False",
+        *(f"--config.{override}" for override in overrides),
     ]
 
 
@@ -57,10 +61,10 @@ def _read(workdir: str, name: str) -> dict:
         return json.load(f)
 
 
-def run(config: str, seed: int, eval_episodes: int = 0) -> dict:
+def run(config: str, seed: int, eval_episodes: int = 0, overrides: tuple[str, ...] = ()) -> dict:
     """One seed of the README's command; the summary's figures (and the evaluation's)."""
     with tempfile.TemporaryDirectory() as workdir:
-        _python(command(config, seed, workdir)[1:], f"{config} seed {seed}")
+        _python(command(config, seed, workdir, overrides)[1:], f"{config} seed {seed}")
         summary = _read(workdir, "summary.json")
         figures = {key: summary[key] for key in SUMMARY_KEYS}
         if eval_episodes:
@@ -73,14 +77,17 @@ def run(config: str, seed: int, eval_episodes: int = 0) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", required=True, help="ppo_cartpole or impala_cartpole")
+    parser.add_argument("--config", required=True, help="a config in configs/, e.g. ppo_cartpole")
+    parser.add_argument("--set", action="append", default=[], help="KEY=VALUE, config override")
+    parser.add_argument("--name", default=None, help="the record's name (default: the config)")
     parser.add_argument("--seeds", default="1,2,3,4,5")
     parser.add_argument("--parallel", type=int, default=1, help="seeds run at once")
     parser.add_argument("--eval_episodes", type=int, default=20, help="0: no evaluation")
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
     with ThreadPoolExecutor(args.parallel) as pool:
-        runs = pool.map(lambda s: run(args.config, s, args.eval_episodes), seeds)
+        overrides = tuple(args.set)
+        runs = pool.map(lambda s: run(args.config, s, args.eval_episodes, overrides), seeds)
         results = dict(zip(seeds, runs, strict=True))
     for seed, result in results.items():
         print(
@@ -88,11 +95,11 @@ def main() -> None:
             f"{result['sps']:,.0f} sps, {result['wall_time_s']:.0f} s, "
             f"checksum {result['params_checksum'][:12]}"
         )
-    readme_command = " ".join(command(args.config, 0, "DIR")[1:]).replace(
+    readme_command = " ".join(command(args.config, 0, "DIR", tuple(args.set))[1:]).replace(
         "--config.seed=0", "--config.seed=SEED"
     )
     path = records.write(
-        args.config,
+        args.name or args.config,
         f"python {readme_command}",
         {"seeds": {str(seed): result for seed, result in results.items()}},
     )

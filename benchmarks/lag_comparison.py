@@ -115,7 +115,23 @@ def table(results: list[dict]) -> str:
                 f"{mean_sd([r['final_return'] for r in runs])} |"
             )
     seeds = sorted({r["seed"] for r in results})
-    return "\n".join(rows) + f"\n\nmean ± sd over seeds {seeds}"
+    per_seed = [
+        f"{agent} lag {lag}: "
+        + ", ".join(
+            f"{r['final_return']:.1f}"
+            for r in sorted(results, key=lambda r: r["seed"])
+            if r["agent"] == agent and r["policy_lag"] == lag
+        )
+        for agent in CONFIGS
+        for lag in (0, 1)
+        if any(r["agent"] == agent and r["policy_lag"] == lag for r in results)
+    ]
+    return (
+        "\n".join(rows)
+        + f"\n\nMean ± sd over seeds {', '.join(map(str, seeds))}. Final return per seed: "
+        + "; ".join(per_seed)
+        + "."
+    )
 
 
 def main() -> None:

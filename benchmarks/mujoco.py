@@ -73,7 +73,11 @@ def table(results: list[dict]) -> str:
             f"{returns.mean():.0f} ± {returns.std():.0f} | {CLEANRL_1M.get(task, '-')} | "
             f"{wall / 60:.1f} min | {sps:,.0f} |"
         )
-    return "\n".join(rows)
+    per_seed = "; ".join(
+        f"{task} " + ", ".join(f"{r['final_return']:.0f}" for r in results if r["task"] == task)
+        for task in dict.fromkeys(r["task"] for r in results)
+    )
+    return "\n".join(rows) + f"\n\nFinal return per seed: {per_seed}."
 
 
 def main() -> None:

@@ -19,6 +19,7 @@ import importlib.metadata
 import json
 import os
 import platform
+import shlex
 import subprocess
 import sys
 from typing import Any
@@ -77,9 +78,22 @@ def environment() -> dict[str, Any]:
     }
 
 
+def invocation() -> str:
+    """The command line that is running now, as a user would type it from the repository."""
+    script = os.path.relpath(os.path.abspath(sys.argv[0]), ROOT)
+    return "python " + shlex.join([script, *sys.argv[1:]])
+
+
 def write(name: str, command: str, values: dict[str, Any]) -> str:
-    """Writes `docs/records/NAME.json`: the command, the environment and the values."""
-    record = {"name": name, "command": command, **environment(), "values": values}
+    """Writes `docs/records/NAME.json`: the command that measured the values, the command
+    that regenerates the record (the one running now), the environment and the values."""
+    record = {
+        "name": name,
+        "command": command,
+        "regenerate": invocation(),
+        **environment(),
+        "values": values,
+    }
     os.makedirs(RECORDS_DIR, exist_ok=True)
     path = os.path.join(RECORDS_DIR, f"{name}.json")
     with open(path, "w", encoding="utf-8") as f:

@@ -5,7 +5,9 @@
 
 A block is the text between `<!-- record:NAME STYLE -->` and `<!-- /record:NAME -->`;
 NAME is a record (`docs/records/NAME.json`) and STYLE how it is shown: `table` (one row
-per seed, then where and how it was measured) or `line` (one sentence for prose).
+per seed, then where and how it was measured), `line` (one sentence for prose), or
+`output` (what a benchmark printed, recorded by `benchmarks/record_output.py`: markdown
+as it is, text in a code block, then where and how it was measured).
 Nothing between the markers is written by hand: tests/test_records.py fails when a block
 differs from what its record renders.
 """
@@ -45,6 +47,11 @@ def provenance(record: dict) -> str:
 
 def render(name: str, style: str) -> str:
     record = records.read(name)
+    if style == "output":
+        output = record["values"]["output"]
+        if record["values"]["format"] != "markdown":
+            output = f"```text\n{output}```\n"
+        return f"{output}\nRecorded by {provenance(record)}.\n"
     seeds = record["values"]["seeds"]
     if style == "line":
         returns = [f"{seeds[s]['mean_return']:.1f}" for s in seeds]
@@ -72,7 +79,7 @@ def render(name: str, style: str) -> str:
                 f"{result['wall_time_s']:.0f} s | `{result['params_checksum'][:12]}` |"
             )
         return "\n".join(rows) + f"\n\nRecorded by {provenance(record)}.\n"
-    raise ValueError(f"record block {name}: unknown style {style!r} (table, line)")
+    raise ValueError(f"record block {name}: unknown style {style!r} (table, line, output)")
 
 
 def rendered(text: str) -> str:

@@ -23,6 +23,8 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
 
 import importlib.util  # noqa: E402
 
+import jax  # noqa: E402
+
 from sebulba import train  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -109,6 +111,7 @@ def with_lstm(config, frame_stack: int | None = None):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", choices=["cartpole", "atari", "lstm"], default=None)
+    parser.add_argument("--json", action="store_true", help="print the rows as JSON")
     args = parser.parse_args()
     rows = []
     if args.only in (None, "cartpole"):
@@ -125,7 +128,18 @@ def main() -> None:
         # As configs/ppo_lstm_atari.py: one frame per observation, the LSTM remembers.
         lstm_atari = with_lstm(atari(1, "nature_cnn"), frame_stack=1)
         rows.append(measure("ppo Breakout-v5 nature+lstm", lstm_atari))
-    print(json.dumps(rows, indent=1))
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return
+    print(f"\njax {jax.__version__}, {jax.default_backend()}; steady state, after update 1\n")
+    print("| run | policy_lag | steps/s | learner waits | actors wait | limited by |")
+    print("|---|---|---|---|---|---|")
+    for row in rows:
+        print(
+            f"| {row['run']} | {row['policy_lag']} | {row['sps']:,.0f} | "
+            f"{100 * row['learner_wait_frac']:.1f}% | {100 * row['actor_wait_frac']:.1f}% | "
+            f"{row['limited_by']} |"
+        )
 
 
 if __name__ == "__main__":
