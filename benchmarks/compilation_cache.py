@@ -7,8 +7,9 @@ Runs `python -m sebulba.main --config=configs/ppo_cartpole.py` (cut to `--update
 updates: start-up does not depend on the run's length) twice in fresh processes, with
 `SEBULBA_COMPILATION_CACHE_DIR` pointing at one empty directory: the first run compiles
 and fills the cache, the second loads its programs from it. Prints a markdown table per
-run: the command's wall time, the time before training starts (imports, envs, mesh),
-update 1 (which compiles the actor and learner programs, or loads them), the training
+run: the command's wall time, the start-up before training (imports, envs, and compiling
+or loading the learner update, which is compiled ahead of time), update 1 (which also
+compiles the actors' policy step), the training
 time (`summary.json`'s `wall_time_s`) and the `params_checksum`, which must be the same:
 loading a program changes nothing it computes.
 """
@@ -71,7 +72,7 @@ def main() -> None:
         "empty before the cold run\n"
     )
     print(
-        "| start | wall time of the command | before training | update 1 (compiles) "
+        "| start | wall time of the command | start-up (imports, envs, compiling) | update 1 "
         "| training | params_checksum |"
     )
     print("|---|---|---|---|---|---|")

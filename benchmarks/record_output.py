@@ -7,13 +7,13 @@
 
 The command runs from the repository root with its output shown as it comes; its standard
 output (from the first line that starts with `--from`, if given; the last `--tail` lines,
-if given) becomes `docs/records/NAME.json`'s `output`, which a docs block
-`<!-- record:NAME output -->` shows verbatim, in a text block, or as markdown with
-`--markdown` (for scripts that print markdown tables). Each `--before` command runs first
-(e.g. the sweep whose report is recorded) and is recorded with it. With `--transcript`
-the record is a console session instead: each command, `--before` ones included, as
-`$ COMMAND` followed by (the last `--tail` lines of) what it printed. A command that
-fails writes nothing: the record keeps its last good version.
+if given; without the lines that start with `--drop`) becomes `docs/records/NAME.json`'s
+`output`, which a docs block `<!-- record:NAME output -->` shows verbatim, in a text
+block, or as markdown with `--markdown` (for scripts that print markdown tables). Each
+`--before` command runs first (e.g. the sweep whose report is recorded) and is recorded
+with it. With `--transcript` the record is a console session instead: each command,
+`--before` ones included, as `$ COMMAND` followed by (the last `--tail` lines of) what it
+printed. A command that fails writes nothing: the record keeps its last good version.
 """
 
 from __future__ import annotations
@@ -43,8 +43,12 @@ def run_and_capture(argv: list[str]) -> str:
     return "".join(lines)
 
 
-def excerpt(output: str, start_prefix: str | None, tail: int | None) -> str:
+def excerpt(
+    output: str, start_prefix: str | None, tail: int | None, drop_prefix: str | None = None
+) -> str:
     lines = output.splitlines()
+    if drop_prefix is not None:
+        lines = [line for line in lines if not line.startswith(drop_prefix)]
     if start_prefix is not None:
         starts = [i for i, line in enumerate(lines) if line.startswith(start_prefix)]
         if not starts:
@@ -61,6 +65,7 @@ def main() -> None:
     parser.add_argument("--markdown", action="store_true", help="the output is markdown")
     parser.add_argument("--from", dest="start", default=None, help="keep from this line on")
     parser.add_argument("--tail", type=int, default=None, help="keep the last N lines")
+    parser.add_argument("--drop", default=None, help="leave out lines that start with this")
     parser.add_argument("--before", action="append", default=[], help="a command run first")
     parser.add_argument(
         "--transcript", action="store_true", help="record every command and its output"
@@ -74,7 +79,7 @@ def main() -> None:
     for before in args.before:
         printed = run_and_capture(_python_argv(shlex.split(before)))
         session.append(f"$ {before}\n{excerpt(printed, None, args.tail)}")
-    output = excerpt(run_and_capture(_python_argv(command)), args.start, args.tail)
+    output = excerpt(run_and_capture(_python_argv(command)), args.start, args.tail, args.drop)
     if args.transcript:
         output = "".join(session) + f"$ {shlex.join(command)}\n{output}"
     measured = " && ".join([*args.before, shlex.join(command)])

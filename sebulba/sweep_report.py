@@ -161,6 +161,10 @@ def build_report(
                 "done": sum(r["status"] == "done" for r in group),
                 "failed": sum(r["status"] == "failed" for r in group),
                 "final_return": summarize(_values(group, "mean_return")),
+                # A mean over seeds hides a seed that failed to learn; the table shows each.
+                "final_return_per_seed": {
+                    str(r["seed"]): r.get("mean_return") for r in group if r["status"] == "done"
+                },
                 "human_normalized": summarize(_values(group, "human_normalized")),
                 "wall_time_s": summarize(_values(group, "wall_time_s")),
                 "sps": summarize(_values(group, "sps")),
@@ -192,6 +196,11 @@ def _plus_minus(stats: dict | None, digits: int, thousands: bool = False) -> str
     return f"{stats['mean']:{spec}} ± {stats['std']:{spec}}"
 
 
+def _per_seed(returns: dict[str, float | None]) -> str:
+    shown = [f"{seed}: {value:.1f}" for seed, value in returns.items() if value is not None]
+    return ", ".join(shown) or "-"
+
+
 def _interval(values: list[float]) -> str:
     if len(values) == 1:
         return f"{values[0]:.3f}"
@@ -201,9 +210,9 @@ def _interval(values: list[float]) -> str:
 def format_table(report: dict) -> str:
     """The console table: one row per setting, then the Atari aggregates if any."""
     atari = any(row["human_normalized"] for row in report["settings"])
-    header = ["setting", "seeds done", "final return", "wall time (s)", "steps/s"]
+    header = ["setting", "seeds done", "final return", "per seed", "wall time (s)", "steps/s"]
     if atari:
-        header.insert(3, "human-normalized")
+        header.insert(4, "human-normalized")
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in report["settings"]:
         failed = f" ({row['failed']} failed)" if row["failed"] else ""
@@ -212,11 +221,12 @@ def format_table(report: dict) -> str:
             row["setting"],
             done,
             _plus_minus(row["final_return"], 1),
+            _per_seed(row["final_return_per_seed"]),
             _plus_minus(row["wall_time_s"], 1),
             _plus_minus(row["sps"], 0, thousands=True),
         ]
         if atari:
-            cells.insert(3, _plus_minus(row["human_normalized"], 3))
+            cells.insert(4, _plus_minus(row["human_normalized"], 3))
         lines.append("| " + " | ".join(cells) + " |")
     if report["atari"]:
         lines += [

@@ -340,10 +340,14 @@ def test_the_table_is_computed_from_known_summaries(tmp_path, capsys):
     assert breakout_row["done"] == 2 and breakout_row["runs"] == 3
     assert breakout_row["final_return"]["mean"] == pytest.approx(16.1)
     assert report["runs"][5]["status"] == "pending"
-    assert "| env.id=Pong-v5 | 3/3 | -3.0 ± 17.6 | 0.500 ± 0.500 | 20.0 ± 10.0 | 200 ± 100 |" in (
-        out
+    # Each seed's return beside the mean: a seed that failed to learn shows.
+    assert breakout_row["final_return_per_seed"] == {"1": 30.5, "2": 1.7}
+    pong_cells = (
+        "| -3.0 ± 17.6 | 1: 14.6, 2: -20.7, 3: -3.0 | 0.500 ± 0.500 | 20.0 ± 10.0 | 200 ± 100 |"
     )
-    assert "| env.id=Breakout-v5 | 2/3 | 16.1 ± 20.4 | 0.500 ± 0.707 | 5.0 ± 0.0 | 50 ± 0 |" in out
+    assert f"| env.id=Pong-v5 | 3/3 {pong_cells}" in out
+    breakout_cells = "| 16.1 ± 20.4 | 1: 30.5, 2: 1.7 | 0.500 ± 0.707 | 5.0 ± 0.0 |"
+    assert f"| env.id=Breakout-v5 | 2/3 {breakout_cells}" in out
 
     # Over games: 2 seeds each (Breakout's count), scores [[1, 1], [0, 0]] -> all 0.5.
     (aggregate,) = report["atari"].values()
