@@ -284,7 +284,7 @@ def measure(config, seconds: float, updates: int, only=MEASUREMENTS) -> dict:
 def print_table(result: dict) -> None:
     print(
         f"{result['config']}, {result['num_actor_threads']} actor thread(s) x "
-        f"{result['num_envs_per_thread']} envs; jax {jax.__version__}, {jax.default_backend()}"
+        f"{result['num_envs_per_thread']} envs; jax {jax.__version__}, {jax.default_backend()}\n"
     )
     print("| measurement | steps/s |\n|---|---|")
     for key in (
@@ -297,7 +297,7 @@ def print_table(result: dict) -> None:
     ):
         if key in result:
             print(f"| {key} | {result[key]:,.0f} |")
-    print("| ratio | value |\n|---|---|")
+    print("\n| ratio | value |\n|---|---|")
     for key, value in result.items():
         if "_over_" in key:
             print(f"| {key} | {value:.2f} |")
