@@ -71,7 +71,9 @@ def run(config: str, seed: int, eval_episodes: int = 0, overrides: tuple[str, ..
             evaluate = ["-m", "sebulba.evaluate", f"--workdir={workdir}"]
             _python([*evaluate, f"--episodes={eval_episodes}"], f"evaluating {config} {seed}")
             evaluation = _read(workdir, "eval.json")
-            figures["eval"] = {k: evaluation[k] for k in ("episodes", "mean_return", "min_return")}
+            # A multi-task evaluation reports a mean over tasks and no overall minimum.
+            kept = ("episodes", "mean_return", "min_return")
+            figures["eval"] = {k: evaluation[k] for k in kept if k in evaluation}
     return figures
 
 

@@ -68,12 +68,13 @@ def render(name: str, style: str) -> str:
         ]
         for seed, result in seeds.items():
             evaluation = result.get("eval")
-            evaluated = (
-                f"{evaluation['mean_return']:.1f} ({evaluation['min_return']:.0f}) over "
-                f"{evaluation['episodes']} episodes"
-                if evaluation
-                else "-"
-            )
+            evaluated = "-"
+            if evaluation:
+                # A multi-task evaluation has a mean over tasks and no single minimum.
+                minimum = evaluation.get("min_return")
+                lowest = f" ({minimum:.0f})" if minimum is not None else ""
+                mean, episodes = evaluation["mean_return"], evaluation["episodes"]
+                evaluated = f"{mean:.1f}{lowest} over {episodes} episodes"
             rows.append(
                 f"| {seed} | {result['mean_return']:.1f} | {evaluated} | {result['sps']:,.0f} | "
                 f"{result['wall_time_s']:.0f} s | `{result['params_checksum'][:12]}` |"
