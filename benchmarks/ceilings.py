@@ -7,22 +7,31 @@
 Measures, in one process and one run, env steps per second of:
 
 * raw envpool: the config's env pools stepped with random actions (one Python thread per
-  actor thread, as the pipeline has), nothing else: the ceiling of any actor.
-* actor-only: the pipeline's own actor loop (policy inference, env steps, bookkeeping and
-  the copy of each rollout to the learner devices) with one fixed parameter version and
-  no learner; rollouts are taken as fast as they are made.
+  actor thread, as the pipeline has), nothing else: the ceiling of the step loop.
+* raw envpool in a scan: the same pools stepped by one jitted `lax.scan` per 128 steps
+  through envpool's XLA interface, fixed random actions: the ceiling of the scan loop.
+* actor-only, per actor loop (`pipeline.actor_loop` step and scan): the pipeline's own
+  actor threads (policy inference, env steps, bookkeeping and the copy of each rollout
+  to the learner devices) with one fixed parameter version and no learner; rollouts are
+  taken as fast as they are made.
 * learner-only: the compiled learner update (`Pipeline.compile_update`) on one fixed
   rollout, back to back.
 * plain jit: `jax.jit(agent.update)` on one learner device, without the pipeline's
   shardings, donation or compiler options: the reference the compiled update is held to.
-* end-to-end: `sebulba.train.train` with `pipeline.policy_lag` 1 and 0, steady state
-  (after update 1, which compiles), from metrics.jsonl.
+* end-to-end: `sebulba.train.train`, steady state (after update 1, which compiles), from
+  metrics.jsonl: with `pipeline.policy_lag` 1 for each actor loop, and with lag 0 for
+  the loop `auto` chooses.
+
+Where the task cannot run under scan (`sebulba.scan_actor.unsupported_reason`, e.g.
+MuJoCo's float64 arrays), the scan figures are left out and the reason is printed.
 
 Actor and learner run on two virtual CPU devices (0 and 1) unless the config's mesh says
 otherwise with `--set`. Every figure is steady state: the first rollout or update of each
-measurement, which compiles, is excluded. Prints a table; `--json` prints one JSON object
-with the keys `raw_envpool_sps`, `actor_only_sps`, `learner_only_sps`, `plain_jit_sps`,
-`end_to_end_sps` (lag 1), `end_to_end_lag0_sps` and the ratios (`*_over_*`).
+measurement, which compiles, is excluded. Prints markdown tables; `--json` prints one
+JSON object with the keys `raw_envpool_sps`, `raw_envpool_scan_sps`,
+`actor_only_step_sps`, `actor_only_scan_sps`, `learner_only_sps`, `plain_jit_sps`,
+`end_to_end_step_sps`, `end_to_end_scan_sps`, `end_to_end_lag0_sps`, the ratios
+(`*_over_*`) and `scan_unsupported` (the reason, where scan cannot run).
 """
 
 from __future__ import annotations
@@ -44,9 +53,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import importlib.util  # noqa: E402
 
 import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from sebulba import random_streams, spaces, train  # noqa: E402
+from sebulba import envs as envs_lib  # noqa: E402
+from sebulba import random_streams, scan_actor, spaces, train  # noqa: E402
 from sebulba.handoff import RunControl  # noqa: E402
 from sebulba.pipeline import Pipeline  # noqa: E402
 from sebulba.sizes import derive_sizes  # noqa: E402
@@ -118,6 +129,76 @@ def raw_envpool_sps(setup, seconds: float) -> float:
     return steps * num_envs / elapsed
 
 
+def _scan_stepper(pools, actions: np.ndarray, device, num_steps: int = 128):
+    """A jitted program stepping `pools` `num_steps` times inside one scan; its handles."""
+    xla_fns = [pool.xla() for pool in pools]
+    offsets = np.cumsum([0, *[pool.config["num_envs"] for pool in pools]])
+
+    def program(handles, actions):
+        def body(handles, step_actions):
+            sent = [
+                send(handle, step_actions[offsets[i] : offsets[i + 1]])
+                for i, (handle, (_, _, send, _)) in enumerate(zip(handles, xla_fns, strict=True))
+            ]
+            sent = jax.lax.optimization_barrier(sent)  # Every pool steps at once.
+            received = [recv(handle) for handle, (_, recv, _, _) in zip(sent, xla_fns, strict=True)]
+            return [handle for handle, _ in received], None
+
+        repeats = -(-num_steps // len(actions))
+        xs = jnp.tile(actions, (repeats,) + (1,) * (actions.ndim - 1))[:num_steps]
+        return jax.lax.scan(body, handles, xs)[0]
+
+    handles = jax.device_put([handle for handle, *_ in xla_fns], device)
+    return jax.jit(program), handles, jax.device_put(actions, device)
+
+
+def raw_envpool_scan_sps(setup, seconds: float, num_steps: int = 128) -> float:
+    """Steps/s of the config's pools stepped inside a scan, fixed random actions, one
+    thread per actor thread (each on its actor device)."""
+    num_envs = setup.sizes.envs_per_thread
+    counts = [0] * len(setup.envs_per_thread)
+    stop = threading.Event()
+    errors = []
+
+    def step_pools(i, envs):
+        try:
+            pools = [p for g in envs_lib.step_groups(envs) for p in scan_actor.pools_of(g)]
+            for pool in pools:
+                pool.reset()
+            rng = np.random.default_rng(i)
+            batches = np.stack(
+                [random_actions(setup.env_spec.action, num_envs, rng) for _ in range(16)]
+            )
+            batches = np.asarray(scan_actor.env_actions(setup.env_spec.action, batches))
+            device = setup.layout.actor_devices[i % len(setup.layout.actor_devices)]
+            program, handles, actions = _scan_stepper(pools, batches, device, num_steps)
+            handles = jax.block_until_ready(program(handles, actions))  # Compiles.
+            while not stop.is_set():
+                handles = jax.block_until_ready(program(handles, actions))
+                counts[i] += num_steps
+        except Exception as error:  # noqa: BLE001 - re-raised by the caller.
+            errors.append(error)
+
+    threads = [
+        threading.Thread(target=step_pools, args=item) for item in enumerate(setup.envs_per_thread)
+    ]
+    for thread in threads:
+        thread.start()
+    # Warm-up, compilation included: until every thread has run a program.
+    while not errors and min(counts) == 0:
+        time.sleep(0.05)
+    start_counts, start = list(counts), time.perf_counter()
+    time.sleep(seconds)
+    steps = sum(counts) - sum(start_counts)
+    elapsed = time.perf_counter() - start
+    stop.set()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    return steps * num_envs / elapsed
+
+
 class _FixedParams:
     """A parameter store that serves one version for every update (no learner)."""
 
@@ -129,7 +210,7 @@ class _FixedParams:
         return self.params_per_device[device_index]
 
 
-def _pipeline(setup, config) -> Pipeline:
+def _pipeline(setup, config, actor_loop: str = "step") -> Pipeline:
     return Pipeline(
         setup.agent,
         setup.layout,
@@ -140,12 +221,13 @@ def _pipeline(setup, config) -> Pipeline:
         policy_lag=config.pipeline.policy_lag,
         clip_rewards=config.env.clip_rewards,
         transfer_guard=config.debug.transfer_guard,
+        actor_loop=actor_loop,
     )
 
 
-def actor_only_sps(setup, config, seconds: float):
+def actor_only_sps(setup, config, seconds: float, actor_loop: str):
     """Steps/s of the pipeline's actor threads alone; also returns one assembled rollout."""
-    pipeline = _pipeline(setup, config)
+    pipeline = _pipeline(setup, config, actor_loop)
     state = train.init_learner_state(setup)
     params = setup.agent.policy_params(state)
     store = _FixedParams([jax.device_put(params, device) for device in setup.layout.actor_devices])
@@ -206,10 +288,11 @@ def learner_only_sps(pipeline, state, actor_rollouts, sizes, seconds: float):
     return learner, plain
 
 
-def end_to_end_sps(config, policy_lag: int, updates: int) -> float:
+def end_to_end_sps(config, policy_lag: int, updates: int, actor_loop: str = "auto") -> float:
     """Steady-state steps/s of a real run (`train.train`), from metrics.jsonl."""
     config = config.copy_and_resolve_references()
     config.pipeline.policy_lag = policy_lag
+    config.pipeline.actor_loop = actor_loop
     config.total_timesteps = 10**12  # Only to derive the update size.
     sizes = derive_sizes(config, num_processes=jax.process_count())
     config.total_timesteps = sizes.steps_per_update * updates
@@ -231,6 +314,11 @@ def end_to_end_sps(config, policy_lag: int, updates: int) -> float:
 MEASUREMENTS = ("raw", "actor", "learner", "end_to_end")
 
 
+def _close(setup) -> None:
+    for pool in setup.envs_per_thread:
+        pool.close()
+
+
 def measure(config, seconds: float, updates: int, only=MEASUREMENTS) -> dict:
     """Runs the measurements named in `only`; returns the figures and their ratios."""
     config.log.tensorboard = False
@@ -239,41 +327,63 @@ def measure(config, seconds: float, updates: int, only=MEASUREMENTS) -> dict:
     # The actors run until stopped: give them more updates than any measurement takes.
     config = config.copy_and_resolve_references()
     config.total_timesteps = 10**12
+    config.pipeline.actor_loop = "auto"
+    setup = train.prepare(config)
+    loops = ["step", "scan"] if setup.actor_loop == "scan" else ["step"]
+    if setup.actor_loop != "scan":
+        devices = setup.layout.actor_devices
+        _, result["scan_unsupported"] = scan_actor.choose_actor_loop(
+            "auto",
+            [envs_lib.step_groups(envs) for envs in setup.envs_per_thread],
+            [devices[i % len(devices)] for i in range(setup.sizes.num_actor_threads)],
+            setup.env_spec.action,
+        )
+    result["num_envs_per_thread"] = setup.sizes.envs_per_thread
+    result["num_actor_threads"] = setup.sizes.num_actor_threads
     if "raw" in only:
-        setup = train.prepare(config)
         try:
             result["raw_envpool_sps"] = raw_envpool_sps(setup, seconds)
         finally:
-            for pool in setup.envs_per_thread:
-                pool.close()
-    setup = train.prepare(config)  # Fresh envs for the actors.
-    result["num_envs_per_thread"] = setup.sizes.envs_per_thread
-    result["num_actor_threads"] = setup.sizes.num_actor_threads
+            _close(setup)
+        if "scan" in loops:
+            setup = train.prepare(config)
+            try:
+                result["raw_envpool_scan_sps"] = raw_envpool_scan_sps(setup, seconds)
+            finally:
+                _close(setup)
+    else:
+        _close(setup)
     if "actor" in only or "learner" in only:
-        try:
-            actor, pipeline, state, rollouts = actor_only_sps(setup, config, seconds)
-        finally:
-            for pool in setup.envs_per_thread:
-                pool.close()
-        result["actor_only_sps"] = actor
+        for loop in loops:
+            setup = train.prepare(config)  # Fresh envs for each measurement.
+            try:
+                actor, pipeline, state, rollouts = actor_only_sps(setup, config, seconds, loop)
+            finally:
+                _close(setup)
+            result[f"actor_only_{loop}_sps"] = actor
         if "learner" in only:
             result["learner_only_sps"], result["plain_jit_sps"] = learner_only_sps(
                 pipeline, state, rollouts, setup.sizes, seconds
             )
         del pipeline, state, rollouts
-    else:
-        for pool in setup.envs_per_thread:
-            pool.close()
     if "end_to_end" in only:
-        result["end_to_end_sps"] = end_to_end_sps(end_to_end_config, 1, updates)
+        for loop in loops:
+            result[f"end_to_end_{loop}_sps"] = end_to_end_sps(end_to_end_config, 1, updates, loop)
         result["end_to_end_lag0_sps"] = end_to_end_sps(end_to_end_config, 0, updates)
+    auto = loops[-1]  # The loop `auto` chooses.
     ratios = {
-        "actor_only_over_raw_envpool": ("actor_only_sps", "raw_envpool_sps"),
-        "end_to_end_over_raw_envpool": ("end_to_end_sps", "raw_envpool_sps"),
+        "actor_only_step_over_raw_envpool": ("actor_only_step_sps", "raw_envpool_sps"),
+        "actor_only_scan_over_raw_envpool_scan": ("actor_only_scan_sps", "raw_envpool_scan_sps"),
+        "actor_only_scan_over_step": ("actor_only_scan_sps", "actor_only_step_sps"),
+        "end_to_end_scan_over_step": ("end_to_end_scan_sps", "end_to_end_step_sps"),
+        "raw_envpool_scan_over_raw_envpool": ("raw_envpool_scan_sps", "raw_envpool_sps"),
         "learner_only_over_plain_jit": ("learner_only_sps", "plain_jit_sps"),
-        "end_to_end_over_actor_only": ("end_to_end_sps", "actor_only_sps"),
-        "end_to_end_over_learner_only": ("end_to_end_sps", "learner_only_sps"),
-        "end_to_end_lag0_over_lag1": ("end_to_end_lag0_sps", "end_to_end_sps"),
+        f"end_to_end_{auto}_over_actor_only_{auto}": (
+            f"end_to_end_{auto}_sps",
+            f"actor_only_{auto}_sps",
+        ),
+        f"end_to_end_{auto}_over_learner_only": (f"end_to_end_{auto}_sps", "learner_only_sps"),
+        f"end_to_end_lag0_over_lag1_{auto}": ("end_to_end_lag0_sps", f"end_to_end_{auto}_sps"),
     }
     for name, (numerator, denominator) in ratios.items():
         if numerator in result and denominator in result:
@@ -281,20 +391,28 @@ def measure(config, seconds: float, updates: int, only=MEASUREMENTS) -> dict:
     return result
 
 
+FIGURES = (
+    "raw_envpool_sps",
+    "raw_envpool_scan_sps",
+    "actor_only_step_sps",
+    "actor_only_scan_sps",
+    "learner_only_sps",
+    "plain_jit_sps",
+    "end_to_end_step_sps",
+    "end_to_end_scan_sps",
+    "end_to_end_lag0_sps",
+)
+
+
 def print_table(result: dict) -> None:
     print(
         f"{result['config']}, {result['num_actor_threads']} actor thread(s) x "
         f"{result['num_envs_per_thread']} envs; jax {jax.__version__}, {jax.default_backend()}\n"
     )
+    if "scan_unsupported" in result:
+        print(f"actor loop scan not measured: {result['scan_unsupported']}\n")
     print("| measurement | steps/s |\n|---|---|")
-    for key in (
-        "raw_envpool_sps",
-        "actor_only_sps",
-        "learner_only_sps",
-        "plain_jit_sps",
-        "end_to_end_sps",
-        "end_to_end_lag0_sps",
-    ):
+    for key in FIGURES:
         if key in result:
             print(f"| {key} | {result[key]:,.0f} |")
     print("\n| ratio | value |\n|---|---|")
@@ -311,16 +429,26 @@ def print_threads_table(config, thread_counts: list[int], seconds: float) -> Non
         f"{config.agent.name} {config.env.id}, {envs_per_thread} envs per actor thread; "
         f"jax {jax.__version__}, {jax.default_backend()}\n"
     )
-    print("| actor threads | raw envpool steps/s | actor-only steps/s | actor-only / raw |")
-    print("|---|---|---|---|")
+    print(
+        "| actor threads | raw envpool | raw envpool in a scan | actor-only, step loop "
+        "| actor-only, scan loop | step / raw | scan / raw in a scan |"
+    )
+    print("|---|---|---|---|---|---|---|")
+
+    def cell(result, key, fmt=",.0f"):
+        return format(result[key], fmt) if key in result else "-"
+
     for threads in thread_counts:
         variant = config.copy_and_resolve_references()
         variant.pipeline.num_actor_threads = threads
         variant.env.num_envs = envs_per_thread * threads
         result = measure(variant, seconds, updates=0, only=("raw", "actor"))
         print(
-            f"| {threads} | {result['raw_envpool_sps']:,.0f} | {result['actor_only_sps']:,.0f} "
-            f"| {result['actor_only_over_raw_envpool']:.2f} |",
+            f"| {threads} | {cell(result, 'raw_envpool_sps')} "
+            f"| {cell(result, 'raw_envpool_scan_sps')} | {cell(result, 'actor_only_step_sps')} "
+            f"| {cell(result, 'actor_only_scan_sps')} "
+            f"| {cell(result, 'actor_only_step_over_raw_envpool', '.2f')} "
+            f"| {cell(result, 'actor_only_scan_over_raw_envpool_scan', '.2f')} |",
             flush=True,
         )
 

@@ -20,6 +20,7 @@ from sebulba.progress import CONSOLE_MODES
 from sebulba.validation import NON_NEGATIVE_INT, POSITIVE_INT, UNIT_INTERVAL, Range, check_range
 
 _TRANSFER_GUARD_LEVELS = ("allow", "log", "disallow", "log_explicit", "disallow_explicit")
+ACTOR_LOOPS = ("auto", "scan", "step")
 
 # The interval of every numeric run-level key that no other check covers (sizes.py checks
 # the sizes and divisibility, train.py the log and checkpoint keys).
@@ -65,6 +66,8 @@ def base_config(agent: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     config.pipeline.policy_lag = 1  # 1: rollout k uses version max(1, k-1); 0: synchronous.
     # For inference on an accelerator; on CPU-only hosts it rarely pays (docs/benchmarks.md).
     config.pipeline.overlap_env_steps = False  # Two env halves: one steps while the other infers.
+    # Same data either way; auto takes scan where the actor devices and task allow it.
+    config.pipeline.actor_loop = "auto"  # auto | scan (a rollout: one XLA program) | step.
 
     config.log = ml_collections.ConfigDict()
     config.log.every_updates = 1  # Write a metrics line every this many updates.
@@ -128,6 +131,11 @@ def check_run_config(config: ml_collections.ConfigDict) -> None:
         raise ConfigError(
             f"debug.transfer_guard {config.debug.transfer_guard!r} must be one of "
             f"{', '.join(_TRANSFER_GUARD_LEVELS)}"
+        )
+    if config.pipeline.actor_loop not in ACTOR_LOOPS:
+        raise ConfigError(
+            f"pipeline.actor_loop {config.pipeline.actor_loop!r} must be one of "
+            f"{', '.join(ACTOR_LOOPS)}"
         )
     log = config.log
     if not isinstance(log.every_updates, int) or log.every_updates < 1:

@@ -319,7 +319,7 @@ def _concat_envs(*parts):
     return np.concatenate([np.asarray(p) for p in parts], axis=0)
 
 
-class _SteppedWhole:
+class SteppedWhole:
     """A pool (or a wrapper of one) driven through `send`/`recv` by its `step` alone."""
 
     def __init__(self, pool):
@@ -345,7 +345,7 @@ def step_groups(pool) -> list:
     """
     if isinstance(pool, SplitPool):
         return list(pool.groups)
-    return [_SteppedWhole(pool)]
+    return [SteppedWhole(pool)]
 
 
 class JointPool:

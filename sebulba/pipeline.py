@@ -23,6 +23,7 @@ Any exception in any thread stops every thread and is re-raised by `Pipeline.run
 from __future__ import annotations
 
 import dataclasses
+import functools
 import queue
 import threading
 import time
@@ -34,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from sebulba import envs as envs_lib
-from sebulba import random_streams, spaces
+from sebulba import random_streams, scan_actor, spaces
 from sebulba.agents.api import (
     Agent,
     EnvSpec,
@@ -218,6 +219,16 @@ class _HostRollout:
         )
 
 
+@dataclasses.dataclass
+class _ScanRollout:
+    """One actor thread's rollout from the scan loop: per learner slice, on the actor device."""
+
+    pieces: list[Rollout]
+    episode_returns: list[float] = dataclasses.field(default_factory=list)
+    episode_lengths: list[int] = dataclasses.field(default_factory=list)
+    episode_env_ids: list[int] = dataclasses.field(default_factory=list)
+
+
 class Pipeline:
     """Runs actor threads and the learner loop for one training run.
 
@@ -235,6 +246,9 @@ class Pipeline:
       learner_delay_s / actor_delay_s: injected delays (reproducibility tests).
       transfer_guard: JAX transfer guard level for steady state ("disallow" proves
         every host/device transfer in the loop is explicit).
+      actor_loop: "step" (Python enters every env step) or "scan" (each rollout is one
+        XLA program, `sebulba.scan_actor`; the caller has checked that the envs allow
+        it). Both produce the same data.
     """
 
     def __init__(
@@ -251,7 +265,10 @@ class Pipeline:
         learner_delay_s: float = 0.0,
         actor_delay_s: float = 0.0,
         transfer_guard: str = "disallow",
+        actor_loop: str = "step",
     ):
+        if actor_loop not in ("step", "scan"):
+            raise ValueError(f"actor_loop must be 'step' or 'scan', got {actor_loop!r}")
         if len(envs_per_thread) != sizes.num_actor_threads:
             raise ValueError("one env pool per actor thread is required")
         self.agent = agent
@@ -265,6 +282,7 @@ class Pipeline:
         self.learner_delay_s = learner_delay_s
         self.actor_delay_s = actor_delay_s
         self.transfer_guard = transfer_guard
+        self.actor_loop = actor_loop
         self._actor_step = jax.jit(self._actor_step_fn)
         self._stack_outputs = jax.jit(self._stack_outputs_fn, static_argnums=1)
         self._split_carry = jax.jit(self._split_carry_fn, static_argnums=1)
@@ -353,6 +371,9 @@ class Pipeline:
         device = self.layout.actor_devices[device_index]
         groups = self._actor_groups(thread_index, envs, device, first_update)
         env_ids = self.thread_env_ids(thread_index)
+        collect = functools.partial(self._collect, groups, env_ids)
+        if self.actor_loop == "scan":
+            collect = self._scan_collector(groups, device)
         for update in range(first_update, self.sizes.num_updates + 1):
             version = required_policy_version(update, self.policy_lag)
             wait_start = time.perf_counter()
@@ -361,7 +382,7 @@ class Pipeline:
             if self.actor_delay_s:
                 time.sleep(self.actor_delay_s)
             with jax.transfer_guard(self.transfer_guard):
-                rollout = self._collect(groups, env_ids, params, device, control)
+                rollout = collect(params, device, control)
                 pieces = self._to_learner_devices(rollout)
             put_or_stop(
                 handoff,
@@ -376,6 +397,51 @@ class Pipeline:
                 ),
                 control,
             )
+
+    def _scan_collector(self, groups: list[_EnvGroup], device) -> Callable:
+        """`collect(params, device, control)` of the scan loop (`sebulba.scan_actor`)."""
+        program, handles = scan_actor.build_rollout_program(
+            self._actor_step_fn,
+            self.env_spec,
+            [group.pool for group in groups],
+            self.sizes.num_steps,
+            clip_rewards=self.clip_rewards,
+            num_slices=len(self.layout.local_learner_devices),
+        )
+        states = [
+            scan_actor.GroupState(
+                handles=jax.device_put(group_handles, device),
+                obs=jax.device_put(group.obs, device),
+                starts=jax.device_put(group.starts, device),
+                resetting=jax.device_put(group.tracker.resetting, device),
+                carry=group.carry,
+                step_index=group.step_index,
+                env_ids=group.env_ids,
+            )
+            for group, group_handles in zip(groups, handles, strict=True)
+        ]
+
+        def collect(params, device, control) -> _ScanRollout:
+            nonlocal states
+            control.raise_if_stopped()
+            states, episode_fields, pieces = program(params, states)
+            raw_rewards, terminations, truncations = jax.device_get(episode_fields)
+            rollout = _ScanRollout(pieces)
+            # The episodes, in the step loop's order (step by step, group by group).
+            for t in range(self.sizes.num_steps):
+                for group in groups:
+                    columns = group.columns
+                    group.tracker.step(
+                        raw_rewards[t, columns],
+                        terminations[t, columns],
+                        truncations[t, columns],
+                        rollout.episode_returns,
+                        rollout.episode_lengths,
+                        rollout.episode_env_ids,
+                    )
+            return rollout
+
+        return collect
 
     def _collect(self, groups: list[_EnvGroup], env_ids, params, device, control) -> _HostRollout:
         """Steps every group T times with `params`; returns the thread's host rollout.
@@ -432,9 +498,14 @@ class Pipeline:
         rollout.initial_carry = self._split_carry([g.initial_carry for g in groups], num_slices)
         return rollout
 
-    def _to_learner_devices(self, rollout: _HostRollout) -> list[Rollout]:
+    def _to_learner_devices(self, rollout: _HostRollout | _ScanRollout) -> list[Rollout]:
         """One `Rollout` per local learner device: its slice of the thread's envs."""
         learner_devices = self.layout.local_learner_devices
+        if isinstance(rollout, _ScanRollout):
+            return [
+                jax.device_put(piece, device)
+                for piece, device in zip(rollout.pieces, learner_devices, strict=True)
+            ]
         slice_size = self.sizes.envs_per_thread // len(learner_devices)
         pieces = []
         for i, learner_device in enumerate(learner_devices):

@@ -21,7 +21,7 @@ import ml_collections
 from absl import logging
 
 from sebulba import checkpoint as ckpt_lib
-from sebulba import distributed, memory, random_streams, resume_config, tasks
+from sebulba import distributed, memory, random_streams, resume_config, scan_actor, tasks
 from sebulba import envs as envs_lib
 from sebulba import workdir as workdir_lib
 from sebulba.agents import resolve_agent
@@ -44,6 +44,7 @@ class RunSetup:
     envs_per_thread: list[Any]
     env_spec: EnvSpec
     agent: Agent
+    actor_loop: str  # "scan" or "step": `pipeline.actor_loop` resolved for these envs.
 
 
 def prepare(config: ml_collections.ConfigDict) -> RunSetup:
@@ -80,8 +81,32 @@ def prepare(config: ml_collections.ConfigDict) -> RunSetup:
     tasks.check_compatible(specs)
     env_spec = specs[layout_of_tasks.ids[0]]
     envs_per_thread = make_env_pools(config, sizes, first_update=1)
+    actor_loop = choose_actor_loop(config, sizes, layout, envs_per_thread, env_spec)
     agent = agent_module.make(config, env_spec, sizes)
-    return RunSetup(config, sizes, layout, envs_per_thread, env_spec, agent)
+    return RunSetup(config, sizes, layout, envs_per_thread, env_spec, agent, actor_loop)
+
+
+def choose_actor_loop(config, sizes: Sizes, layout: DeviceLayout, envs_per_thread, env_spec) -> str:
+    """`pipeline.actor_loop` resolved for the threads' envs and actor devices, logged once.
+
+    Raises:
+      ConfigError: "scan" was requested where it cannot run.
+    """
+    # Thread i runs on actor device i mod (number of actor devices), as in the pipeline.
+    devices = [
+        layout.actor_devices[i % len(layout.actor_devices)] for i in range(sizes.num_actor_threads)
+    ]
+    groups = [envs_lib.step_groups(envs) for envs in envs_per_thread]
+    try:
+        loop, why = scan_actor.choose_actor_loop(
+            config.pipeline.actor_loop, groups, devices, env_spec.action
+        )
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+    logging.info(
+        "actor loop: %s (pipeline.actor_loop=%s: %s)", loop, config.pipeline.actor_loop, why
+    )
+    return loop
 
 
 def make_env_pools(config: ml_collections.ConfigDict, sizes: Sizes, first_update: int) -> list:
@@ -288,9 +313,10 @@ class RunCheckpoints:
         }
 
 
-def _summary_extra(config, layout) -> dict[str, Any]:
+def _summary_extra(config, layout, actor_loop: str) -> dict[str, Any]:
     return {
         "policy_lag": config.pipeline.policy_lag,
+        "actor_loop": actor_loop,
         "layout": layout.describe(),
         "jax_version": jax.__version__,
         "agent": config.agent.name,
@@ -386,6 +412,7 @@ def train(
             learner_delay_s=config.debug.learner_delay_s,
             actor_delay_s=config.debug.actor_delay_s,
             transfer_guard=config.debug.transfer_guard,
+            actor_loop=setup.actor_loop,
         )
         compiled = pipeline.compile_update(start.state)
         _log_compiled(compiled)
@@ -449,7 +476,7 @@ def train(
         global_step=sizes.num_updates * sizes.steps_per_update,
         updates=sizes.num_updates,
         checksum=params_checksum(setup.agent.policy_params(state)),
-        extra=_summary_extra(config, layout),
+        extra=_summary_extra(config, layout, setup.actor_loop),
     )
     if is_main_process:
         write_json(os.path.join(workdir, "summary.json"), summary)

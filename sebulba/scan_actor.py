@@ -1,0 +1,322 @@
+"""The actors' rollout as one XLA program: envpool's XLA interface inside a jitted scan.
+
+`pipeline.actor_loop="step"` enters Python at every env step (a jitted policy call, a
+copy of the observations in and of the actions out, envpool's `send`/`recv` from
+Python). With `"scan"` an actor thread runs a whole rollout, T x (policy -> send ->
+recv), as one jitted `jax.lax.scan` on its actor device, through the custom calls that
+envpool registers with XLA (`pool.xla()`), and enters Python once per rollout.
+
+The data are those of the step loop, bit for bit (tests/test_scan_actor.py): the same
+policy function (`Pipeline._actor_step_fn`) meets the same observations, carries, start
+flags and step counter, one call per env group in the step loop's order; actions reach
+the env converted as the step loop converts them (`env_actions`); the rollout's
+validity flags and episode starts come from the same rule as `envs.EpisodeTracker`'s,
+which then records the episodes on the host from the rollout's rewards and flags.
+
+Which tasks can: envpool's XLA interface declares its arrays with envpool's dtypes,
+and JAX holds float64 and int64 arrays as 32-bit ones unless `jax_enable_x64` is on,
+so a task whose observations or actions are float64 (MuJoCo, dm_control) would have
+envpool write 8-byte values into 4-byte buffers. Such tasks, TPU actor devices (envpool
+has CPU and GPU kernels only) and pools that are not envpool's keep the step loop:
+`unsupported_reason` says why, and `auto` logs it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from sebulba import envs as envs_lib
+from sebulba import spaces
+from sebulba.agents.api import EnvSpec, Rollout, rollout_env_axes
+
+# Platforms for which envpool ships kernels of its XLA custom calls.
+_XLA_PLATFORMS = {"cpu": 0, "gpu": 1, "cuda": 1}
+
+
+def pools_of(group: Any) -> list[Any]:
+    """The envpool pools behind one env group of `envs.step_groups`, in env order."""
+    inner = group.pool if isinstance(group, envs_lib.SteppedWhole) else group
+    return list(inner.pools) if isinstance(inner, envs_lib.JointPool) else [inner]
+
+
+def _task_name(pool: Any) -> str:
+    return type(pool).__name__.removesuffix("GymnasiumEnvPool").removesuffix("EnvPool")
+
+
+def unsupported_reason(
+    groups: Sequence[Any], device: jax.Device, action_spec: spaces.ActionSpec
+) -> str | None:
+    """Why the thread's env groups cannot be stepped inside a scan on `device`; None if they can."""
+    kernel = _XLA_PLATFORMS.get(device.platform)
+    if kernel is None:
+        return f"envpool's XLA interface has no kernels for {device.platform} actor devices"
+    for group in groups:
+        for pool in pools_of(group):
+            if not hasattr(pool, "_xla"):
+                return f"the envs ({type(pool).__name__}) are not an envpool pool"
+            for name, (_, (in_specs, out_specs), capsules) in pool._xla():
+                if capsules[kernel] is None:
+                    return f"envpool has no {device.platform} kernel for {_task_name(pool)}"
+                for dtype, _ in (*in_specs, *out_specs):
+                    held = jax.dtypes.canonicalize_dtype(dtype)
+                    if held != np.dtype(dtype):
+                        return (
+                            f"envpool's XLA {name} of {_task_name(pool)} passes "
+                            f"{np.dtype(dtype).name} arrays, which JAX holds as {held.name} "
+                            "(jax_enable_x64 is off)"
+                        )
+            mismatch = _action_mismatch(action_spec, pool)
+            if mismatch:
+                return mismatch
+    return None
+
+
+def choose_actor_loop(
+    requested: str,
+    groups_per_thread: Sequence[Sequence[Any]],
+    devices_per_thread: Sequence[jax.Device],
+    action_spec: spaces.ActionSpec,
+) -> tuple[str, str]:
+    """The loop ("scan" or "step") every actor thread runs, and why.
+
+    `requested` is `pipeline.actor_loop`. One loop for all threads keeps the threads alike;
+    "auto" takes scan only where every thread's envs and device allow it.
+
+    Raises:
+      ValueError: "scan" was requested where it cannot run (the reason).
+    """
+    if requested == "step":
+        return "step", "Python steps the envs"
+    reasons = (
+        unsupported_reason(groups, device, action_spec)
+        for groups, device in zip(groups_per_thread, devices_per_thread, strict=True)
+    )
+    reason = next((r for r in reasons if r is not None), None)
+    if reason is None:
+        return "scan", "envpool's XLA interface steps the envs inside each rollout's program"
+    if requested == "scan":
+        raise ValueError(f"pipeline.actor_loop is 'scan', but {reason}; use 'auto' or 'step'")
+    return "step", reason
+
+
+def env_actions(action_spec: spaces.ActionSpec, actions: jax.Array) -> jax.Array:
+    """The actions the env receives, as `ActionSpec.to_env` makes them on the host.
+
+    Box actions are clipped in float32 to the float32 bounds: rounding commutes with
+    clipping, so this equals the host's float64 clip rounded to envpool's float32.
+    """
+    if isinstance(action_spec, spaces.Box):
+        low = np.reshape(np.asarray(action_spec.low, np.float32), action_spec.shape)
+        high = np.reshape(np.asarray(action_spec.high, np.float32), action_spec.shape)
+        return jnp.clip(actions.astype(jnp.float32), low, high)
+    return actions.astype(jnp.int32)
+
+
+def device_observation(observation_spec: Any, obs: Any) -> Any:
+    """envpool's observations as the spec's arrays, on the device (`spaces.host_observation`)."""
+
+    def convert(spec: spaces.ArraySpec, x) -> jax.Array:
+        x = jnp.asarray(x).astype(spec.dtype)
+        return x if spec.components is None else x[..., list(spec.components)]
+
+    return spaces.map_observation(convert, observation_spec, spaces.dict_tree(obs))
+
+
+def _action_mismatch(action_spec: spaces.ActionSpec, pool: Any) -> str | None:
+    """How the actions `env_actions` makes differ from what `pool` reads; None if they match."""
+    dtype = np.dtype(action_spec.dtype)  # What `env_actions` sends.
+    for key, spec in pool.spec.action_array_spec.items():
+        if key in ("env_id", "players.env_id"):
+            continue
+        # envpool writes the player axis of a per-env scalar as -1.
+        shape = tuple(size for size in spec.shape if size != -1)
+        if np.dtype(spec.dtype) != dtype or shape != tuple(action_spec.shape):
+            return (
+                f"{_task_name(pool)} reads {key} as {np.dtype(spec.dtype).name} {shape}, "
+                f"not the {dtype.name} {tuple(action_spec.shape)} of the policy's actions"
+            )
+    return None
+
+
+@dataclasses.dataclass
+class GroupState:
+    """What one env group carries from step to step and rollout to rollout, on its device.
+
+    Attributes:
+      handles: one envpool handle per pool of the group (uint8 arrays; envpool's custom
+        calls return the same buffer, which orders them).
+      obs: the observations about to be processed, leaves [n, ...].
+      starts: [n] bool, where `obs` starts an episode.
+      resetting: [n] bool, where the last step ended an episode (so the next is
+        envpool's auto-reset, `valid` False).
+      carry: the recurrent carry `obs` is processed with (`()` for feed-forward agents).
+      step_index: int32 scalar, the next policy step's index.
+      env_ids: [n] int32 global env indices.
+    """
+
+    handles: tuple
+    obs: Any
+    starts: jax.Array
+    resetting: jax.Array
+    carry: Any
+    step_index: jax.Array
+    env_ids: jax.Array
+
+
+jax.tree_util.register_dataclass(
+    GroupState,
+    data_fields=["handles", "obs", "starts", "resetting", "carry", "step_index", "env_ids"],
+    meta_fields=[],
+)
+
+
+def split_envs(rollout: Rollout, num_slices: int) -> list[Rollout]:
+    """The rollout as `num_slices` rollouts of consecutive envs."""
+    axes = rollout_env_axes(rollout)
+    parts = jax.tree.map(lambda axis, x: jnp.split(x, num_slices, axis=axis), axes, rollout)
+    return [jax.tree.map(lambda axis, x, i=i: x[i], axes, parts) for i in range(num_slices)]
+
+
+def build_rollout_program(
+    actor_step: Callable,
+    env_spec: EnvSpec,
+    groups: Sequence[Any],
+    num_steps: int,
+    *,
+    clip_rewards: bool,
+    num_slices: int,
+) -> tuple[Callable, list[tuple]]:
+    """The jitted rollout of one actor thread, and the envpool handles it starts from.
+
+    `actor_step(params, carry, obs, starts, env_ids, step_index)` is the step loop's
+    policy step (-> carry it used, next carry, actions, outputs, step_index + 1). The
+    program takes `(params, [GroupState per group])` and returns
+    `(next_states, (raw_rewards, terminations, truncations), pieces)`: the groups' states
+    for the next rollout, the [T, n] arrays the host's episode bookkeeping reads, and
+    the thread's rollout as `num_slices` `Rollout`s of consecutive envs (one per local
+    learner device), still on the actor device.
+    """
+    for group in groups:
+        for pool in pools_of(group):
+            # A wrong dtype or shape would be misread by envpool's custom call, or crash it.
+            mismatch = _action_mismatch(env_spec.action, pool)
+            if mismatch:
+                raise ValueError(mismatch)
+    xla_fns = [[pool.xla() for pool in pools_of(group)] for group in groups]
+    pool_sizes = [[pool.config["num_envs"] for pool in pools_of(group)] for group in groups]
+    action_spec = env_spec.action
+
+    def send_and_recv(states: list[GroupState], actions: list[jax.Array]):
+        handles = []
+        groups_in_order = zip(states, actions, xla_fns, pool_sizes, strict=True)
+        for state, group_actions, fns, sizes in groups_in_order:
+            to_env = env_actions(action_spec, group_actions)
+            offsets = np.cumsum([0, *sizes])
+            handles.append(
+                tuple(
+                    send(handle, to_env[offsets[i] : offsets[i + 1]])
+                    for i, (handle, (_, _, send, _)) in enumerate(
+                        zip(state.handles, fns, strict=True)
+                    )
+                )
+            )
+        # Every pool is sent its actions before any result is awaited, so all pools
+        # step at once (the step loop's order: all sends, then all receives).
+        handles = jax.lax.optimization_barrier(handles)
+        results = []
+        for group_handles, fns in zip(handles, xla_fns, strict=True):
+            receivers = [recv for _, recv, _, _ in fns]
+            received = [recv(h) for h, recv in zip(group_handles, receivers, strict=True)]
+            new_handles = tuple(handle for handle, _ in received)
+            parts = [result for _, result in received]
+            obs = jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=0), *[p[0] for p in parts])
+            rewards, terminations, truncations = (
+                jnp.concatenate([p[i] for p in parts], axis=0) for i in (1, 2, 3)
+            )
+            results.append((new_handles, obs, rewards, terminations, truncations))
+        return results
+
+    def policy(params, state: GroupState):
+        return actor_step(
+            params, state.carry, state.obs, state.starts, state.env_ids, state.step_index
+        )
+
+    def program(params, states: list[GroupState]):
+        first = [policy(params, state) for state in states]
+        initial_carry = [carry_in for carry_in, *_ in first]
+        # The loop carries, per group: its state (carry: the next carry), the actions
+        # and the carry of the observation just processed.
+        loop = [
+            (dataclasses.replace(s, carry=next_carry, step_index=step_index), actions, carry_in)
+            for s, (carry_in, next_carry, actions, _, step_index) in zip(states, first, strict=True)
+        ]
+
+        def body(loop, _):
+            group_states = [state for state, _, _ in loop]
+            received = send_and_recv(group_states, [actions for _, actions, _ in loop])
+            new_loop, per_group = [], []
+            for (state, actions, _), (handles, raw_obs, rewards, terms, truncs) in zip(
+                loop, received, strict=True
+            ):
+                # envs.EpisodeTracker's rule: a step after an episode's end is envpool's
+                # reset (invalid), and it returns the next episode's first observation.
+                valid = jnp.logical_not(state.resetting)
+                obs = device_observation(env_spec.observation, raw_obs)
+                state = dataclasses.replace(
+                    state,
+                    handles=handles,
+                    obs=obs,
+                    starts=jnp.logical_not(valid),
+                    resetting=jnp.logical_or(terms, truncs),
+                )
+                carry_in, next_carry, next_actions, outputs, step_index = policy(params, state)
+                new_loop.append(
+                    (
+                        dataclasses.replace(state, carry=next_carry, step_index=step_index),
+                        next_actions,
+                        carry_in,
+                    )
+                )
+                per_group.append((obs, actions, rewards, terms, truncs, valid, outputs))
+            return new_loop, per_group
+
+        loop, steps = jax.lax.scan(body, loop, None, length=num_steps)
+        # obs[T] is processed again as obs[0] of the next rollout, from the same carry.
+        next_states = [dataclasses.replace(state, carry=carry_in) for state, _, carry_in in loop]
+
+        def joined(axis, *xs):
+            return jnp.concatenate(xs, axis=axis)
+
+        def with_first(firsts, rest):
+            return jax.tree.map(lambda f, r: jnp.concatenate([f[None], r], axis=0), firsts, rest)
+
+        def across_groups(index: int):
+            return jax.tree.map(lambda *xs: joined(1, *xs), *[step[index] for step in steps])
+
+        raw_rewards = across_groups(2)
+        # envs.learning_rewards, on the device.
+        rewards = jnp.sign(raw_rewards) if clip_rewards else raw_rewards
+        obs = [with_first(s.obs, step[0]) for s, step in zip(states, steps, strict=True)]
+        outputs = [with_first(f[3], step[6]) for f, step in zip(first, steps, strict=True)]
+        rollout = Rollout(
+            obs=jax.tree.map(lambda *xs: joined(1, *xs), *obs),
+            actions=across_groups(1),
+            rewards=rewards,
+            terminations=across_groups(3),
+            truncations=across_groups(4),
+            valid=across_groups(5),
+            policy_outputs=jax.tree.map(lambda *xs: joined(1, *xs), *outputs),
+            env_ids=joined(0, *[s.env_ids for s in states]),
+            initial_carry=jax.tree.map(lambda *xs: joined(0, *xs), *initial_carry),
+        )
+        episode_fields = (raw_rewards, rollout.terminations, rollout.truncations)
+        return next_states, episode_fields, split_envs(rollout, num_slices)
+
+    handles = [tuple(handle for handle, *_ in fns) for fns in xla_fns]
+    return jax.jit(program), handles

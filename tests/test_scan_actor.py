@@ -1,0 +1,207 @@
+"""`pipeline.actor_loop`: the rollout as one XLA program gives the step loop's data, bit for bit.
+
+Each case trains a few updates twice from the same seed, once per loop, and compares
+every leaf of every rollout the learner receives (observations, actions, behaviour
+outputs, rewards, flags, validity, env ids, initial carries), every episode record
+(return, length, global env id) and the final learner state.
+"""
+
+import types
+
+import jax
+import numpy as np
+import pytest
+
+from sebulba import envs, scan_actor, spaces, train
+from sebulba.agents import impala, ppo
+from sebulba.errors import ConfigError
+from sebulba.pipeline import Pipeline
+from tests import minimal_agent
+from tests.helpers import LSTM_RUN, agent_config, normalized_continuous_overrides, read_summary
+
+MINIGRID = {
+    "env__id": "MiniGrid-Empty-5x5-v0",
+    "env__num_envs": 4,
+    "agent__network": "multi_input",
+    "agent__num_steps": 40,  # 3 x 40 steps pass the task's 100-step limit: truncations.
+    "agent__num_minibatches": 2,
+}
+
+# Box actions whose random episodes end within the run (Pendulum's last 200 steps).
+LUNAR_LANDER = {"env__id": "LunarLanderContinuous-v2", "agent__num_steps": 32}
+
+TWO_THREADS_THREE_TASKS = {
+    "env__ids": ("CartPole-v1", "CartPole-v0", "phys2d/CartPole-v1"),
+    "pipeline__num_actor_threads": 2,
+    "env__num_envs": 4,
+}
+
+CASES = {
+    # Envs stepped as two halves: inside a scan, every pool is sent before any is read.
+    "ppo-mlp-overlap-env-steps": (ppo, {"pipeline__overlap_env_steps": True}),
+    # Float rewards clipped to their sign for learning, recorded raw in the episodes.
+    "impala-clipped-rewards": (
+        impala,
+        {"env__id": "LunarLander-v2", "env__clip_rewards": True, "agent__num_steps": 48},
+    ),
+    "ppo-lstm-observation-indices": (ppo, LSTM_RUN),
+    "ppo-dict-observations": (ppo, MINIGRID),
+    # Box actions clipped to the bounds; observation and reward normalisation.
+    "ppo-box-normalized": (ppo, {**normalized_continuous_overrides(), **LUNAR_LANDER}),
+    # Several pools per thread, each of 2 threads spanning two tasks.
+    "multitask-2-threads": (minimal_agent, TWO_THREADS_THREE_TASKS),
+}
+
+
+def _run(config, actor_loop: str, **pipeline_options):
+    """The rollouts the learner received, the episodes, and the final learner state."""
+    setup = train.prepare(config)
+    state = train.init_learner_state(setup)
+    pipeline = Pipeline(
+        setup.agent,
+        setup.layout,
+        setup.sizes,
+        setup.envs_per_thread,
+        env_spec=setup.env_spec,
+        seed=config.seed,
+        policy_lag=config.pipeline.policy_lag,
+        clip_rewards=config.env.clip_rewards,
+        actor_loop=actor_loop,
+        **pipeline_options,
+    )
+    received = []
+    to_learner = pipeline._to_learner_devices
+
+    def capture(rollout):
+        pieces = to_learner(rollout)
+        episodes = (rollout.episode_returns, rollout.episode_lengths, rollout.episode_env_ids)
+        received.append((jax.device_get(pieces), [list(e) for e in episodes]))
+        return pieces
+
+    pipeline._to_learner_devices = capture
+    try:
+        final = jax.device_get(pipeline.run(state))
+    finally:
+        for pool in setup.envs_per_thread:
+            pool.close()
+    # Threads hand over in the timing's order: group by thread (their envs' ids), each
+    # thread's rollouts in its own order (the sort is stable).
+    received.sort(key=lambda r: int(np.min(r[0][0].env_ids)))
+    return received, final
+
+
+def _assert_same(step_run, scan_run, episodes_end=True):
+    (step_rollouts, step_final), (scan_rollouts, scan_final) = step_run, scan_run
+    assert len(step_rollouts) == len(scan_rollouts) > 0
+    for (step_pieces, step_episodes), (scan_pieces, scan_episodes) in zip(
+        step_rollouts, scan_rollouts, strict=True
+    ):
+        leaves = jax.tree_util.tree_leaves_with_path(step_pieces)
+        assert jax.tree.structure(step_pieces) == jax.tree.structure(scan_pieces)
+        for (path, a), b in zip(leaves, jax.tree.leaves(scan_pieces), strict=True):
+            assert a.dtype == b.dtype and a.shape == b.shape, jax.tree_util.keystr(path)
+            np.testing.assert_array_equal(a, b, err_msg=jax.tree_util.keystr(path))
+        assert step_episodes == scan_episodes
+    if episodes_end:  # The comparison covers the episode records' bookkeeping.
+        assert sum(len(episodes[0]) for _, episodes in step_rollouts) > 0
+    for a, b in zip(jax.tree.leaves(step_final), jax.tree.leaves(scan_final), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_scan_and_step_give_the_same_data(case):
+    agent_module, overrides = CASES[case]
+    config = agent_config(agent_module, **overrides)
+    # Three updates: the first two rollouts share policy version 1, the third uses 2.
+    config.total_timesteps = config.env.num_envs * config.agent.num_steps * 3
+    _assert_same(_run(config, "step"), _run(config, "scan"))
+
+
+@pytest.mark.slow
+def test_scan_and_step_give_the_same_data_on_atari():
+    config = agent_config(
+        ppo,
+        env__id="Breakout-v5",
+        env__num_envs=4,
+        agent__network="nature_cnn",
+        agent__num_steps=8,
+        agent__num_minibatches=2,
+        agent__minibatch_loop="auto",
+        total_timesteps=4 * 8 * 3,
+    )
+    # Breakout's episodes outlast these 24 steps: the records are compared empty.
+    _assert_same(_run(config, "step"), _run(config, "scan"), episodes_end=False)
+
+
+def test_scan_keeps_the_same_data_under_injected_delays():
+    config = agent_config(minimal_agent, **TWO_THREADS_THREE_TASKS)
+    reference = _run(config, "step")
+    delayed = _run(config, "scan", learner_delay_s=0.03, actor_delay_s=0.02)
+    _assert_same(reference, delayed)
+
+
+def test_auto_chooses_scan_for_envpool_on_cpu_and_records_it(tmp_path):
+    config = agent_config(minimal_agent, total_timesteps=8 * 128 * 2)
+    train.train(config, str(tmp_path))
+    assert read_summary(str(tmp_path))["actor_loop"] == "scan"
+
+
+@pytest.mark.parametrize("task, network", [("Hopper-v4", "mlp"), ("CheetahRun-v1", "multi_input")])
+def test_float64_tasks_fall_back_to_step_with_the_reason(task, network):
+    overrides = {"env__id": task, "env__num_envs": 2, "agent__network": network}
+    setup = train.prepare(agent_config(ppo, **overrides))
+    try:
+        assert setup.actor_loop == "step"
+        groups = envs.step_groups(setup.envs_per_thread[0])
+        reason = scan_actor.unsupported_reason(groups, jax.devices()[0], setup.env_spec.action)
+        assert "float64" in reason and "jax_enable_x64" in reason
+    finally:
+        for pool in setup.envs_per_thread:
+            pool.close()
+    with pytest.raises(ConfigError, match=r"pipeline.actor_loop is 'scan', but .*float64"):
+        train.prepare(agent_config(ppo, **overrides, pipeline__actor_loop="scan"))
+
+
+def test_unsupported_devices_and_pools_keep_the_step_loop():
+    import envpool
+
+    pool = envpool.make("CartPole-v1", env_type="gymnasium", num_envs=2)
+    action = spaces.Discrete(2)
+    try:
+        tpu = types.SimpleNamespace(platform="tpu")
+        assert "no kernels for tpu" in scan_actor.unsupported_reason([pool], tpu, action)
+        assert scan_actor.unsupported_reason([pool], jax.devices()[0], action) is None
+        loop, _ = scan_actor.choose_actor_loop("auto", [[pool]], [tpu], action)
+        assert loop == "step"
+        loop, _ = scan_actor.choose_actor_loop("step", [[pool]], [jax.devices()[0]], action)
+        assert loop == "step"
+    finally:
+        pool.close()
+    not_envpool = types.SimpleNamespace()
+    reason = scan_actor.unsupported_reason([not_envpool], jax.devices()[0], action)
+    assert "not an envpool pool" in reason
+
+
+def test_actions_envpool_would_misread_are_refused_before_compiling():
+    import envpool
+
+    pool = envpool.make("LunarLanderContinuous-v2", env_type="gymnasium", num_envs=2)
+    try:
+        wrong = spaces.Box((3,), (-1.0,) * 3, (1.0,) * 3)
+        reason = scan_actor.unsupported_reason([pool], jax.devices()[0], wrong)
+        assert "float32 (2,)" in reason and "(3,)" in reason
+        assert scan_actor.unsupported_reason([pool], jax.devices()[0], spaces.Discrete(4))
+        env_spec = types.SimpleNamespace(action=wrong, observation=None)
+        with pytest.raises(ValueError, match="reads action as float32"):
+            scan_actor.build_rollout_program(
+                None, env_spec, [pool], 4, clip_rewards=False, num_slices=1
+            )
+    finally:
+        pool.close()
+
+
+def test_a_bad_actor_loop_is_one_line():
+    with pytest.raises(
+        ConfigError, match=r"^pipeline.actor_loop 'fast' must be one of auto, scan, step$"
+    ):
+        train.prepare(agent_config(ppo, pipeline__actor_loop="fast"))
