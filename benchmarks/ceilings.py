@@ -331,13 +331,7 @@ def measure(config, seconds: float, updates: int, only=MEASUREMENTS) -> dict:
     setup = train.prepare(config)
     loops = ["step", "scan"] if setup.actor_loop == "scan" else ["step"]
     if setup.actor_loop != "scan":
-        devices = setup.layout.actor_devices
-        _, result["scan_unsupported"] = scan_actor.choose_actor_loop(
-            "auto",
-            [envs_lib.step_groups(envs) for envs in setup.envs_per_thread],
-            [devices[i % len(devices)] for i in range(setup.sizes.num_actor_threads)],
-            setup.env_spec.action,
-        )
+        result["scan_unsupported"] = setup.actor_loop_reason
     result["num_envs_per_thread"] = setup.sizes.envs_per_thread
     result["num_actor_threads"] = setup.sizes.num_actor_threads
     if "raw" in only:

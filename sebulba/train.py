@@ -45,6 +45,7 @@ class RunSetup:
     env_spec: EnvSpec
     agent: Agent
     actor_loop: str  # "scan" or "step": `pipeline.actor_loop` resolved for these envs.
+    actor_loop_reason: str  # Why that loop, for the log.
 
 
 def prepare(config: ml_collections.ConfigDict) -> RunSetup:
@@ -81,13 +82,15 @@ def prepare(config: ml_collections.ConfigDict) -> RunSetup:
     tasks.check_compatible(specs)
     env_spec = specs[layout_of_tasks.ids[0]]
     envs_per_thread = make_env_pools(config, sizes, first_update=1)
-    actor_loop = choose_actor_loop(config, sizes, layout, envs_per_thread, env_spec)
     agent = agent_module.make(config, env_spec, sizes)
-    return RunSetup(config, sizes, layout, envs_per_thread, env_spec, agent, actor_loop)
+    actor_loop, why = choose_actor_loop(config, sizes, layout, envs_per_thread, env_spec)
+    return RunSetup(config, sizes, layout, envs_per_thread, env_spec, agent, actor_loop, why)
 
 
-def choose_actor_loop(config, sizes: Sizes, layout: DeviceLayout, envs_per_thread, env_spec) -> str:
-    """`pipeline.actor_loop` resolved for the threads' envs and actor devices, logged once.
+def choose_actor_loop(
+    config, sizes: Sizes, layout: DeviceLayout, envs_per_thread, env_spec
+) -> tuple[str, str]:
+    """`pipeline.actor_loop` resolved for the threads' envs and actor devices, and why.
 
     Raises:
       ConfigError: "scan" was requested where it cannot run.
@@ -98,15 +101,11 @@ def choose_actor_loop(config, sizes: Sizes, layout: DeviceLayout, envs_per_threa
     ]
     groups = [envs_lib.step_groups(envs) for envs in envs_per_thread]
     try:
-        loop, why = scan_actor.choose_actor_loop(
+        return scan_actor.choose_actor_loop(
             config.pipeline.actor_loop, groups, devices, env_spec.action
         )
     except ValueError as error:
         raise ConfigError(str(error)) from None
-    logging.info(
-        "actor loop: %s (pipeline.actor_loop=%s: %s)", loop, config.pipeline.actor_loop, why
-    )
-    return loop
 
 
 def make_env_pools(config: ml_collections.ConfigDict, sizes: Sizes, first_update: int) -> list:
@@ -378,6 +377,12 @@ def train(
         setup = prepare(config)
         sizes, layout = setup.sizes, setup.layout
         logging.info("compilation cache: %s", jax.config.jax_compilation_cache_dir or "off")
+        logging.info(
+            "actor loop: %s (pipeline.actor_loop=%s: %s)",
+            setup.actor_loop,
+            config.pipeline.actor_loop,
+            setup.actor_loop_reason,
+        )
         is_main_process = jax.process_index() == 0
         distributed.check_workdir_shared(workdir, shared_workdir_timeout_s)
         start = restore_or_init(setup, workdir)
