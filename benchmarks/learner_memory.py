@@ -58,7 +58,8 @@ def random_rollout(num_steps: int, num_envs: int, abstract: bool = False) -> Rol
         policy_outputs={"logprob": ((T + 1, B), np.float32), "value": ((T + 1, B), np.float32)},
         env_ids=((B,), np.int32),
     )
-    is_leaf = lambda x: isinstance(x, tuple) and isinstance(x[0], tuple)  # noqa: E731
+    # A leaf is a (shape, dtype) pair; the feed-forward agent's initial_carry is ().
+    is_leaf = lambda x: isinstance(x, tuple) and len(x) == 2 and isinstance(x[0], tuple)  # noqa: E731
     if abstract:
         return jax.tree.map(lambda s: jax.ShapeDtypeStruct(*s), shapes, is_leaf=is_leaf)
     rng = np.random.default_rng(0)
