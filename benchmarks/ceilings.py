@@ -14,6 +14,9 @@ Measures, in one process and one run, env steps per second of:
   actor threads (policy inference, env steps, bookkeeping and the copy of each rollout
   to the learner devices) with one fixed parameter version and no learner; rollouts are
   taken as fast as they are made.
+* where the scan loop's time goes beside the env: the policy step alone inside a jitted
+  scan (fixed observations), and the host's episode records over a real rollout's
+  rewards and flags (`envs.EpisodeTracker`, step by step).
 * learner-only: the compiled learner update (`Pipeline.compile_update`) on one fixed
   rollout, back to back.
 * plain jit: `jax.jit(agent.update)` on one learner device, without the pipeline's
@@ -29,7 +32,8 @@ Actor and learner run on two virtual CPU devices (0 and 1) unless the config's m
 otherwise with `--set`. Every figure is steady state: the first rollout or update of each
 measurement, which compiles, is excluded. Prints markdown tables; `--json` prints one
 JSON object with the keys `raw_envpool_sps`, `raw_envpool_scan_sps`,
-`actor_only_step_sps`, `actor_only_scan_sps`, `learner_only_sps`, `plain_jit_sps`,
+`actor_only_step_sps`, `actor_only_scan_sps`, `policy_in_scan_sps`,
+`episode_bookkeeping_sps`, `learner_only_sps`, `plain_jit_sps`,
 `end_to_end_step_sps`, `end_to_end_scan_sps`, `end_to_end_lag0_sps`, the ratios
 (`*_over_*`) and `scan_unsupported` (the reason, where scan cannot run).
 """
@@ -262,6 +266,55 @@ def actor_only_sps(setup, config, seconds: float, actor_loop: str):
     return updates * setup.sizes.steps_per_update / elapsed, pipeline, state, first_rollouts
 
 
+def policy_in_scan_sps(pipeline, params, setup, seconds: float, num_steps: int = 128) -> float:
+    """Steps/s of the actor's policy step alone inside a jitted scan (no env): what the
+    scan loop's program spends beside the env. Fixed observations, one actor device."""
+    device = setup.layout.actor_devices[0]
+    n = setup.sizes.envs_per_thread
+    obs = jax.device_put(spaces.zero_observation(setup.env_spec.observation, n), device)
+    carry = jax.device_put(setup.agent.new_carry(n), device)
+    starts = jax.device_put(np.zeros(n, bool), device)
+    env_ids = jax.device_put(np.arange(n, dtype=np.int32), device)
+
+    def program(params, step_index):
+        def body(step_index, _):
+            _, _, actions, outputs, step_index = pipeline._actor_step_fn(
+                params, carry, obs, starts, env_ids, step_index
+            )
+            return step_index, (actions, outputs)  # Kept, as the rollout keeps them.
+
+        return jax.lax.scan(body, step_index, None, length=num_steps)
+
+    run = jax.jit(program)
+    params = jax.device_put(params, device)
+    step_index = jax.device_put(np.int32(0), device)
+    jax.block_until_ready(run(params, step_index))  # Compiles.
+    count, start = 0, time.perf_counter()
+    while count < 2 or time.perf_counter() - start < seconds:
+        jax.block_until_ready(run(params, step_index))
+        count += 1
+    return count * num_steps * n / (time.perf_counter() - start)
+
+
+def episode_bookkeeping_sps(actor_rollouts, setup, seconds: float) -> float:
+    """Steps/s of the host's episode records (`envs.EpisodeTracker`, step by step) over a
+    real rollout's rewards and flags: what the scan loop does on the host per rollout."""
+    pieces = [piece for rollout in actor_rollouts for piece in rollout.pieces]
+    rewards, terminations, truncations = (
+        np.concatenate([np.asarray(getattr(p, name)) for p in pieces], axis=1)
+        for name in ("rewards", "terminations", "truncations")
+    )
+    num_steps, num_envs = rewards.shape
+    count, start = 0, time.perf_counter()
+    while count < 2 or time.perf_counter() - start < seconds:
+        tracker = envs_lib.EpisodeTracker(np.arange(num_envs))
+        returns, lengths, env_ids = [], [], []
+        for t in range(num_steps):
+            tracker.step(rewards[t], terminations[t], truncations[t], returns, lengths, env_ids)
+        count += 1
+    return count * num_steps * num_envs / (time.perf_counter() - start)
+
+
 def _time_updates(update_fn, state, rollout, steps_per_update: int, seconds: float) -> float:
     state, metrics = update_fn(state, rollout)  # Compiles (if it must) and warms up.
     jax.block_until_ready((state, metrics))
@@ -355,6 +408,12 @@ def measure(config, seconds: float, updates: int, only=MEASUREMENTS) -> dict:
             finally:
                 _close(setup)
             result[f"actor_only_{loop}_sps"] = actor
+        if "scan" in loops:
+            # Where the scan loop's time goes beside the env: the policy step in the
+            # program, and the episode records on the host.
+            params = setup.agent.policy_params(state)
+            result["policy_in_scan_sps"] = policy_in_scan_sps(pipeline, params, setup, seconds)
+            result["episode_bookkeeping_sps"] = episode_bookkeeping_sps(rollouts, setup, seconds)
         if "learner" in only:
             result["learner_only_sps"], result["plain_jit_sps"] = learner_only_sps(
                 pipeline, state, rollouts, setup.sizes, seconds
@@ -390,6 +449,8 @@ FIGURES = (
     "raw_envpool_scan_sps",
     "actor_only_step_sps",
     "actor_only_scan_sps",
+    "policy_in_scan_sps",
+    "episode_bookkeeping_sps",
     "learner_only_sps",
     "plain_jit_sps",
     "end_to_end_step_sps",
