@@ -15,7 +15,7 @@ Measures, in one process and one run, env steps per second of:
   to the learner devices) with one fixed parameter version and no learner; rollouts are
   taken as fast as they are made.
 * where the scan loop's time goes beside the env: the policy step alone inside a jitted
-  scan (fixed observations), and the host's episode records over a real rollout's
+  scan (synthetic observations), and the host's episode records over a real rollout's
   rewards and flags (`envs.EpisodeTracker`, step by step).
 * learner-only: the compiled learner update (`Pipeline.compile_update`) on one fixed
   rollout, back to back.
@@ -268,7 +268,7 @@ def actor_only_sps(setup, config, seconds: float, actor_loop: str):
 
 def policy_in_scan_sps(pipeline, params, setup, seconds: float, num_steps: int = 128) -> float:
     """Steps/s of the actor's policy step alone inside a jitted scan (no env): what the
-    scan loop's program spends beside the env. Fixed observations, one actor device."""
+    scan loop's program spends beside the env. Synthetic observations, one actor device."""
     device = setup.layout.actor_devices[0]
     n = setup.sizes.envs_per_thread
     obs = jax.device_put(spaces.zero_observation(setup.env_spec.observation, n), device)
@@ -277,13 +277,15 @@ def policy_in_scan_sps(pipeline, params, setup, seconds: float, num_steps: int =
     env_ids = jax.device_put(np.arange(n, dtype=np.int32), device)
 
     def program(params, step_index):
-        def body(step_index, _):
+        def body(step_index, t):
+            # Observations that change every step, or XLA hoists the network out of the loop.
+            step_obs = jax.tree.map(lambda o: (o + t).astype(o.dtype), obs)
             _, _, actions, outputs, step_index = pipeline._actor_step_fn(
-                params, carry, obs, starts, env_ids, step_index
+                params, carry, step_obs, starts, env_ids, step_index
             )
             return step_index, (actions, outputs)  # Kept, as the rollout keeps them.
 
-        return jax.lax.scan(body, step_index, None, length=num_steps)
+        return jax.lax.scan(body, step_index, jnp.arange(num_steps, dtype=jnp.int32))
 
     run = jax.jit(program)
     params = jax.device_put(params, device)
