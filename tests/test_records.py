@@ -92,3 +92,37 @@ def test_same_environment_names_what_differs():
     assert not same and "jax" in why and "0.0.1" in why
     record["machine"]["cpu"] = "another CPU"
     assert "the record's 'another CPU'" in records.same_environment(record)[1]
+
+
+def test_a_benchmarks_output_is_kept_as_it_printed_it(tmp_path, monkeypatch):
+    import record_output
+
+    printed = "update 1/2 ...\n| run | steps/s |\n|---|---|\n| a | 1 |\nsebulba.sweep: done\n"
+    # --from keeps the table, --drop leaves out a status line, --tail keeps the end.
+    assert record_output.excerpt(printed, "| run", None, "sebulba.sweep:") == (
+        "| run | steps/s |\n|---|---|\n| a | 1 |\n"
+    )
+    assert record_output.excerpt(printed, None, 1) == "sebulba.sweep: done\n"
+    with pytest.raises(SystemExit, match="no output line starts with"):
+        record_output.excerpt(printed, "| nothing", None)
+    # A record of each format renders as the docs show it, with where it was measured.
+    monkeypatch.setattr(records, "RECORDS_DIR", str(tmp_path))
+    records.write("table", "python x.py", {"output": "| a |\n|---|\n| 1 |\n", "format": "markdown"})
+    records.write("session", "python y.py", {"output": "$ python y.py\nok\n", "format": "text"})
+    table = render_docs.render("table", "output")
+    assert table.startswith("| a |\n|---|\n| 1 |\n\nRecorded by `python x.py`, commit ")
+    assert "docs/records/table.json" in table
+    session = render_docs.render("session", "output")
+    assert session.startswith("```text\n$ python y.py\nok\n```\n\nRecorded by `python y.py`")
+    # The record keeps the command line that wrote it, to be rerun by regenerate.py.
+    assert records.read("table")["regenerate"].startswith("python ")
+
+
+def test_a_failing_benchmark_writes_no_record(tmp_path, monkeypatch):
+    import record_output
+
+    monkeypatch.setattr(records, "RECORDS_DIR", str(tmp_path))
+    fails = [sys.executable, "-c", "print('half a table'); raise SystemExit(3)"]
+    with pytest.raises(SystemExit, match="exited 3"):
+        record_output.run_and_capture(fails)
+    assert os.listdir(tmp_path) == []
