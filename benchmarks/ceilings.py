@@ -102,14 +102,43 @@ def random_actions(action_spec, n: int, rng: np.random.Generator) -> np.ndarray:
     return rng.uniform(low, high, (n, *action_spec.shape)).astype(np.float32)
 
 
+def _env_steps_per_second(setup, seconds: float, step_envs) -> float:
+    """Env steps/s of `step_envs(i, envs, counts, stop)` run in one thread per actor
+    thread: each adds its steps of `envs` to `counts[i]` until `stop` is set. Timed from
+    when every thread has counted once (warm-up and compiling excluded)."""
+    envs_per_thread = setup.envs_per_thread
+    counts = [0] * len(envs_per_thread)
+    stop = threading.Event()
+    errors = []
+
+    def run(i, envs):
+        try:
+            step_envs(i, envs, counts, stop)
+        except Exception as error:  # noqa: BLE001 - re-raised below.
+            errors.append(error)
+
+    threads = [threading.Thread(target=run, args=item) for item in enumerate(envs_per_thread)]
+    for thread in threads:
+        thread.start()
+    while not errors and min(counts) == 0:
+        time.sleep(0.05)
+    start_counts, start = list(counts), time.perf_counter()
+    time.sleep(seconds)
+    steps = sum(counts) - sum(start_counts)
+    elapsed = time.perf_counter() - start
+    stop.set()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    return steps * setup.sizes.envs_per_thread / elapsed
+
+
 def raw_envpool_sps(setup, seconds: float) -> float:
     """Steps/s of the config's pools under random actions, one thread per pool."""
-    pools = setup.envs_per_thread
     num_envs = setup.sizes.envs_per_thread
-    counts = [0] * len(pools)
-    stop = threading.Event()
 
-    def step_pool(i, pool):
+    def step_pool(i, pool, counts, stop):
         rng = np.random.default_rng(i)
         pool.reset()
         # A few batches of random actions drawn up front: the env, not numpy, is measured.
@@ -119,18 +148,7 @@ def raw_envpool_sps(setup, seconds: float) -> float:
                 pool.step(actions)
                 counts[i] += 1
 
-    threads = [threading.Thread(target=step_pool, args=item) for item in enumerate(pools)]
-    for thread in threads:
-        thread.start()
-    time.sleep(min(1.0, seconds / 4))  # Warm-up.
-    start_counts, start = list(counts), time.perf_counter()
-    time.sleep(seconds)
-    steps = sum(counts) - sum(start_counts)
-    elapsed = time.perf_counter() - start
-    stop.set()
-    for thread in threads:
-        thread.join()
-    return steps * num_envs / elapsed
+    return _env_steps_per_second(setup, seconds, step_pool)
 
 
 def _scan_stepper(pools, actions: np.ndarray, device, num_steps: int = 128):
@@ -160,47 +178,23 @@ def raw_envpool_scan_sps(setup, seconds: float, num_steps: int = 128) -> float:
     """Steps/s of the config's pools stepped inside a scan, fixed random actions, one
     thread per actor thread (each on its actor device)."""
     num_envs = setup.sizes.envs_per_thread
-    counts = [0] * len(setup.envs_per_thread)
-    stop = threading.Event()
-    errors = []
 
-    def step_pools(i, envs):
-        try:
-            pools = [p for g in envs_lib.step_groups(envs) for p in scan_actor.pools_of(g)]
-            for pool in pools:
-                pool.reset()
-            rng = np.random.default_rng(i)
-            batches = np.stack(
-                [random_actions(setup.env_spec.action, num_envs, rng) for _ in range(16)]
-            )
-            batches = np.asarray(scan_actor.env_actions(setup.env_spec.action, batches))
-            device = setup.layout.actor_devices[i % len(setup.layout.actor_devices)]
-            program, handles, actions = _scan_stepper(pools, batches, device, num_steps)
-            handles = jax.block_until_ready(program(handles, actions))  # Compiles.
-            while not stop.is_set():
-                handles = jax.block_until_ready(program(handles, actions))
-                counts[i] += num_steps
-        except Exception as error:  # noqa: BLE001 - re-raised by the caller.
-            errors.append(error)
+    def step_pools(i, envs, counts, stop):
+        pools = [p for g in envs_lib.step_groups(envs) for p in scan_actor.pools_of(g)]
+        for pool in pools:
+            pool.reset()
+        rng = np.random.default_rng(i)
+        action_spec = setup.env_spec.action
+        batches = np.stack([random_actions(action_spec, num_envs, rng) for _ in range(16)])
+        batches = np.asarray(scan_actor.env_actions(action_spec, batches))
+        device = setup.layout.actor_devices[i % len(setup.layout.actor_devices)]
+        program, handles, actions = _scan_stepper(pools, batches, device, num_steps)
+        handles = jax.block_until_ready(program(handles, actions))  # Compiles.
+        while not stop.is_set():
+            handles = jax.block_until_ready(program(handles, actions))
+            counts[i] += num_steps
 
-    threads = [
-        threading.Thread(target=step_pools, args=item) for item in enumerate(setup.envs_per_thread)
-    ]
-    for thread in threads:
-        thread.start()
-    # Warm-up, compilation included: until every thread has run a program.
-    while not errors and min(counts) == 0:
-        time.sleep(0.05)
-    start_counts, start = list(counts), time.perf_counter()
-    time.sleep(seconds)
-    steps = sum(counts) - sum(start_counts)
-    elapsed = time.perf_counter() - start
-    stop.set()
-    for thread in threads:
-        thread.join()
-    if errors:
-        raise errors[0]
-    return steps * num_envs / elapsed
+    return _env_steps_per_second(setup, seconds, step_pools)
 
 
 class _FixedParams:
