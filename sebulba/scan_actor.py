@@ -23,6 +23,7 @@ has CPU and GPU kernels only) and pools that are not envpool's keep the step loo
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -37,6 +38,25 @@ from sebulba.agents.api import EnvSpec, Rollout, rollout_env_axes
 
 # Platforms for which envpool ships kernels of its XLA custom calls.
 _XLA_PLATFORMS = {"cpu": 0, "gpu": 1, "cuda": 1}
+
+
+def _not_persistently_cached() -> contextlib.AbstractContextManager:
+    """A context in which the thread's compilations are not written to JAX's disk cache.
+
+    envpool's custom calls name their pool by its address in this process (the call
+    target's name and a `handle` attribute), so a rollout program's cache key is new in
+    every process: an entry written to disk could never be read again, and every run
+    would add one. Raising JAX's minimum compile time for a cache write, for this thread
+    only, keeps them out. The setting's thread-local form is JAX's internal config
+    (public `jax.config.update` would change it for every thread); where a JAX version
+    lacks it, entries are written as before.
+    """
+    try:
+        from jax._src import config as jax_config
+
+        return jax_config.persistent_cache_min_compile_time_secs(float("inf"))
+    except (ImportError, AttributeError, TypeError):
+        return contextlib.nullcontext()
 
 
 def pools_of(group: Any) -> list[Any]:
@@ -247,7 +267,7 @@ def build_rollout_program(
             params, state.carry, state.obs, state.starts, state.env_ids, state.step_index
         )
 
-    def program(params, states: list[GroupState]):
+    def rollout_program(params, states: list[GroupState]):
         first = [policy(params, state) for state in states]
         initial_carry = [carry_in for carry_in, *_ in first]
         # The loop carries, per group: its state (carry: the next carry), the actions
@@ -318,5 +338,11 @@ def build_rollout_program(
         episode_fields = (raw_rewards, rollout.terminations, rollout.truncations)
         return next_states, episode_fields, split_envs(rollout, num_slices)
 
+    jitted = jax.jit(rollout_program)
+
+    def run(params, states: list[GroupState]):
+        with _not_persistently_cached():
+            return jitted(params, states)
+
     handles = [tuple(handle for handle, *_ in fns) for fns in xla_fns]
-    return jax.jit(program), handles
+    return run, handles
