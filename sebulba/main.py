@@ -20,15 +20,13 @@ docs/multihost.md for multi-process runs and their failure behaviour.
 
 from __future__ import annotations
 
-import difflib
 import logging as std_logging
 import re
 import sys
 
 from absl import app, flags, logging
-from ml_collections import config_dict, config_flags
 
-from sebulba import distributed, flag_errors
+from sebulba import config_flag, distributed
 from sebulba.agents.defaults import check_builtin_ranges
 from sebulba.config import check_run_config
 from sebulba.errors import ConfigError, TrainingDivergedError
@@ -41,9 +39,6 @@ from sebulba.workdir import check_workdir
 # (a scheduler's stop) exits 0 after its checkpoint: see the module docstring.
 EXIT_INTERRUPTED = 130
 
-_CONFIG = config_flags.DEFINE_config_file(
-    "config", None, "Config file, optionally with an argument: FILE[:ARG].", lock_config=True
-)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for metrics, summaries, checkpoints.")
 _DISTRIBUTED = flags.DEFINE_bool(
     "distributed",
@@ -84,129 +79,6 @@ flags.mark_flags_as_required(["config", "workdir"])
 
 # Errors of a cross-process collective, whose usual cause is a dead peer.
 _COLLECTIVE = re.compile(r"gloo|nccl|collective|all-?reduce|all-?gather", re.IGNORECASE)
-# The config override flags: --config.a.b=VALUE and --noconfig.a.b.
-_OVERRIDE = re.compile(r"^--?(?:no)?config\.([^=\s]+)")
-
-
-def _config_error(message: str) -> None:
-    print(f"sebulba: config error: {message}", file=sys.stderr, flush=True)
-    sys.exit(2)
-
-
-def _config_argument(argv: list[str]) -> str | None:
-    for i, arg in enumerate(argv):
-        if arg.startswith(("--config=", "-config=")):
-            return arg.split("=", 1)[1]
-        if arg in ("--config", "-config") and i + 1 < len(argv):
-            return argv[i + 1]
-    return None
-
-
-def _load_config(argv: list[str]) -> config_dict.ConfigDict | None:
-    """The config file's config, without overrides; None if it cannot be loaded."""
-    path = _config_argument(argv)
-    if path is None:
-        return None
-    try:
-        config = flags.FLAGS["config"].parser.parse(path)
-    except Exception:  # noqa: BLE001 - the original parse error is reported instead.
-        return None
-    return config if isinstance(config, config_dict.ConfigDict) else None
-
-
-def _leaf_paths(config: config_dict.ConfigDict, prefix: str = "") -> dict[str, object]:
-    """Every field of `config` by dotted path, with its value."""
-    paths = {}
-    for key, value in config.items():
-        if isinstance(value, config_dict.ConfigDict):
-            paths.update(_leaf_paths(value, f"{prefix}{key}."))
-        else:
-            paths[f"{prefix}{key}"] = value
-    return paths
-
-
-def _unknown_override(argv: list[str]) -> str | None:
-    """Describes the first `--config.KEY` override whose KEY is not in the config."""
-    config = _load_config(argv)
-    if config is None:
-        return None
-    for arg in argv[1:]:
-        match = _OVERRIDE.match(arg)
-        if match is None:
-            continue
-        node, walked = config, []
-        for key in match.group(1).split("."):
-            if isinstance(node, config_dict.ConfigDict) and key in node:
-                node = node[key]
-                walked.append(key)
-                continue
-            if not isinstance(node, config_dict.ConfigDict) or "[" in key:
-                break  # Indexing into a value: left to ml_collections.
-            close = difflib.get_close_matches(key, list(node.keys()), n=1)
-            hint = f' (did you mean "{".".join([*walked, close[0]])}"?)' if close else ""
-            return f"--config.{match.group(1)}: no such key{hint}"
-    return None
-
-
-def _config_flag_hint(argv: list[str], error: BaseException) -> str | None:
-    """`--total_timesteps=1000` means `--config.total_timesteps=1000`: says so."""
-    match = re.match(r"Unknown command line flag '([^']+)'", str(error))
-    config = _load_config(argv) if match else None
-    if config is None:
-        return None
-    name = match.group(1)
-    names = [name, name[2:]] if name.startswith("no") else [name]  # --noKEY for booleans.
-    fields = [
-        path
-        for path in _leaf_paths(config)
-        if any(path == n or path.endswith(f".{n}") for n in names)
-    ]
-    if not fields:
-        return None
-    suggestions = " or ".join(f"--config.{path}" for path in fields)
-    return f"--{name}: no such flag; did you mean {suggestions}?"
-
-
-def _bad_override_value(argv: list[str], error: BaseException) -> str | None:
-    """`--config.KEY=VALUE` whose VALUE does not parse: names the field and its type."""
-    match = re.match(r"flag --(?:no)?config\.([^=]+)=", str(error))
-    config = _load_config(argv) if match else None
-    if config is None:
-        return None
-    expected = flag_errors.value_type_name(_leaf_paths(config).get(match.group(1)))
-    described = flag_errors.bad_value(error, expected)
-    return None if described is None else described[1]
-
-
-def _one_line(error: BaseException) -> str:
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    if not lines:
-        return type(error).__name__
-    if "Error whilst parsing config file" in lines[0]:
-        return f"--config: get_config() raised {lines[-1]}"
-    if isinstance(error, ImportError):
-        return f"--config: cannot load the file: {lines[0]}"
-    if lines[0].startswith(("Failed loading config file", "Configuration is not available")):
-        return f"--config: cannot load the file: {lines[-1]}"
-    return flag_errors.one_line(error)
-
-
-def parse_flags(argv: list[str]) -> list[str]:
-    """absl flag parsing that reports any flag or config error in one stderr line."""
-    try:
-        remaining = flags.FLAGS(argv)
-        if not isinstance(_CONFIG.value, config_dict.ConfigDict):
-            _CONFIG.value.to_dict()  # Raises the deferred error of an unloadable file.
-    except SystemExit:
-        raise
-    except Exception as error:  # noqa: BLE001 - every parse error becomes one line.
-        _config_error(
-            _unknown_override(argv)
-            or _config_flag_hint(argv, error)
-            or _bad_override_value(argv, error)
-            or _one_line(error)
-        )
-    return remaining
 
 
 def _distributed_options() -> distributed.DistributedOptions:
@@ -230,7 +102,7 @@ def _fail_multi_process(monitor: distributed.RunMonitor, status: int, message: s
 
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
-        _config_error(f"unexpected arguments: {' '.join(argv[1:])}")
+        config_flag.config_error(f"unexpected arguments: {' '.join(argv[1:])}")
     # Installed before JAX is imported or started, so that a Ctrl-C during start-up is
     # not swallowed by a JAX callback: before the first update has finished it ends the
     # process at once (nothing is worth saving yet), exit 130; so does a second signal.
@@ -249,13 +121,13 @@ def _run(signals: StopSignals) -> None:
             # sizes and values (a built-in agent's too), then the workdir. Multi-process
             # runs check them in train.train (sizes need the process count), where a
             # failure on one process stops the others at once.
-            derive_sizes(_CONFIG.value, num_processes=1)
-            check_run_config(_CONFIG.value)
-            check_builtin_ranges(_CONFIG.value.agent)
+            derive_sizes(config_flag.CONFIG.value, num_processes=1)
+            check_run_config(config_flag.CONFIG.value)
+            check_builtin_ranges(config_flag.CONFIG.value.agent)
             check_workdir(_WORKDIR.value)
         source = distributed.initialize(options)
     except ConfigError as error:
-        _config_error(str(error))
+        config_flag.config_error(str(error))
     import jax
 
     from sebulba import compile_cache, train
@@ -269,7 +141,7 @@ def _run(signals: StopSignals) -> None:
         monitor = distributed.start_monitor(_WATCHDOG_TIMEOUT.value)
     try:
         state = train.train(
-            _CONFIG.value,
+            config_flag.CONFIG.value,
             _WORKDIR.value,
             shared_workdir_timeout_s=_SHARED_WORKDIR_TIMEOUT.value,
             stop_signals=signals,
@@ -282,7 +154,7 @@ def _run(signals: StopSignals) -> None:
         _fail_multi_process(monitor, EXIT_INTERRUPTED, message)
     except ConfigError as error:
         if monitor is None:
-            _config_error(str(error))
+            config_flag.config_error(str(error))
         _fail_multi_process(monitor, 2, f"config error: {error}")
     except TrainingDivergedError as error:
         if monitor is None:
@@ -313,4 +185,4 @@ if __name__ == "__main__":
     # machine without a TPU; it would precede (and obscure) one-line config errors.
     std_logging.getLogger("jax._src.xla_bridge").setLevel(std_logging.WARNING)
     logging.set_verbosity(logging.INFO)
-    app.run(main, flags_parser=parse_flags)
+    app.run(main, flags_parser=config_flag.parse_flags)

@@ -9,6 +9,7 @@ builds the identical mesh (the Podracer "Sebulba" layout of Hessel et al. 2021).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 import jax
 import ml_collections
@@ -51,11 +52,9 @@ class DeviceLayout:
         )
 
 
-def _devices_of_process(process_index: int) -> list[jax.Device]:
+def _devices_of_process(devices: Sequence[jax.Device], process_index: int) -> list[jax.Device]:
     # Same order on every process: sorted by global device id.
-    return sorted(
-        (d for d in jax.devices() if d.process_index == process_index), key=lambda d: d.id
-    )
+    return sorted((d for d in devices if d.process_index == process_index), key=lambda d: d.id)
 
 
 def _check_ids(ids, field: str, num_local: int) -> list[int]:
@@ -73,21 +72,33 @@ def _check_ids(ids, field: str, num_local: int) -> list[int]:
     return ids
 
 
-def build_layout(mesh_config: ml_collections.ConfigDict) -> DeviceLayout:
+def build_layout(
+    mesh_config: ml_collections.ConfigDict,
+    devices: Sequence[jax.Device] | None = None,
+    process_index: int | None = None,
+) -> DeviceLayout:
     """Builds actor devices and the global learner mesh from `config.mesh`.
 
     Actor and learner may share a device (one GPU, or a CPU). Every process must use
     the same number of learner devices, which is what the config guarantees.
 
+    Args:
+      mesh_config: `config.mesh`.
+      devices: every device of the run (default `jax.devices()`); `sebulba.check` passes
+        the devices of a TPU topology that is not attached.
+      process_index: the process whose actor and local learner devices to name (default
+        `jax.process_index()`).
+
     Raises:
       ConfigError: an index is out of range, repeated, or no device is named.
     """
-    local = _devices_of_process(jax.process_index())
+    devices = jax.devices() if devices is None else list(devices)
+    process_index = jax.process_index() if process_index is None else process_index
+    processes = sorted({d.process_index for d in devices})
+    local = _devices_of_process(devices, process_index)
     actor_ids = _check_ids(mesh_config.actor_device_ids, "mesh.actor_device_ids", len(local))
     learner_ids = _check_ids(mesh_config.learner_device_ids, "mesh.learner_device_ids", len(local))
-    learner_devices = [
-        _devices_of_process(p)[i] for p in range(jax.process_count()) for i in learner_ids
-    ]
+    learner_devices = [_devices_of_process(devices, p)[i] for p in processes for i in learner_ids]
     return DeviceLayout(
         actor_devices=tuple(local[i] for i in actor_ids),
         local_learner_devices=tuple(local[i] for i in learner_ids),

@@ -73,6 +73,63 @@ def in_env_order(
     )
 
 
+def actor_step(agent: Agent, seed: int, params, carry, obs, starts, env_ids, step_index):
+    """One policy step of an actor: -> (the carry obs was processed with, the next carry,
+    actions, outputs, step_index + 1).
+
+    The step index lives on the device and advances here, so a step transfers only its
+    observations and episode-start flags (one host-to-device copy) and its actions (one
+    copy back); the carry stays on the device.
+    """
+    keys = random_streams.actor_keys(seed, step_index, env_ids)
+    carry = reset_carry(carry, starts, agent.new_carry(env_ids.shape[0]))
+    return carry, *agent.recurrent_act(params, carry, obs, keys), step_index + 1
+
+
+def rollout_struct(
+    agent: Agent, env_spec: EnvSpec, sizes: Sizes, layout: DeviceLayout, state
+) -> Rollout:
+    """Shapes, dtypes and shardings of the global rollout (for AOT compilation)."""
+    T, B = sizes.num_steps, sizes.num_envs
+    params = jax.eval_shape(agent.policy_params, state)
+    obs = spaces.observation_struct(env_spec.observation, B)
+    keys = jax.eval_shape(lambda: jax.random.split(jax.random.key(0), B))
+    carry = jax.eval_shape(lambda: agent.new_carry(B))
+    _, _, outputs = jax.eval_shape(agent.recurrent_act, params, carry, obs, keys)
+    action = env_spec.action
+    example = Rollout(
+        obs=spaces.observation_struct(env_spec.observation, T + 1, B),
+        actions=jax.ShapeDtypeStruct((T, B, *action.shape), np.dtype(action.dtype)),
+        rewards=jax.ShapeDtypeStruct((T, B), np.float32),
+        terminations=jax.ShapeDtypeStruct((T, B), np.bool_),
+        truncations=jax.ShapeDtypeStruct((T, B), np.bool_),
+        valid=jax.ShapeDtypeStruct((T, B), np.bool_),
+        policy_outputs=jax.tree.map(
+            lambda v: jax.ShapeDtypeStruct((T + 1, *v.shape), v.dtype), outputs
+        ),
+        env_ids=jax.ShapeDtypeStruct((B,), np.int32),
+        initial_carry=carry,
+    )
+    shardings = jax.tree.map(layout.sharding, rollout_partition_specs(example))
+    return jax.tree.map(
+        lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), example, shardings
+    )
+
+
+def lower_update(agent: Agent, layout: DeviceLayout, state, rollout: Rollout):
+    """The learner update lowered for the learner mesh: the state replicated and donated,
+    the rollout sharded along its env axis (`rollout` holds its shapes and shardings)."""
+    replicated = layout.replicated
+    state_shardings = jax.tree.map(lambda _: replicated, state)
+    jitted = jax.jit(
+        agent.update,
+        in_shardings=(state_shardings, jax.tree.map(lambda s: s.sharding, rollout)),
+        out_shardings=(state_shardings, replicated),
+        donate_argnums=0,
+    )
+    return jitted.lower(state, rollout)
+
+
 @dataclasses.dataclass
 class ActorRollout:
     """One actor thread's share of rollout `update`, already on the learner devices.
@@ -293,18 +350,10 @@ class Pipeline:
 
     def _policy_step_fn(self, params, carry, obs, starts, env_ids, step_index):
         """-> (the carry obs was processed with, the next carry, actions, outputs)."""
-        keys = random_streams.actor_keys(self.seed, step_index, env_ids)
-        carry = reset_carry(carry, starts, self.agent.new_carry(env_ids.shape[0]))
-        return carry, *self.agent.recurrent_act(params, carry, obs, keys)
+        return self._actor_step_fn(params, carry, obs, starts, env_ids, step_index)[:4]
 
     def _actor_step_fn(self, params, carry, obs, starts, env_ids, step_index):
-        # The step index lives on the device and advances here, so a step transfers only
-        # its observations and episode-start flags (one host-to-device copy) and its
-        # actions (one copy back); the carry stays on the device.
-        carry_in, next_carry, actions, outputs = self._policy_step_fn(
-            params, carry, obs, starts, env_ids, step_index
-        )
-        return carry_in, next_carry, actions, outputs, step_index + 1
+        return actor_step(self.agent, self.seed, params, carry, obs, starts, env_ids, step_index)
 
     @staticmethod
     def _split_carry_fn(carries_per_group: list, num_slices: int) -> list:
@@ -553,47 +602,15 @@ class Pipeline:
 
     def rollout_struct(self, state) -> Rollout:
         """Shapes, dtypes and shardings of the global rollout (for AOT compilation)."""
-        sizes = self.sizes
-        spec = self.env_spec
-        T, B = sizes.num_steps, sizes.num_envs
-        params = jax.eval_shape(self.agent.policy_params, state)
-        obs = spaces.observation_struct(spec.observation, B)
-        keys = jax.eval_shape(lambda: jax.random.split(jax.random.key(0), B))
-        carry = jax.eval_shape(lambda: self.agent.new_carry(B))
-        _, _, outputs = jax.eval_shape(self.agent.recurrent_act, params, carry, obs, keys)
-        example = Rollout(
-            obs=spaces.observation_struct(spec.observation, T + 1, B),
-            actions=jax.ShapeDtypeStruct((T, B, *spec.action.shape), np.dtype(spec.action.dtype)),
-            rewards=jax.ShapeDtypeStruct((T, B), np.float32),
-            terminations=jax.ShapeDtypeStruct((T, B), np.bool_),
-            truncations=jax.ShapeDtypeStruct((T, B), np.bool_),
-            valid=jax.ShapeDtypeStruct((T, B), np.bool_),
-            policy_outputs=jax.tree.map(
-                lambda v: jax.ShapeDtypeStruct((T + 1, *v.shape), v.dtype), outputs
-            ),
-            env_ids=jax.ShapeDtypeStruct((B,), np.int32),
-            initial_carry=carry,
-        )
-        shardings = self.rollout_shardings(example)
-        return jax.tree.map(
-            lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), example, shardings
-        )
+        return rollout_struct(self.agent, self.env_spec, self.sizes, self.layout, state)
 
     def compile_update(self, state):
         """Compiles the learner update ahead of time; steady state cannot recompile."""
-        replicated = self.layout.replicated
-        state_shardings = jax.tree.map(lambda _: replicated, state)
-        rollout = self.rollout_struct(state)
-        jitted = jax.jit(
-            self.agent.update,
-            in_shardings=(state_shardings, jax.tree.map(lambda s: s.sharding, rollout)),
-            out_shardings=(state_shardings, replicated),
-            donate_argnums=0,
-        )
+        lowered = lower_update(self.agent, self.layout, state, self.rollout_struct(state))
         # On CPU, XLA's memory-optimised scheduler keeps an unrolled minibatch loop to one
         # minibatch's activations at a time (see sebulba.memory).
         options = update_compiler_options(self.layout.local_learner_devices)
-        self._compiled_update = jitted.lower(state, rollout).compile(compiler_options=options)
+        self._compiled_update = lowered.compile(compiler_options=options)
         return self._compiled_update
 
     def _publish(self, store: ParamsStore, version: int, params) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -48,15 +48,37 @@ class RunSetup:
     actor_loop_reason: str  # Why that loop, for the log.
 
 
-def prepare(config: ml_collections.ConfigDict) -> RunSetup:
-    """Validates the config and builds devices, envs and agent.
+@dataclasses.dataclass(frozen=True)
+class RunPlan:
+    """A run as its config describes it, checked, before any env or program exists."""
+
+    sizes: Sizes
+    layout: DeviceLayout
+    env_spec: EnvSpec
+    agent: Agent
+
+
+def plan(
+    config: ml_collections.ConfigDict,
+    devices: Sequence[jax.Device] | None = None,
+    process_index: int | None = None,
+) -> RunPlan:
+    """Checks the config and builds its sizes, device layout, env spec and agent.
+
+    Args:
+      config: the run's config.
+      devices: every device of the run (default `jax.devices()`; `sebulba.check` passes
+        a TPU topology's); the run has one process per distinct `process_index`.
+      process_index: the process to lay out (default `jax.process_index()`).
 
     Raises:
       ConfigError: with one line naming the offending field.
     """
-    sizes = derive_sizes(config, num_processes=jax.process_count())
+    devices = jax.devices() if devices is None else list(devices)
+    num_processes = len({device.process_index for device in devices})
+    sizes = derive_sizes(config, num_processes=num_processes)
     check_run_config(config)
-    layout = build_layout(config.mesh)
+    layout = build_layout(config.mesh, devices, process_index)
     if sizes.num_actor_threads < len(layout.actor_devices):
         raise ConfigError(
             f"pipeline.num_actor_threads ({sizes.num_actor_threads}) must be at least the "
@@ -81,10 +103,21 @@ def prepare(config: ml_collections.ConfigDict) -> RunSetup:
     specs = envs_lib.task_env_specs(config.env, layout_of_tasks.ids)
     tasks.check_compatible(specs)
     env_spec = specs[layout_of_tasks.ids[0]]
-    envs_per_thread = make_env_pools(config, sizes, first_update=1)
     agent = agent_module.make(config, env_spec, sizes)
+    return RunPlan(sizes, layout, env_spec, agent)
+
+
+def prepare(config: ml_collections.ConfigDict) -> RunSetup:
+    """Validates the config and builds devices, envs and agent.
+
+    Raises:
+      ConfigError: with one line naming the offending field.
+    """
+    run = plan(config)
+    sizes, layout, env_spec = run.sizes, run.layout, run.env_spec
+    envs_per_thread = make_env_pools(config, sizes, first_update=1)
     actor_loop, why = choose_actor_loop(config, sizes, layout, envs_per_thread, env_spec)
-    return RunSetup(config, sizes, layout, envs_per_thread, env_spec, agent, actor_loop, why)
+    return RunSetup(config, sizes, layout, envs_per_thread, env_spec, run.agent, actor_loop, why)
 
 
 def choose_actor_loop(

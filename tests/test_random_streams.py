@@ -14,7 +14,7 @@ from sebulba import evaluate, random_streams, train
 from sebulba.agents import impala, minibatches, ppo
 from sebulba.agents.api import Agent, ArraySpec, Discrete, EnvSpec
 from sebulba.config import base_config
-from sebulba.pipeline import Pipeline
+from sebulba.pipeline import actor_step
 from sebulba.policy import Policy
 from tests import test_impala, test_ppo
 
@@ -51,14 +51,11 @@ def actor_keys(seed):
         update=None,
         policy_params=None,
     )
-    fake_pipeline = types.SimpleNamespace(seed=seed, agent=agent)
     env_ids = np.arange(ENVS, dtype=np.int32)
     starts = np.zeros(ENVS, bool)
     rows = set()
     for step in range(STEPS):
-        _, _, keys, _ = Pipeline._policy_step_fn(
-            fake_pipeline, None, (), None, starts, env_ids, np.int32(step)
-        )
+        _, _, keys, _, _ = actor_step(agent, seed, None, (), None, starts, env_ids, np.int32(step))
         rows |= _rows(keys)
     return rows
 
