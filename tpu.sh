@@ -22,6 +22,11 @@ usage() {
 usage: ./tpu.sh COMMAND [OPTIONS] [-- ARGS...]
 
 Commands:
+  check -- CONFIG [SEBULBA FLAGS...]
+                               on this machine, before create: compile the run for the
+                               slice TPU_ACCELERATOR_TYPE names (python -m sebulba.check:
+                               memory per chip, collectives, predicted update time);
+                               needs pip install -e ".[tpu-check]", no TPU, no gcloud
   create                       create the TPU VM (a slice has one VM per host)
   setup                        copy this repo (git HEAD) to every worker and install it
                                with the TPU build of JAX into ~/sebulba-venv
@@ -51,6 +56,7 @@ Settings (flag, or environment variable):
 
 Examples:
   export TPU_NAME=sebulba-v4 TPU_ZONE=us-central2-b
+  ./tpu.sh check -- configs/impala_atari.py --config.mesh.learner_device_ids='(1,2,3)'
   ./tpu.sh create && ./tpu.sh setup
   ./tpu.sh launch -- configs/ppo_cartpole.py "$SHARED/cartpole" --config.seed=2
       # $SHARED: a directory every worker mounts (see docs/multihost.md)
@@ -110,6 +116,11 @@ tpu_target() {
 on_workers() {  # on_workers WORKER COMMAND
   tpu_target
   run gcloud compute tpus tpu-vm ssh "${target[@]}" "--worker=$1" "--command=$2"
+}
+
+cmd_check() {
+  run python -m sebulba.check "--config=$config" \
+    "--topology=$accelerator_type" "${sebulba_args[@]}"
 }
 
 cmd_create() {
@@ -259,7 +270,7 @@ main() {
       usage >&2
       exit 2
       ;;
-    create | setup | launch | logs | stop | delete) ;;
+    check | create | setup | launch | logs | stop | delete) ;;
     *) fail 2 "unknown command '$command' (see ./tpu.sh help)" ;;
   esac
   if [[ $command == launch ]]; then
@@ -275,6 +286,16 @@ main() {
     sebulba_args=("${positionals[@]}")
     [[ -n $config && -n $workdir ]] ||
       fail 2 "usage: ./tpu.sh launch [OPTIONS] -- CONFIG WORKDIR [SEBULBA FLAGS...]"
+  elif [[ $command == check ]]; then
+    if [[ -z $config && ${#positionals[@]} -gt 0 ]]; then
+      config=${positionals[0]}
+      positionals=("${positionals[@]:1}")
+    fi
+    sebulba_args=("${positionals[@]}")
+    [[ -n $config ]] || fail 2 "usage: ./tpu.sh check [OPTIONS] -- CONFIG [SEBULBA FLAGS...]"
+    # Local: needs neither a TPU VM's name and zone nor gcloud.
+    cmd_check
+    return
   elif ((${#positionals[@]})); then
     fail 2 "$command takes no arguments, got: ${positionals[*]}"
   fi

@@ -503,3 +503,19 @@ def test_sbatch_without_config_and_workdir_prints_its_usage(args):
     assert result.stdout == ""
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("usage: sbatch"), result.stderr
+
+
+def test_tpu_sh_check_compiles_locally_for_the_slice_it_would_create():
+    # No TPU name, zone or gcloud: the check runs on this machine, before `create`.
+    result = run_tpu(
+        "check", "--dry-run", "--", "cfg.py", "--config.seed=2", TPU_ACCELERATOR_TYPE="v5litepod-8"
+    )
+    assert printed_commands(result) == [
+        ["python", "-m", "sebulba.check", "--config=cfg.py", "--topology=v5litepod-8",
+         "--config.seed=2"]
+    ]  # fmt: skip
+    missing = run_tpu("check", "--dry-run")
+    assert missing.returncode == 2
+    assert missing.stderr.strip() == (
+        "tpu.sh: usage: ./tpu.sh check [OPTIONS] -- CONFIG [SEBULBA FLAGS...]"
+    )

@@ -1,0 +1,219 @@
+"""Accelerators a run can be checked for without having them: their devices and figures.
+
+`devices(topology)` gives the devices of a slice or node that is not attached:
+
+* a Cloud TPU slice by its topology name (`v5e:2x4`, `v4:2x2x2`, `v5p:2x2x2`,
+  `v6e:2x2`), from the `libtpu` wheel (`pip install -e ".[tpu-check]"`): XLA compiles
+  for those chips for real, on any machine;
+* one GPU node, `h100:8` or `a100:4`, as that many virtual CPU devices: the program is
+  partitioned and its collectives placed as on GPUs, but it is compiled by XLA:CPU, so
+  its memory and operation counts are a proxy for the GPU's.
+
+`chip(device_kind)` gives the published figures each prediction uses; every one names
+its source. All-reduce bandwidth per chip is what Google publishes per pod divided by
+the pod's chips (v4, v5e, v6e) or half the bidirectional ICI bandwidth per chip (v5p,
+for which no per-pod figure is published; the two agree for v5e and v6e). No per-hop
+ICI or NVLink latency is published; `hop_latency_s` is an assumption and is labelled so
+in every report.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+
+from sebulba.errors import ConfigError
+
+_GB = 1e9
+_GIB = 2**30
+
+
+@dataclasses.dataclass(frozen=True)
+class Chip:
+    """One accelerator chip's published figures.
+
+    Attributes:
+      name: what reports call it.
+      hbm_bytes: memory per chip.
+      peak_flops: dense bf16 FLOP/s of the matrix units.
+      hbm_bytes_per_s: memory bandwidth.
+      allreduce_bytes_per_s: bandwidth an all-reduce gets per chip (ring-equivalent).
+      hop_latency_s: latency per step of a ring collective (an assumption; see above).
+      interconnect: the link it prices collectives with.
+      source: where the figures are published.
+      proxy: True where the program was compiled for CPU devices standing in for it.
+    """
+
+    name: str
+    hbm_bytes: int
+    peak_flops: float
+    hbm_bytes_per_s: float
+    allreduce_bytes_per_s: float
+    hop_latency_s: float
+    interconnect: str
+    source: str
+    proxy: bool = False
+
+
+_ASSUMED_HOP_LATENCY_S = 5e-6
+
+CHIPS = {
+    "TPU v4": Chip(
+        "TPU v4", 32 * _GIB, 275e12, 1200 * _GB, 1.1e15 / 4096, _ASSUMED_HOP_LATENCY_S,
+        "ICI (3D torus)", "https://cloud.google.com/tpu/docs/v4",
+    ),
+    "TPU v5 lite": Chip(
+        "TPU v5e", 16 * _GB, 197e12, 819 * _GB, 51.2e12 / 256, _ASSUMED_HOP_LATENCY_S,
+        "ICI (2D torus)", "https://cloud.google.com/tpu/docs/v5e",
+    ),
+    "TPU v5": Chip(
+        "TPU v5p", 95 * _GIB, 459e12, 2765 * _GB, 1200 * _GB / 2, _ASSUMED_HOP_LATENCY_S,
+        "ICI (3D torus)", "https://cloud.google.com/tpu/docs/v5p",
+    ),
+    "TPU v6 lite": Chip(
+        "TPU v6e", 32 * _GB, 918e12, 1638 * _GB, 102.4e12 / 256, _ASSUMED_HOP_LATENCY_S,
+        "ICI (2D torus)", "https://cloud.google.com/tpu/docs/v6e",
+    ),
+    "h100": Chip(
+        "NVIDIA H100 SXM", 80 * _GB, 989e12, 3350 * _GB, 900 * _GB / 2, _ASSUMED_HOP_LATENCY_S,
+        "NVLink 4", "https://www.nvidia.com/en-us/data-center/h100/ (datasheet, SXM)", True,
+    ),
+    "a100": Chip(
+        "NVIDIA A100 SXM 80GB", 80 * _GB, 312e12, 2039 * _GB, 600 * _GB / 2,
+        _ASSUMED_HOP_LATENCY_S, "NVLink 3",
+        "https://www.nvidia.com/en-us/data-center/a100/ (datasheet, SXM)", True,
+    ),
+}  # fmt: skip
+
+# The TPU generations `devices` accepts, as JAX names their topologies.
+TPU_GENERATIONS = ("v4", "v5e", "v5p", "v6e")
+# Cloud TPU accelerator types (`gcloud ... --accelerator-type`, TPU_ACCELERATOR_TYPE):
+# prefix -> (generation, TensorCores counted per chip).
+_ACCELERATOR_TYPES = {
+    "v4": ("v4", 2), "v5litepod": ("v5e", 1), "v5p": ("v5p", 2), "v6e": ("v6e", 1),
+}  # fmt: skip
+# Cloud TPU's default slice shapes by chip count (the v4, v5e, v5p and v6e pages).
+_SHAPES_2D = {1: "1x1", 4: "2x2", 8: "2x4", 16: "4x4", 32: "4x8", 64: "8x8", 128: "8x16",
+              256: "16x16"}  # fmt: skip
+_SHAPES_3D = {4: "2x2x1", 8: "2x2x2", 16: "2x2x4", 32: "2x4x4", 64: "4x4x4", 128: "4x4x8",
+              256: "4x8x8", 512: "8x8x8", 1024: "8x8x16", 2048: "8x16x16",
+              4096: "16x16x16"}  # fmt: skip
+
+
+def topology_name(topology: str) -> str:
+    """`topology` as JAX names a slice: an accelerator type (v5litepod-8, v4-16) becomes
+    GENERATION:SHAPE (v5e:2x4, v4:2x2x2); other names are returned as they are."""
+    prefix, _, count = topology.rpartition("-")
+    if prefix not in _ACCELERATOR_TYPES or not count.isdigit():
+        return topology
+    generation, cores_per_chip = _ACCELERATOR_TYPES[prefix]
+    chips = int(count) // cores_per_chip
+    shapes = _SHAPES_3D if generation in ("v4", "v5p") else _SHAPES_2D
+    if chips not in shapes or int(count) % cores_per_chip:
+        raise _usage(topology, f"no default slice shape for {chips} {generation} chips")
+    return f"{generation}:{shapes[chips]}"
+
+
+def accelerator_type(topology: str) -> str | None:
+    """The Cloud TPU accelerator type of a GENERATION:SHAPE name (None for GPU nodes)."""
+    generation, _, shape = topology_name(topology).partition(":")
+    for prefix, (known, cores_per_chip) in _ACCELERATOR_TYPES.items():
+        if known == generation and re.fullmatch(r"\d+(x\d+){1,2}", shape):
+            chips = 1
+            for size in shape.split("x"):
+                chips *= int(size)
+            return f"{prefix}-{chips * cores_per_chip}"
+    return None
+
+
+_GPU_TOPOLOGY = re.compile(r"^(h100|a100):(\d+)$")
+MAX_GPUS_PER_NODE = 8
+
+
+def _usage(topology: str, why: str) -> ConfigError:
+    return ConfigError(
+        f"--topology={topology}: {why}; give a TPU slice as GENERATION:SHAPE "
+        f"({', '.join(TPU_GENERATIONS)}; e.g. v5e:2x4, v4:2x2x2) or as its accelerator "
+        "type (v5litepod-8, v4-16), or one GPU node as "
+        f"h100:N or a100:N (N <= {MAX_GPUS_PER_NODE})"
+    )
+
+
+def is_gpu_proxy(topology: str) -> bool:
+    return _GPU_TOPOLOGY.match(topology) is not None
+
+
+def virtual_device_count(topology: str) -> int | None:
+    """The CPU devices a GPU proxy needs (XLA reads the count before JAX starts)."""
+    match = _GPU_TOPOLOGY.match(topology)
+    return int(match.group(2)) if match else None
+
+
+def request_virtual_devices(count: int) -> None:
+    """Asks XLA:CPU for `count` devices; must run before JAX initialises its backends."""
+    flag = f"--xla_force_host_platform_device_count={count}"
+    existing = re.sub(
+        r"--xla_force_host_platform_device_count=\d+", "", os.environ.get("XLA_FLAGS", "")
+    )
+    os.environ["XLA_FLAGS"] = f"{existing} {flag}".strip()
+
+
+def devices(topology: str) -> tuple[list, Chip]:
+    """The devices of `topology` and the chip figures that price them.
+
+    Raises:
+      ConfigError: a name that is neither a TPU topology nor a GPU node, a GPU proxy
+        whose virtual devices were not requested in time, or no `libtpu` installed.
+    """
+    import jax
+
+    match = _GPU_TOPOLOGY.match(topology)
+    if match:
+        count = int(match.group(2))
+        if not 1 <= count <= MAX_GPUS_PER_NODE:
+            raise _usage(topology, f"a GPU node has 1 to {MAX_GPUS_PER_NODE} GPUs")
+        cpus = jax.devices("cpu")
+        if len(cpus) < count:
+            raise ConfigError(
+                f"--topology={topology}: needs {count} virtual CPU devices, JAX has "
+                f"{len(cpus)} (call request_virtual_devices before JAX starts)"
+            )
+        return cpus[:count], CHIPS[match.group(1)]
+    topology = topology_name(topology)
+    generation, _, shape = topology.partition(":")
+    if generation not in TPU_GENERATIONS or not re.fullmatch(r"\d+(x\d+){1,2}", shape):
+        raise _usage(topology, "not a topology name")
+    try:
+        from jax.experimental import topologies
+
+        # Megacore: each v4 or v5p chip's two TensorCores are one JAX device, as on the
+        # TPU VMs (docs/multihost.md: "each chip is one JAX device").
+        options = {"chip_config_name": "megacore"} if generation in ("v4", "v5p") else {}
+        described = topologies.get_topology_desc(platform="tpu", topology_name=topology, **options)
+    except Exception as error:  # noqa: BLE001 - libtpu's own message says what is wrong.
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        if "not installed" in first or isinstance(error, ImportError):
+            first = 'compiling for TPU needs libtpu: pip install -e ".[tpu-check]"'
+        raise ConfigError(f"--topology={topology}: {first}") from None
+    found = list(described.devices)
+    kind = found[0].device_kind
+    if kind not in CHIPS:
+        raise ConfigError(f"--topology={topology}: no published figures for {kind!r} chips")
+    # Were a chip's TensorCores separate devices, each would get its share of the chip.
+    cores = len({getattr(device, "core_on_chip", 0) for device in found})
+    return found, per_device(CHIPS[kind], cores)
+
+
+def per_device(chip: Chip, devices_per_chip: int) -> Chip:
+    """The share of `chip` one of its `devices_per_chip` devices gets."""
+    if devices_per_chip == 1:
+        return chip
+    return dataclasses.replace(
+        chip,
+        name=f"{chip.name} (1 of {devices_per_chip} TensorCores)",
+        hbm_bytes=chip.hbm_bytes // devices_per_chip,
+        peak_flops=chip.peak_flops / devices_per_chip,
+        hbm_bytes_per_s=chip.hbm_bytes_per_s / devices_per_chip,
+        allreduce_bytes_per_s=chip.allreduce_bytes_per_s / devices_per_chip,
+    )

@@ -1,0 +1,440 @@
+"""What a compiled XLA program costs per run, read from its optimised HLO text.
+
+`compiled.cost_analysis()` counts the body of a `while` loop (a `lax.scan`: the
+learner's epochs and minibatches, GAE, an LSTM's unroll) once, however many times it
+runs, and its TPU `optimal_seconds` is not usable. This module walks the compiled
+program instead: each computation runs as many times as the loops around it iterate,
+and the totals are
+
+* FLOPs of the matrix units: every `dot` and `convolution` (2 x output elements x the
+  elements each one sums over); elementwise work is left out (a few percent in these
+  networks, and the vector units do it beside the matrix units);
+* bytes accessed: the operands and result of every instruction outside fusions (what a
+  fused kernel reads and writes in device memory), collectives and copies excepted;
+* collectives: each all-reduce, all-gather, reduce-scatter, all-to-all and
+  collective-permute, with the bytes it sends from each device and its group size.
+
+Trip counts come from XLA's `known_trip_count` annotation where the backend writes one
+(CPU, GPU), else from the loop itself: an induction variable set from a constant,
+stepped by a constant and compared with a constant (the form `lax.scan` compiles to on
+TPU). A loop that matches neither counts once and is reported in `unknown_loops`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+
+# Bytes per element of XLA's primitive types.
+_ITEMSIZE = {
+    "pred": 1, "s4": 0.5, "u4": 0.5, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "s32": 4,
+    "u32": 4, "s64": 8, "u64": 8, "f16": 2, "bf16": 2, "f32": 4, "f64": 8, "c64": 8,
+    "c128": 16, "f8e4m3fn": 1, "f8e5m2": 1, "f8e4m3fnuz": 1, "f8e5m2fnuz": 1,
+    "f8e4m3b11fnuz": 1, "token": 0,
+}  # fmt: skip
+_ARRAY = re.compile(r"\b([a-z]+[0-9]*[a-z0-9]*)\[([0-9,]*)\]")
+_COMPUTATION = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\s*\(.*\)\s*->\s*.*\{\s*$")
+_NAME = re.compile(r"%([\w.\-]+)")
+_CALLED = re.compile(
+    r"\b(calls|body|condition|to_apply|true_computation|false_computation)=%([\w.\-]+)"
+)
+_BRANCHES = re.compile(r"branch_computations=\{([^}]*)\}")
+_TRIP = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
+
+COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
+# Instructions that move no data of their own through device memory.
+_NO_TRAFFIC = {
+    "parameter", "constant", "tuple", "get-tuple-element", "bitcast", "while", "conditional",
+    "call", "after-all", "partition-id", "replica-id", "opt-barrier", "copy-start",
+    "copy-done", "custom-call", "send", "send-done", "recv", "recv-done", "async-done",
+    "async-update",
+}  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True)
+class Instruction:
+    name: str
+    shape: str  # XLA's shape text: an array, or a tuple of them.
+    op: str
+    operands: tuple[str, ...]  # Names of the operand instructions.
+    operand_text: str  # What stands between the op's parentheses (a constant's literal).
+    attributes: str
+    computation: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Collective:
+    """One collective instruction and how often it runs per execution of the program.
+
+    Attributes:
+      kind: all-reduce, all-gather, reduce-scatter, all-to-all or collective-permute.
+      payload_bytes: what each device contributes (the sum of its operands).
+      group_size: devices taking part in each group.
+      count: executions per program run (the trip counts of the loops around it).
+    """
+
+    kind: str
+    payload_bytes: int
+    group_size: int
+    count: int
+
+
+@dataclasses.dataclass(frozen=True)
+class ProgramCost:
+    """Per-device totals of one execution of a compiled SPMD program."""
+
+    flops: float
+    bytes_accessed: float
+    collectives: tuple[Collective, ...]
+    unknown_loops: int  # `while` loops whose trip count could not be read (counted once).
+
+    @property
+    def collective_bytes(self) -> int:
+        """Bytes each device contributes to collectives per execution."""
+        return sum(c.payload_bytes * c.count for c in self.collectives)
+
+
+def shape_bytes(shape: str) -> int:
+    """Bytes of an XLA shape text (a tuple's elements summed)."""
+    total = 0.0
+    for dtype, dims in _ARRAY.findall(shape):
+        if dtype not in _ITEMSIZE:
+            continue
+        total += _ITEMSIZE[dtype] * math.prod(int(d) for d in dims.split(",") if d)
+    return int(total)
+
+
+def _dims(shape: str) -> list[int]:
+    match = _ARRAY.search(shape)
+    return [int(d) for d in match.group(2).split(",") if d] if match else []
+
+
+def _split_shape(text: str) -> tuple[str, str]:
+    """'(a, b) op(...)' or 'f32[2]{0} op(...)' -> (shape, the rest)."""
+    if text.startswith("("):
+        depth = 0
+        for i, char in enumerate(text):
+            depth += {"(": 1, ")": -1}.get(char, 0)
+            if depth == 0:
+                return text[: i + 1], text[i + 1 :].lstrip()
+    shape, _, rest = text.partition(" ")
+    return shape, rest
+
+
+def _split_call(text: str) -> tuple[str, str, str]:
+    """'op(operands), attributes' -> (op, operands, attributes)."""
+    op, _, rest = text.partition("(")
+    depth = 1
+    for i, char in enumerate(rest):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth == 0:
+            return op.strip(), rest[:i], rest[i + 1 :]
+    return op.strip(), rest, ""
+
+
+def parse(hlo_text: str) -> tuple[dict[str, list[Instruction]], str, dict[str, Instruction]]:
+    """-> (instructions per computation, the entry computation, instructions by name)."""
+    computations: dict[str, list[Instruction]] = {}
+    by_name: dict[str, Instruction] = {}
+    entry = ""
+    current = None
+    for line in hlo_text.splitlines():
+        stripped = line.strip()
+        header = _COMPUTATION.match(stripped)
+        if header and "=" not in stripped.split("(")[0]:
+            current = header.group(2)
+            computations[current] = []
+            if header.group(1):
+                entry = current
+            continue
+        if current is None or stripped in ("}", "") or "=" not in stripped:
+            continue
+        left, _, right = stripped.partition("=")
+        name = left.replace("ROOT", "").strip().lstrip("%")
+        shape, rest = _split_shape(right.strip())
+        op, operands, attributes = _split_call(rest)
+        instruction = Instruction(
+            name, shape, op, tuple(_NAME.findall(operands)), operands, attributes, current
+        )
+        computations[current].append(instruction)
+        by_name[name] = instruction
+    return computations, entry, by_name
+
+
+def _integer(name: str, by_name: dict[str, Instruction]) -> int | None:
+    """The integer a scalar holds, following copies and conversions back to a constant."""
+    for _ in range(8):
+        instruction = by_name.get(name)
+        if instruction is None:
+            return None
+        if instruction.op == "constant":
+            try:
+                return int(instruction.operand_text)
+            except ValueError:
+                return None
+        if instruction.op not in ("copy", "convert", "bitcast") or not instruction.operands:
+            return None
+        name = instruction.operands[0]
+    return None
+
+
+def _tuple_index(name: str, by_name: dict[str, Instruction]) -> int | None:
+    """i where `name` is element i of the loop state (a get-tuple-element, maybe copied)."""
+    for _ in range(8):
+        instruction = by_name.get(name)
+        if instruction is None:
+            return None
+        if instruction.op == "get-tuple-element":
+            match = re.search(r"index=(\d+)", instruction.attributes)
+            return int(match.group(1)) if match else None
+        if instruction.op not in ("copy", "convert", "bitcast") or not instruction.operands:
+            return None
+        name = instruction.operands[0]
+    return None
+
+
+def _root(computation: list[Instruction]) -> Instruction | None:
+    return computation[-1] if computation else None
+
+
+def _unwrapped(
+    instruction: Instruction | None,
+    computations: dict[str, list[Instruction]],
+    by_name: dict[str, Instruction],
+) -> Instruction | None:
+    """A fusion that wraps a single op (XLA:CPU's `wrapped_add`) as that op on the
+    fusion's own operands; any other instruction as it is."""
+    if instruction is None or instruction.op != "fusion":
+        return instruction
+    called = dict(_CALLED.findall(instruction.attributes))
+    root = _root(computations.get(called.get("calls", ""), []))
+    if root is None:
+        return instruction
+    operands = []
+    for name in root.operands:
+        parameter = by_name.get(name)
+        if parameter is None or parameter.op != "parameter":
+            return instruction
+        index = int(parameter.operand_text)
+        if index >= len(instruction.operands):
+            return instruction
+        operands.append(instruction.operands[index])
+    return dataclasses.replace(root, operands=tuple(operands))
+
+
+def trip_count(
+    loop: Instruction, computations: dict[str, list[Instruction]], by_name: dict[str, Instruction]
+) -> int | None:
+    """How many times a `while` instruction runs its body; None where it cannot be read."""
+    known = _TRIP.search(loop.attributes)
+    if known:
+        return int(known.group(1))
+    called = dict((kind, name) for kind, name in _CALLED.findall(loop.attributes))
+    condition = _root(computations.get(called.get("condition", ""), []))
+    condition = _unwrapped(condition, computations, by_name)
+    body = _root(computations.get(called.get("body", ""), []))
+    state = by_name.get(loop.operands[0]) if loop.operands else None
+    if condition is None or body is None or state is None or condition.op != "compare":
+        return None
+    if state.op != "tuple" or body.op != "tuple" or len(condition.operands) != 2:
+        return None
+    direction = re.search(r"direction=(\w+)", condition.attributes)
+    left, right = condition.operands
+    index, limit = _tuple_index(left, by_name), _integer(right, by_name)
+    if index is None or limit is None:  # The comparison may be written the other way round.
+        index, limit = _tuple_index(right, by_name), _integer(left, by_name)
+        flipped = {"LT": "GT", "LE": "GE", "GT": "LT", "GE": "LE"}
+        direction_name = flipped.get(direction.group(1), "") if direction else ""
+    else:
+        direction_name = direction.group(1) if direction else ""
+    if index is None or limit is None or index >= len(state.operands):
+        return None
+    start = _integer(state.operands[index], by_name)
+    update = by_name.get(body.operands[index]) if index < len(body.operands) else None
+    while update is not None and update.op == "copy" and update.operands:
+        update = by_name.get(update.operands[0])
+    update = _unwrapped(update, computations, by_name)
+    if start is None or update is None or update.op not in ("add", "subtract"):
+        return None
+    steps = [_integer(operand, by_name) for operand in update.operands]
+    step = next((value for value in steps if value is not None), None)
+    if step is None or step == 0:
+        return None
+    step = -step if update.op == "subtract" else step
+    distance = {"LT": limit - start, "LE": limit - start + 1, "GT": start - limit,
+                "GE": start - limit + 1, "NE": limit - start}.get(direction_name)  # fmt: skip
+    if distance is None:
+        return None
+    if direction_name in ("GT", "GE"):
+        step = -step
+    if distance <= 0:
+        return 0
+    if step < 0:
+        return None
+    return -(-distance // step)
+
+
+def _multiplicities(
+    computations: dict[str, list[Instruction]], entry: str, by_name: dict[str, Instruction]
+) -> tuple[dict[str, int], set[str], int]:
+    """-> (runs per program run of each computation, the fused computations, unknown loops)."""
+    runs: dict[str, int] = {entry: 1}
+    fused: set[str] = set()
+    unknown = 0
+    pending = [entry]
+    while pending:
+        name = pending.pop()
+        for instruction in computations.get(name, []):
+            called = _CALLED.findall(instruction.attributes)
+            branches = _BRANCHES.search(instruction.attributes)
+            if branches:
+                called += [("branch", b) for b in _NAME.findall(branches.group(1))]
+            if not called:
+                continue
+            times = 1
+            if instruction.op == "while":
+                count = trip_count(instruction, computations, by_name)
+                if count is None:
+                    unknown += 1
+                times = 1 if count is None else count
+            for kind, callee in called:
+                if kind == "to_apply" or callee not in computations:
+                    continue  # A reduction's scalar function: no data of its own.
+                if instruction.op == "fusion":
+                    fused.add(callee)
+                runs[callee] = runs.get(callee, 0) + runs[name] * times
+                pending.append(callee)
+    return runs, fused, unknown
+
+
+def _matrix_flops(instruction: Instruction, by_name: dict[str, Instruction]) -> float:
+    """2 x output elements x the elements each output sums over, for a dot or convolution."""
+    outputs = math.prod(_dims(instruction.shape))
+    if instruction.op == "dot":
+        lhs = by_name.get(instruction.operands[0]) if instruction.operands else None
+        contracting = re.search(r"lhs_contracting_dims=\{([0-9,]*)\}", instruction.attributes)
+        if lhs is None or contracting is None:
+            return 0.0
+        dims = _dims(lhs.shape)
+        summed = math.prod(dims[int(d)] for d in contracting.group(1).split(",") if d)
+        return 2.0 * outputs * summed
+    rhs = by_name.get(instruction.operands[1]) if len(instruction.operands) > 1 else None
+    labels = re.search(r"dim_labels=[^_]*_([^-]*)->", instruction.attributes)
+    if rhs is None or labels is None:
+        return 0.0
+    kernel, kernel_labels = _dims(rhs.shape), labels.group(1)
+    if len(kernel) != len(kernel_labels):
+        return 0.0
+    # Each output sums over the kernel's spatial and input-feature extent ('o' excluded).
+    summed = math.prod(s for s, label in zip(kernel, kernel_labels, strict=True) if label != "o")
+    return 2.0 * outputs * summed
+
+
+def group_size(attributes: str, num_devices: int) -> int:
+    """Devices per group of a collective, from its `replica_groups`."""
+    iota = re.search(r"replica_groups=\[([0-9,]+)\]<=", attributes)
+    if iota:
+        return int(iota.group(1).split(",")[-1])
+    mesh = re.search(r"replica_groups=mesh\[([^\]]*)\]\s*\{([^}]*)\}", attributes)
+    if mesh:
+        sizes = dict(re.findall(r"'([^']+)'=(\d+)", mesh.group(1)))
+        axes = re.findall(r"'([^']+)'", mesh.group(2))
+        return math.prod(int(sizes[a]) for a in axes if a in sizes) or num_devices
+    listed = re.search(r"replica_groups=\{\{([0-9,]*)\}", attributes)
+    if listed:
+        return len([d for d in listed.group(1).split(",") if d])
+    return num_devices
+
+
+def program_cost(hlo_text: str, num_devices: int) -> ProgramCost:
+    """Per-device FLOPs, bytes accessed and collectives of one run of a compiled program.
+
+    Args:
+      hlo_text: `compiled.as_text()`, the optimised SPMD program of one device.
+      num_devices: devices the program runs on (a collective without explicit groups
+        spans them all).
+    """
+    computations, entry, by_name = parse(hlo_text)
+    runs, fused, unknown = _multiplicities(computations, entry, by_name)
+    flops = 0.0
+    traffic = 0.0
+    collectives = []
+    for name, instructions in computations.items():
+        times = runs.get(name, 0)
+        if not times:
+            continue
+        for instruction in instructions:
+            op = instruction.op
+            if op in ("dot", "convolution"):
+                flops += times * _matrix_flops(instruction, by_name)
+            kind = op.removesuffix("-start")
+            if kind in COLLECTIVES:
+                payload = sum(
+                    shape_bytes(by_name[o].shape) for o in instruction.operands if o in by_name
+                )
+                size = group_size(instruction.attributes, num_devices)
+                collectives.append(Collective(kind, payload, size, times))
+                continue
+            if name in fused or op in _NO_TRAFFIC or op.endswith("-done"):
+                continue
+            traffic += times * _traffic(instruction, computations, by_name)
+    return ProgramCost(flops, traffic, tuple(collectives), unknown)
+
+
+_SLICING = ("dynamic-slice", "slice", "gather")
+
+
+def _traffic(
+    instruction: Instruction,
+    computations: dict[str, list[Instruction]],
+    by_name: dict[str, Instruction],
+) -> float:
+    """Bytes one execution of a top-level instruction reads and writes in device memory.
+
+    A slice reads only what it returns, and an in-place update (`dynamic-update-slice`,
+    the way a scan writes its outputs) touches only the update, so a loop that slices
+    one minibatch out of the whole rollout is not charged for the rollout at each step.
+    Inside a fusion, a parameter read only through slices counts as those slices.
+    """
+
+    def size(name: str) -> int:
+        return shape_bytes(by_name[name].shape) if name in by_name else 0
+
+    op = instruction.op
+    if op in _SLICING:
+        return 2.0 * shape_bytes(instruction.shape)
+    if op in ("dynamic-update-slice", "scatter"):
+        update = instruction.operands[1] if len(instruction.operands) > 1 else ""
+        return 2.0 * size(update)
+    if op != "fusion":
+        return shape_bytes(instruction.shape) + sum(size(o) for o in instruction.operands)
+    called = dict(_CALLED.findall(instruction.attributes))
+    body = computations.get(called.get("calls", ""), [])
+    root = _root(body)
+    users: dict[str, list[Instruction]] = {}
+    parameters: dict[int, str] = {}
+    for inner in body:
+        for operand in inner.operands:
+            users.setdefault(operand, []).append(inner)
+        if inner.op == "parameter" and inner.operand_text.strip().isdigit():
+            parameters[int(inner.operand_text)] = inner.name
+    in_place = None
+    written = shape_bytes(instruction.shape)
+    if root is not None and root.op == "dynamic-update-slice" and len(root.operands) > 1:
+        in_place = root.operands[0]
+        written = size(root.operands[1])
+    read = 0.0
+    for index, operand in enumerate(instruction.operands):
+        parameter = parameters.get(index)
+        if parameter is None:
+            read += size(operand)
+            continue
+        inner_users = users.get(parameter, [])
+        if parameter == in_place and len(inner_users) == 1:
+            continue  # The buffer updated in place: only the update is written.
+        if inner_users and all(u.op in _SLICING for u in inner_users):
+            read += sum(shape_bytes(u.shape) for u in inner_users)
+        else:
+            read += size(operand)
+    return read + written

@@ -1,0 +1,206 @@
+"""`python -m sebulba.check`: a run compiled for a slice that is not attached.
+
+The TPU test compiles for a v5e slice through libtpu (a test dependency); the rest use
+the GPU proxy (virtual CPU devices, the 8 of conftest) and HLO of known shape.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from sebulba import accelerators, check, hlo_cost
+from sebulba.errors import ConfigError
+from tests.test_config_variants import load_config
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+STEPS, BATCH, WIDTH = 8, 64, 256
+# One SGD step of the scan below: the forward product and the weight gradient's product.
+FLOPS_PER_STEP = 2 * (2 * BATCH * WIDTH * WIDTH)
+
+
+def _sgd_scan(num_devices: int):
+    """A scan of 8 data-parallel SGD steps on `num_devices` devices, compiled."""
+    mesh = Mesh(np.array(jax.devices()[:num_devices]), ("batch",))
+    replicated = NamedSharding(mesh, PartitionSpec())
+
+    def sgd(w, x):
+        def step(w, batch):
+            grad = jax.grad(lambda w: jnp.sum(jnp.tanh(batch @ w)))(w)
+            grad = jax.lax.with_sharding_constraint(grad, replicated)
+            return w - 0.1 * grad, None
+
+        return jax.lax.scan(step, w, x)[0]
+
+    w = jax.ShapeDtypeStruct((WIDTH, WIDTH), jnp.float32, sharding=replicated)
+    x = jax.ShapeDtypeStruct(
+        (STEPS, BATCH, WIDTH),
+        jnp.float32,
+        sharding=NamedSharding(mesh, PartitionSpec(None, "batch")),
+    )
+    return jax.jit(sgd).lower(w, x).compile()
+
+
+def test_a_loop_body_counts_as_often_as_it_runs():
+    compiled = _sgd_scan(num_devices=4)
+    cost = hlo_cost.program_cost(compiled.as_text(), num_devices=4)
+    per_device = STEPS * FLOPS_PER_STEP / 4
+    assert cost.flops == per_device
+    assert cost.unknown_loops == 0
+    # XLA's own analysis counts the body once: the trap this module exists for.
+    assert compiled.cost_analysis()["flops"] < per_device / 4
+    # One all-reduce of the weight gradient per step, over the 4 devices.
+    (gradient,) = [c for c in cost.collectives if c.payload_bytes == WIDTH * WIDTH * 4]
+    assert (gradient.kind, gradient.group_size, gradient.count) == ("all-reduce", 4, STEPS)
+    assert cost.collective_bytes >= STEPS * WIDTH * WIDTH * 4
+
+
+def test_a_trip_count_is_read_from_the_loop_where_xla_writes_none():
+    # TPU programs carry no known_trip_count: the count comes from the loop's own
+    # constants (start, step, bound).
+    text = _sgd_scan(num_devices=2).as_text()
+    stripped = re.sub(r'"known_trip_count":\{"n":"\d+"\},?', "", text)
+    assert stripped != text
+    cost = hlo_cost.program_cost(stripped, num_devices=2)
+    assert cost.flops == STEPS * FLOPS_PER_STEP / 2
+    assert cost.unknown_loops == 0
+
+
+def test_an_unreadable_loop_counts_once_and_says_so():
+    text = _sgd_scan(num_devices=2).as_text()
+    stripped = re.sub(r'"known_trip_count":\{"n":"\d+"\},?', "", text)
+    # The loop bound is no longer a constant.
+    unreadable = re.sub(r"constant\(8\)", "parameter(7)", stripped)
+    cost = hlo_cost.program_cost(unreadable, num_devices=2)
+    assert cost.unknown_loops == 1
+    assert cost.flops == FLOPS_PER_STEP / 2
+
+
+@pytest.mark.parametrize(
+    ("attributes", "size"),
+    [
+        ("replica_groups={{0,1,2,3},{4,5,6,7}}, to_apply=%add", 4),
+        ("replica_groups=[2,4]<=[8], to_apply=%add", 4),
+        ("replica_groups=mesh['axis_0'=4,'axis_1'=2] {'axis_0'}, to_apply=%add", 4),
+        ("replica_groups={}, to_apply=%add", 8),
+    ],
+)
+def test_collective_group_sizes(attributes, size):
+    assert hlo_cost.group_size(attributes, num_devices=8) == size
+
+
+def test_accelerator_types_name_their_default_slices():
+    assert accelerators.topology_name("v5litepod-8") == "v5e:2x4"
+    assert accelerators.topology_name("v4-16") == "v4:2x2x2"  # v4 types count TensorCores.
+    assert accelerators.topology_name("v5p-128") == "v5p:4x4x4"
+    assert accelerators.accelerator_type("v6e:2x2") == "v6e-4"
+    with pytest.raises(ConfigError, match="--topology=v4-12: no default slice shape"):
+        accelerators.topology_name("v4-12")
+    with pytest.raises(ConfigError, match="--topology=tpu9: not a topology name"):
+        accelerators.devices("tpu9")
+
+
+def _proxy_config(**overrides):
+    config = load_config("ppo_cartpole")
+    config.mesh.actor_device_ids = (0,)
+    config.mesh.learner_device_ids = (0, 1, 2, 3)
+    for key, value in overrides.items():
+        section, name = key.split(".")
+        config[section][name] = value
+    return config
+
+
+def test_the_gpu_proxy_reports_a_run_that_fits():
+    report = check.check(_proxy_config(), "h100:4")
+    assert report["fits"] is True
+    assert report["proxy"] is True
+    assert report["learner_devices"] == 4
+    assert 0 < report["hbm_needed_bytes"] <= report["hbm_bytes"] == 80 * 10**9
+    assert report["memory_advice"] is None
+    # The gradients are averaged over the 4 learner devices at every minibatch step.
+    assert {c["group_size"] for c in report["learner"]["collectives"]} == {4}
+    assert report["collective_bytes_per_update"] > 0
+    assert report["flops_per_update"] == pytest.approx(4 * report["learner"]["flops"])
+    low, high = report["predicted_update_s"]
+    assert 0 < low <= high
+    text = check.format_report(report, "configs/ppo_cartpole.py")
+    assert "fits" in text and "DOES NOT FIT" not in text
+
+
+def test_a_run_too_big_for_the_chip_is_reported_with_the_launch_advice():
+    # 262,144 envs x 8,192 steps of CartPole: rollouts of 17.5 GiB per learner device,
+    # and over 200 GiB of temporaries.
+    config = _proxy_config(**{"env.num_envs": 262144, "agent.num_steps": 8192})
+    config.total_timesteps = 262144 * 8192
+    report = check.check(config, "h100:4")
+    assert report["fits"] is False
+    assert report["hbm_needed_bytes"] > report["hbm_bytes"]
+    assert "lower env.num_envs or agent.num_steps" in report["memory_advice"]
+    assert "DOES NOT FIT" in check.format_report(report, "x")
+
+
+def test_a_config_that_cannot_run_on_the_slice_fails_as_at_launch():
+    with pytest.raises(ConfigError, match=r"mesh.actor_device_ids contains 4, but this "):
+        check.check(_proxy_config(**{"mesh.actor_device_ids": (4,)}), "h100:4")
+    with pytest.raises(ConfigError, match=r"env.num_envs \(4\) must be divisible"):
+        check.check(_proxy_config(**{"mesh.learner_device_ids": (0, 1, 2)}), "h100:4")
+
+
+def _run_check(*args):
+    env = {**os.environ}
+    env.pop("XLA_FLAGS", None)  # The check asks for the devices it needs.
+    return subprocess.run(
+        [sys.executable, "-m", "sebulba.check", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def test_the_command_line_refuses_a_bad_topology_in_one_line():
+    result = _run_check("--config=configs/ppo_cartpole.py", "--topology=v5e:banana")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "sebulba: config error: --topology=v5e:banana: not a topology name; give a TPU "
+        "slice as GENERATION:SHAPE (v4, v5e, v5p, v6e; e.g. v5e:2x4, v4:2x2x2) or as its "
+        "accelerator type (v5litepod-8, v4-16), or one GPU node as h100:N or a100:N (N <= 8)"
+    ]
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("libtpu") is None,
+    reason='libtpu is not installed (pip install -e ".[tpu-check]"): no TPU compile',
+)
+def test_a_run_compiles_for_a_tpu_slice_without_one():
+    result = _run_check(
+        "--config=configs/ppo_cartpole.py",
+        "--topology=v5litepod-4",
+        "--config.mesh.learner_device_ids=(0,1,2,3)",
+        "--json",
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stderr == ""  # libtpu's probing for a TPU VM is kept quiet.
+    report = json.loads(result.stdout)
+    assert report["chip"] == "TPU v5e"
+    assert report["proxy"] is False
+    assert (report["devices"], report["learner_devices"]) == (4, 4)
+    assert report["fits"] is True
+    assert report["hbm_bytes"] == 16 * 10**9
+    for key in ("hbm_needed_bytes", "collective_bytes_per_update", "flops_per_update"):
+        assert report[key] > 0, key
+    low, high = report["predicted_update_s"]
+    assert 0 < low <= high
+    assert report["learner"]["unknown_loops"] == 0  # TPU loops: counts read from the HLO.
+    assert {c["group_size"] for c in report["learner"]["collectives"]} == {4}
