@@ -6,15 +6,16 @@
 Needs libtpu (`pip install -e ".[tpu-check]"`). Everything printed is predicted, nothing
 is measured: for each config the learner update is compiled for a v5e:2x2 slice (4
 learner chips, `sebulba.check`) at two per-chip batch sizes, the per-chip FLOPs and
-memory traffic are fitted as a constant plus a part linear in the per-chip batch (exact
-for these programs: the network's work is per sample, the optimizer's is fixed), and the
-gradient all-reduce's per-chip payload is the one compiled. A slice of n chips is then
-priced with each generation's published figures (`sebulba.accelerators`): compute at
-peak, memory traffic at HBM bandwidth, and the all-reduce as a ring over the slice's
-torus (2 x the sum of (side - 1) steps of the assumed latency, 2(n - 1)/n of the payload
-at the per-chip all-reduce bandwidth). The band runs from all of it overlapped to none
-of it overlapped; the tables print its middle, and efficiency against one chip of the
-same generation from the same point of the band.
+memory traffic are fitted as a constant plus a part linear in the per-chip batch (the
+line through the two compiled points: exact at them, an extrapolation beyond them, since
+XLA tiles different batches differently), and the gradient all-reduce's per-chip payload
+is the one compiled. A slice of n chips is then priced with each generation's published
+figures (`sebulba.accelerators`): compute at peak, memory traffic at HBM bandwidth, and
+the all-reduce as a ring over the slice's torus (2 x the sum of (side - 1) steps of the
+assumed latency, 2(n - 1)/n of the payload at the per-chip all-reduce bandwidth). The
+band runs from all of it overlapped to none of it overlapped; the tables print its
+middle, and efficiency against one chip of the same generation from the same point of
+the band.
 
 Weak scaling keeps each chip's batch (the config's envs per learner chip); strong
 scaling keeps the global batch of an 8-chip slice. The figures are the learner's
@@ -104,10 +105,11 @@ def update_band(points, generation: str, chips: int, envs_per_chip: float) -> tu
 
 def table(points_by_config, mode: str) -> str:
     lines = [
-        f"**{mode} scaling** (predicted learner env steps/s, in thousands; efficiency vs 1 chip)",
+        f"**{mode} scaling** (predicted learner env steps/s, in thousands; efficiency vs 1 chip;"
+        " * where the envs per chip lie outside the two compiled batches)",
         "",
-        "| config | chips | " + " | ".join(GENERATIONS) + " |",
-        "|---|---|" + "---|" * len(GENERATIONS),
+        "| config | chips | envs per chip | " + " | ".join(GENERATIONS) + " |",
+        "|---|---|---|" + "---|" * len(GENERATIONS),
     ]
     for name, points in points_by_config.items():
         steps_per_env = points[0]["steps_per_env"]
@@ -127,7 +129,9 @@ def table(points_by_config, mode: str) -> str:
                     one_low, one_high = update_band(points, generation, 1, base_envs * 8)
                     efficiency = (math.sqrt(one_low * one_high)) / (chips * seconds)
                 cells.append(f"{rate / 1e3:,.0f}k ({efficiency:.0%})")
-            lines.append(f"| {name} | {chips} | " + " | ".join(cells) + " |")
+            compiled = [p["envs_per_chip"] for p in points]
+            outside = "" if min(compiled) <= envs <= max(compiled) else "*"
+            lines.append(f"| {name} | {chips} | {envs:g}{outside} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
