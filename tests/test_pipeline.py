@@ -94,8 +94,10 @@ def test_same_seed_same_checksum_under_injected_delays(tmp_path, case):
     # The same episodes, attributed to the same tasks.
     tasks_of = {name: read_summary(str(tmp_path / name))["tasks"] for name in "acd"}
     assert tasks_of["a"] == tasks_of["c"] == tasks_of["d"]
-    other_seed, _ = _checksum_and_params(tmp_path, "e", case, seed=7)
-    assert other_seed != reference
+    if case == "minimal":  # The checksum tells seeds apart (one case shows it; it is the
+        # same checksum for every agent, and each run here costs a training run).
+        other_seed, _ = _checksum_and_params(tmp_path, "e", case, seed=7)
+        assert other_seed != reference
 
 
 LAYOUTS = {
