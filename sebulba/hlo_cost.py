@@ -162,36 +162,34 @@ def parse(hlo_text: str) -> tuple[dict[str, list[Instruction]], str, dict[str, I
     return computations, entry, by_name
 
 
-def _integer(name: str, by_name: dict[str, Instruction]) -> int | None:
-    """The integer a scalar holds, following copies and conversions back to a constant."""
+def _source(name: str, by_name: dict[str, Instruction]) -> Instruction | None:
+    """The instruction behind `name`, through copies, conversions and bitcasts."""
+    instruction = by_name.get(name)
     for _ in range(8):
-        instruction = by_name.get(name)
-        if instruction is None:
-            return None
-        if instruction.op == "constant":
-            try:
-                return int(instruction.operand_text)
-            except ValueError:
-                return None
-        if instruction.op not in ("copy", "convert", "bitcast") or not instruction.operands:
-            return None
-        name = instruction.operands[0]
+        if instruction is None or instruction.op not in ("copy", "convert", "bitcast"):
+            return instruction
+        instruction = by_name.get(instruction.operands[0]) if instruction.operands else None
     return None
+
+
+def _integer(name: str, by_name: dict[str, Instruction]) -> int | None:
+    """The integer a scalar holds, where it is a constant."""
+    source = _source(name, by_name)
+    if source is None or source.op != "constant":
+        return None
+    try:
+        return int(source.operand_text)
+    except ValueError:
+        return None
 
 
 def _tuple_index(name: str, by_name: dict[str, Instruction]) -> int | None:
-    """i where `name` is element i of the loop state (a get-tuple-element, maybe copied)."""
-    for _ in range(8):
-        instruction = by_name.get(name)
-        if instruction is None:
-            return None
-        if instruction.op == "get-tuple-element":
-            match = re.search(r"index=(\d+)", instruction.attributes)
-            return int(match.group(1)) if match else None
-        if instruction.op not in ("copy", "convert", "bitcast") or not instruction.operands:
-            return None
-        name = instruction.operands[0]
-    return None
+    """i where `name` is element i of the loop state (a get-tuple-element)."""
+    source = _source(name, by_name)
+    if source is None or source.op != "get-tuple-element":
+        return None
+    match = re.search(r"index=(\d+)", source.attributes)
+    return int(match.group(1)) if match else None
 
 
 def _root(computation: list[Instruction]) -> Instruction | None:
@@ -251,9 +249,7 @@ def trip_count(
     if index is None or limit is None or index >= len(state.operands):
         return None
     start = _integer(state.operands[index], by_name)
-    update = by_name.get(body.operands[index]) if index < len(body.operands) else None
-    while update is not None and update.op == "copy" and update.operands:
-        update = by_name.get(update.operands[0])
+    update = _source(body.operands[index], by_name) if index < len(body.operands) else None
     update = _unwrapped(update, computations, by_name)
     if start is None or update is None or update.op not in ("add", "subtract"):
         return None
