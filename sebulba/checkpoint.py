@@ -2,11 +2,14 @@
 
 Implements docs/checkpointing.md on orbax's `CheckpointManager` (tensorstore backend). Saving
 and restoring are collective: every process calls them alike, orbax coordinates and
-process 0 writes the metadata. Checkpoint `checkpoints/<update>/` holds three items:
+process 0 writes the metadata. Checkpoint `checkpoints/<update>/` holds three or four items:
 
   state            the learner state pytree (parameters, optimizer state, counters);
   previous_params  policy_lag 1: the parameters the actors hold (version `update`),
                    so the resumed lag schedule continues exactly;
+  env_state        Anakin runs only: the JAX envs' state, observations, episode
+                   counters and recurrent carries (sharded along envs), so a resumed
+                   run continues bit for bit;
   meta             JSON: update, global step, schedule, episode statistics, and the
                    SHA-256 checksum and leaf signature of the trees above.
 
@@ -45,7 +48,7 @@ CHECKPOINTS_DIRNAME = "checkpoints"
 # that update again and `max_to_keep` counts only good checkpoints.
 SKIPPED_DIRNAME = "checkpoints_skipped"
 FORMAT_VERSION = 1
-_STATE, _PREVIOUS, _META = "state", "previous_params", "meta"
+_STATE, _PREVIOUS, _ENV_STATE, _META = "state", "previous_params", "env_state", "meta"
 _TMP_MARKER = ".orbax-checkpoint-tmp"  # orbax's suffix of a save in progress.
 
 
@@ -92,17 +95,20 @@ def tree_signature(tree: Any) -> list[str]:
 
 
 def tree_checksum(tree: Any) -> str | None:
-    """SHA-256 of every leaf's raw bytes (keys as key data); None if not replicated.
+    """SHA-256 of every leaf's raw bytes (keys as key data); None if not at hand.
 
-    Only fully replicated trees have a layout-independent local copy to hash; the
-    learner state always is (the pipeline compiles the update with it replicated).
+    A fully replicated leaf is hashed from its local copy (the learner state always is
+    replicated); a sharded leaf (an Anakin run's env state) from the whole array when
+    this process holds all of it, which does not depend on the layout either. A tree
+    with a leaf spread over several processes has no checksum.
     """
     digest = hashlib.sha256()
     for leaf in jax.tree.leaves(tree):
         if isinstance(leaf, jax.Array):
-            if not leaf.sharding.is_fully_replicated:
+            if leaf.sharding.is_fully_replicated:
+                leaf = leaf.addressable_shards[0].data
+            elif not leaf.is_fully_addressable:
                 return None
-            leaf = leaf.addressable_shards[0].data
             if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
                 leaf = jax.random.key_data(leaf)
         digest.update(np.ascontiguousarray(jax.device_get(leaf)).tobytes())
@@ -126,6 +132,7 @@ def _manager(
     handlers = {
         _STATE: ocp.StandardCheckpointHandler(),
         _PREVIOUS: ocp.StandardCheckpointHandler(),
+        _ENV_STATE: ocp.StandardCheckpointHandler(),
         _META: ocp.JsonCheckpointHandler(),
     }
     return ocp.CheckpointManager(directory, item_handlers=handlers, options=options)
@@ -177,6 +184,7 @@ class Restored:
       state: the learner state, with the target shardings.
       previous_params: version `step` of the policy parameters (policy_lag 1), or None.
       meta: its JSON metadata.
+      env_state: an Anakin run's env state, or None.
     """
 
     step: int
@@ -184,6 +192,7 @@ class Restored:
     state: Any
     previous_params: Any
     meta: dict[str, Any]
+    env_state: Any = None
 
 
 def read_meta(directory: str, step: int) -> dict[str, Any]:
@@ -195,7 +204,9 @@ def read_meta(directory: str, step: int) -> dict[str, Any]:
         return {}
 
 
-def _check_compatible(meta: dict, signature: list[str], expect: dict, path: str) -> None:
+def _check_compatible(
+    meta: dict, signature: list[str], env_signature: list[str] | None, expect: dict, path: str
+) -> None:
     if meta.get("format") != FORMAT_VERSION:
         raise ValueError(f"unknown format {meta.get('format')!r}")
     for key, value in expect.items():
@@ -204,6 +215,22 @@ def _check_compatible(meta: dict, signature: list[str], expect: dict, path: str)
                 f"checkpoint {path} was saved with {key}={meta.get(key)!r}, "
                 f"but this config has {key}={value!r}"
             )
+    saved_env = meta.get("env_state_signature")
+    if (saved_env is None) != (env_signature is None):
+        holds, needs = (
+            ("no env state", "runs JAX envs (Anakin)")
+            if saved_env is None
+            else (
+                "a JAX env state (Anakin)",
+                "runs envpool (Sebulba)",
+            )
+        )
+        raise CheckpointMismatch(f"checkpoint {path} holds {holds}, but this config {needs}")
+    if saved_env != env_signature:
+        raise CheckpointMismatch(
+            f"checkpoint {path} holds an env state this config does not build: env.id, "
+            "env.num_envs or the agent's recurrent core changed"
+        )
     if meta["state_signature"] != signature:
         saved = set(meta["state_signature"])
         leaf = next((s for s in signature if s not in saved), signature[:1])
@@ -232,6 +259,7 @@ def restore(
     abstract_state: Any,
     abstract_previous: Any = None,
     *,
+    abstract_env_state: Any = None,
     step: int | None = None,
     expect: dict[str, Any] | None = None,
     layout: DeviceLayout | None = None,
@@ -247,6 +275,8 @@ def restore(
       directory: a checkpoints directory.
       abstract_state: ShapeDtypeStructs (with shardings) of the learner state.
       abstract_previous: the same for the policy parameters; None to not restore them.
+      abstract_env_state: the same for an Anakin run's env state (sharded along envs);
+        None for a Sebulba run. A checkpoint without one cannot continue such a run.
       step: restore this step only (an unreadable one is then an error).
       expect: meta values that must match (e.g. steps_per_update).
       layout: the learner layout; multi-process runs agree on every decision over it.
@@ -267,6 +297,9 @@ def restore(
     if not steps:
         return None
     signature = tree_signature({_STATE: abstract_state})
+    env_signature = None
+    if abstract_env_state is not None:
+        env_signature = tree_signature({_ENV_STATE: abstract_env_state})
     manager = _manager(directory)
 
     def read(candidate: int, path: str) -> tuple[dict, dict, str | None]:
@@ -274,7 +307,7 @@ def restore(
         try:
             args = ocp.args.Composite(meta=ocp.args.JsonRestore())
             meta = manager.restore(candidate, args=args)[_META]
-            _check_compatible(meta, signature, expect or {}, path)
+            _check_compatible(meta, signature, env_signature, expect or {}, path)
         except CheckpointMismatch:
             raise
         except Exception as error:  # noqa: BLE001 - any read failure makes it unusable.
@@ -285,11 +318,13 @@ def restore(
         items = {_STATE: ocp.args.StandardRestore(abstract_state)}
         if abstract_previous is not None and meta["has_previous_params"]:
             items[_PREVIOUS] = ocp.args.StandardRestore(abstract_previous)
+        if abstract_env_state is not None:
+            items[_ENV_STATE] = ocp.args.StandardRestore(abstract_env_state)
         try:
             restored = manager.restore(candidate, args=ocp.args.Composite(**items))
             for name in items:
                 trees[name] = restored[name]
-                expected = meta["checksums"][name]
+                expected = meta["checksums"].get(name)
                 if expected is not None and tree_checksum(trees[name]) != expected:
                     problem = f"{name} does not match its checksum"
         except Exception as error:  # noqa: BLE001 - any read failure makes it unusable.
@@ -303,7 +338,14 @@ def restore(
             path = os.path.join(directory, str(candidate))
             meta, trees, problem = read(candidate, path)
             if problem is None:
-                return Restored(candidate, path, trees[_STATE], trees.get(_PREVIOUS), meta)
+                return Restored(
+                    candidate,
+                    path,
+                    trees[_STATE],
+                    trees.get(_PREVIOUS),
+                    meta,
+                    trees.get(_ENV_STATE),
+                )
             if step is not None:
                 raise ValueError(f"checkpoint {path} is not usable: {problem}")
             _skip(directory, candidate, problem, skipped_dir)
@@ -331,8 +373,16 @@ class Checkpointer:
             self.directory, create=True, max_to_keep=max_to_keep, async_save=async_save
         )
 
-    def save(self, update: int, state: Any, previous_params: Any, meta: dict[str, Any]) -> str:
-        """Saves the state after `update` with `previous_params` (or None); returns its path."""
+    def save(
+        self,
+        update: int,
+        state: Any,
+        previous_params: Any,
+        meta: dict[str, Any],
+        env_state: Any = None,
+    ) -> str:
+        """Saves the state after `update` with `previous_params` (or None) and an Anakin
+        run's `env_state` (or None); returns its path."""
         start = time.perf_counter()
         meta = {
             **meta,
@@ -340,14 +390,20 @@ class Checkpointer:
             "update": update,
             "state_signature": tree_signature({_STATE: state}),
             "has_previous_params": previous_params is not None,
+            "env_state_signature": (
+                None if env_state is None else tree_signature({_ENV_STATE: env_state})
+            ),
             "checksums": {
                 _STATE: tree_checksum(state),
                 _PREVIOUS: None if previous_params is None else tree_checksum(previous_params),
+                _ENV_STATE: None if env_state is None else tree_checksum(env_state),
             },
         }
         items = {_STATE: ocp.args.StandardSave(state), _META: ocp.args.JsonSave(meta)}
         if previous_params is not None:
             items[_PREVIOUS] = ocp.args.StandardSave(previous_params)
+        if env_state is not None:
+            items[_ENV_STATE] = ocp.args.StandardSave(env_state)
         self._manager.save(update, args=ocp.args.Composite(**items), force=True)
         logging.info("checkpoint %d: learner blocked %.3fs", update, time.perf_counter() - start)
         return os.path.join(self.directory, str(update))

@@ -32,6 +32,7 @@ every step still returning every env of a half, in order.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import difflib
 import functools
 import subprocess
@@ -172,6 +173,11 @@ def check_env_id(env_id: str, field: str = "env.id") -> None:
       env_id: an envpool task id.
       field: the config field that named it, e.g. "env.id" or "env.ids[1]".
     """
+    if is_jax_env(env_id):
+        from sebulba.anakin import suites
+
+        suites.check_env_id(env_id, field)
+        return
     family = envpool_families().get(env_id)
     if family in SUPPORTED_FAMILIES:
         return
@@ -182,7 +188,18 @@ def check_env_id(env_id: str, field: str = "env.id") -> None:
         )
     close = difflib.get_close_matches(env_id, supported_env_ids(), n=3, cutoff=0.6)
     advice = f"did you mean {' or '.join(map(repr, close))}?" if close else "see README.md"
+    if ":" in env_id and not close:
+        from sebulba.anakin import suites
+
+        advice = f"a JAX env id is SUITE:TASK with SUITE one of {', '.join(suites.SUITES)}"
     raise ConfigError(f"{field} {env_id!r} is not an envpool task: {advice}")
+
+
+def is_jax_env(env_id: str) -> bool:
+    """Whether `env_id` names a JAX-native env (`SUITE:TASK`), which Anakin runs."""
+    from sebulba.anakin import suites
+
+    return suites.is_jax_env_id(env_id)
 
 
 def make_envs(
@@ -440,12 +457,25 @@ def task_env_specs(env_config: ml_collections.ConfigDict, ids) -> dict[str, spac
     specs = {}
     for task_id in ids:
         single = task_env_config(env_config, task_id)
+        if is_jax_env(task_id):
+            specs[task_id] = _jax_env_spec(single)
+            continue
         pool = make_envs(single, 1, seed=0)
         try:
             specs[task_id] = env_spec_of(single, pool)
         finally:
             pool.close()
     return specs
+
+
+def _jax_env_spec(env_config: ml_collections.ConfigDict) -> spaces.EnvSpec:
+    from sebulba.anakin import suites
+
+    check_env_id(env_config.id)
+    spec = suites.make_env(env_config.id).spec
+    indices = tuple(env_config.observation_indices)
+    observation = spaces.select_components(spec.observation, indices, env_config.id)
+    return dataclasses.replace(spec, observation=observation)
 
 
 def real_time_step_s(env_id: str) -> float:

@@ -1,8 +1,9 @@
 """Every random stream of a run, named and derived here and nowhere else.
 
-A run draws randomness in four places. Each is a *stream*: its keys descend from
-`fold_in(key(seed), tag)` with a tag that no other stream uses, followed by counters
-that never name a thread, device or process (so layouts change nothing):
+A run draws randomness in four places (five with a JAX-native env). Each is a *stream*:
+its keys descend from `fold_in(key(seed), tag)` with a tag that no other stream uses,
+followed by counters that never name a thread, device or process (so layouts change
+nothing):
 
   PARAMS_INIT     the agent's `init(key)`: `init_key(seed)`, once per run.
   ACTOR_SAMPLING  `act(params, obs, keys)` on the actors: one key per (step, global env).
@@ -11,6 +12,8 @@ that never name a thread, device or process (so layouts change nothing):
                   `learner_key(seed)`.
   INFERENCE       `act` of a loaded policy (`sebulba.load_policy`, evaluation): one key
                   per (call or env step, row), from the run's or evaluation's seed.
+  JAX_ENV         a JAX-native env's resets and steps (Anakin, `sebulba.anakin`): one
+                  key per (env step, global env); step 0 is the first reset.
 
 Two keys of different streams can only coincide if the Threefry hash behind `fold_in`
 collides: whatever the counters, their fold-in chains start from different tags. Before
@@ -39,6 +42,7 @@ class Stream(enum.IntEnum):
     ACTOR_SAMPLING = 2
     LEARNER = 3
     INFERENCE = 4
+    JAX_ENV = 5
 
 
 @enum.unique
@@ -99,6 +103,21 @@ def inference_keys(seed: int, step: jax.Array, row_ids: jax.Array) -> jax.Array:
       [b] typed keys, one per row.
     """
     return _per_step_and_id(stream_key(seed, Stream.INFERENCE), step, row_ids)
+
+
+def jax_env_keys(seed: int, env_step: jax.Array, env_ids: jax.Array) -> jax.Array:
+    """Keys of one step of a batch of JAX-native envs (Anakin).
+
+    Args:
+      seed: the run's seed.
+      env_step: int32 scalar, 0 for the first reset, else `(update - 1) * T + t + 1` for
+        env step t of rollout `update`: unique over the run.
+      env_ids: [b] int32 global env indices.
+
+    Returns:
+      [b] typed keys, one per env (a step that resets an env uses its key for the reset).
+    """
+    return _per_step_and_id(stream_key(seed, Stream.JAX_ENV), env_step, env_ids)
 
 
 def _env_seed_base(*entropy: int) -> int:

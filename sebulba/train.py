@@ -26,6 +26,9 @@ from sebulba import envs as envs_lib
 from sebulba import workdir as workdir_lib
 from sebulba.agents import resolve_agent
 from sebulba.agents.api import Agent, EnvSpec
+from sebulba.anakin import runner as anakin_runner
+from sebulba.anakin import suites as anakin_suites
+from sebulba.anakin.env_api import JaxEnv
 from sebulba.config import check_run_config
 from sebulba.errors import ConfigError
 from sebulba.mesh import DeviceLayout, build_layout
@@ -44,8 +47,11 @@ class RunSetup:
     envs_per_thread: list[Any]
     env_spec: EnvSpec
     agent: Agent
-    actor_loop: str  # "scan" or "step": `pipeline.actor_loop` resolved for these envs.
+    # "scan" or "step": `pipeline.actor_loop` resolved for these envs; "anakin" for a JAX
+    # env, which the Anakin runner steps inside its one program.
+    actor_loop: str
     actor_loop_reason: str  # Why that loop, for the log.
+    jax_env: JaxEnv | None = None  # An Anakin run's env; None for envpool (Sebulba).
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +62,7 @@ class RunPlan:
     layout: DeviceLayout
     env_spec: EnvSpec
     agent: Agent
+    is_anakin: bool = False  # env.id names a JAX-native env: the Anakin runner runs it.
 
 
 def plan(
@@ -99,12 +106,13 @@ def plan(
     for index, task_id in enumerate(layout_of_tasks.ids):
         # With env.ids set, env.id is ignored: errors name the field the task came from.
         envs_lib.check_env_id(task_id, f"env.ids[{index}]" if config.env.ids else "env.id")
+    is_anakin = anakin_runner.check_config(config, layout_of_tasks.ids)
     agent_module = resolve_agent(config.agent.name, config.agent)
     specs = envs_lib.task_env_specs(config.env, layout_of_tasks.ids)
     tasks.check_compatible(specs)
     env_spec = specs[layout_of_tasks.ids[0]]
     agent = agent_module.make(config, env_spec, sizes)
-    return RunPlan(sizes, layout, env_spec, agent)
+    return RunPlan(sizes, layout, env_spec, agent, is_anakin)
 
 
 def prepare(config: ml_collections.ConfigDict) -> RunSetup:
@@ -115,6 +123,10 @@ def prepare(config: ml_collections.ConfigDict) -> RunSetup:
     """
     run = plan(config)
     sizes, layout, env_spec = run.sizes, run.layout, run.env_spec
+    if run.is_anakin:
+        jax_env = anakin_suites.make_env(config.env.id)
+        why = "env.id names a JAX env: acting, env steps and learning are one program"
+        return RunSetup(config, sizes, layout, [], env_spec, run.agent, "anakin", why, jax_env)
     envs_per_thread = make_env_pools(config, sizes, first_update=1)
     actor_loop, why = choose_actor_loop(config, sizes, layout, envs_per_thread, env_spec)
     return RunSetup(config, sizes, layout, envs_per_thread, env_spec, run.agent, actor_loop, why)
@@ -196,12 +208,14 @@ class StartPoint:
       first_update: the first update to run.
       previous_params: policy parameters of version `first_update - 1` (policy_lag 1).
       meta: the restored checkpoint's metadata (empty for a fresh run).
+      env_state: an Anakin run's restored env state (None: fresh envs, or Sebulba).
     """
 
     state: Any
     first_update: int = 1
     previous_params: Any = None
     meta: dict[str, Any] = dataclasses.field(default_factory=dict)
+    env_state: Any = None
 
 
 def schedule_meta(config: ml_collections.ConfigDict, sizes: Sizes) -> dict[str, Any]:
@@ -218,11 +232,13 @@ def schedule_meta(config: ml_collections.ConfigDict, sizes: Sizes) -> dict[str, 
     }
 
 
-def restore_or_init(setup: RunSetup, workdir: str) -> StartPoint:
+def restore_or_init(setup: RunSetup, workdir: str, abstract_env_state: Any = None) -> StartPoint:
     """Restores the run's own newest valid checkpoint, else `ckpt.resume_from`, else inits.
 
     Restored arrays take the shardings of the current layout, whatever layout saved them.
     Reads only; unreadable checkpoints of this run are moved aside with a warning.
+    `abstract_env_state` (an Anakin run's) restores the JAX envs' state too; their
+    episodes then continue, so nothing restarts.
 
     Raises:
       ConfigError: `ckpt.resume_from` holds no usable checkpoint, or a checkpoint holds a
@@ -235,7 +251,11 @@ def restore_or_init(setup: RunSetup, workdir: str) -> StartPoint:
     if config.pipeline.policy_lag:
         params = jax.eval_shape(setup.agent.policy_params, shapes)
         abstract_previous = ckpt_lib.abstract_replicated(params, layout.replicated)
-    kwargs = dict(expect=schedule_meta(config, setup.sizes), layout=layout)
+    kwargs = dict(
+        expect=schedule_meta(config, setup.sizes),
+        layout=layout,
+        abstract_env_state=abstract_env_state,
+    )
     restored = ckpt_lib.restore(
         ckpt_lib.checkpoints_dir(workdir),
         abstract,
@@ -255,10 +275,12 @@ def restore_or_init(setup: RunSetup, workdir: str) -> StartPoint:
         return StartPoint(init_learner_state(setup))
     logging.info("resuming after update %d from %s", restored.step, restored.path)
     state = restored.state
-    if setup.agent.restart_envs is not None:
+    if setup.agent.restart_envs is not None and restored.env_state is None:
         # Every env starts a new episode on resume; what follows live episodes starts too.
         state = jax.jit(setup.agent.restart_envs, out_shardings=layout.replicated)(state)
-    return StartPoint(state, restored.step + 1, restored.previous_params, restored.meta)
+    return StartPoint(
+        state, restored.step + 1, restored.previous_params, restored.meta, restored.env_state
+    )
 
 
 class RunCheckpoints:
@@ -278,8 +300,11 @@ class RunCheckpoints:
         metrics: MetricsLogger,
         signals: ckpt_lib.StopSignals,
         start: StartPoint,
+        env_state: Callable[[], Any] | None = None,
     ):
         self.setup, self.metrics, self.signals = setup, metrics, signals
+        # An Anakin run's current env state, saved with every checkpoint.
+        self.env_state = env_state
         self.saver = ckpt_lib.Checkpointer(
             workdir,
             max_to_keep=setup.config.ckpt.max_to_keep,
@@ -312,7 +337,11 @@ class RunCheckpoints:
             if self.stopping and not last:
                 self.metrics.flush()
             self.saved_path = self.saver.save(
-                report.update, state, self._params_before_update, self._meta(report)
+                report.update,
+                state,
+                self._params_before_update,
+                self._meta(report),
+                env_state=None if self.env_state is None else self.env_state(),
             )
         if self._params_before_update is not None:
             self._params_before_update = self._copy(self.setup.agent.policy_params(state))
@@ -347,7 +376,9 @@ class RunCheckpoints:
 
 def _summary_extra(config, layout, actor_loop: str) -> dict[str, Any]:
     return {
+        "architecture": "anakin" if actor_loop == "anakin" else "sebulba",
         "policy_lag": config.pipeline.policy_lag,
+        "schedule": anakin_runner.describe_schedule(config.pipeline.policy_lag),
         "actor_loop": actor_loop,
         "layout": layout.describe(),
         "jax_version": jax.__version__,
@@ -418,13 +449,30 @@ def train(
         )
         is_main_process = jax.process_index() == 0
         distributed.check_workdir_shared(workdir, shared_workdir_timeout_s)
-        start = restore_or_init(setup, workdir)
+        runner = None
+        if setup.jax_env is not None:
+            runner = anakin_runner.AnakinRunner(
+                setup.agent,
+                layout,
+                sizes,
+                setup.jax_env,
+                setup.env_spec,
+                seed=config.seed,
+                policy_lag=config.pipeline.policy_lag,
+                clip_rewards=config.env.clip_rewards,
+            )
+        abstract_env_state = None if runner is None else runner.abstract_acting_state()
+        start = restore_or_init(setup, workdir, abstract_env_state)
         if start.first_update > sizes.num_updates:
             if is_main_process:
                 done = f"{start.first_update - 1}/{sizes.num_updates}"
                 print(f"sebulba: nothing to do, {workdir} is complete at update {done}")
             return start.state
-        if start.first_update > 1:
+        if runner is not None:
+            runner.acting = start.env_state
+            if runner.acting is None:
+                runner.acting = runner.initial_acting_state()
+        elif start.first_update > 1:
             for pool in setup.envs_per_thread:
                 pool.close()
             setup.envs_per_thread = make_env_pools(config, sizes, start.first_update)
@@ -438,7 +486,7 @@ def train(
             sizes.num_updates,
             sizes.steps_per_update,
         )
-        pipeline = Pipeline(
+        pipeline = runner or Pipeline(
             setup.agent,
             layout,
             sizes,
@@ -456,7 +504,11 @@ def train(
         _log_compiled(compiled)
         if not config.debug.skip_memory_check:
             memory.check_update_fits(
-                compiled, pipeline.rollout_struct(start.state), layout.local_learner_devices
+                compiled,
+                # Anakin's rollout lives inside its program (counted in its temporaries);
+                # the pipeline's next rollout arrives while the update runs.
+                () if runner is not None else pipeline.rollout_struct(start.state),
+                layout.local_learner_devices,
             )
 
         if is_main_process:
@@ -479,7 +531,14 @@ def train(
             task_episodes=start.meta.get("task_episodes"),
             elapsed_s=start.meta.get("wall_time_s", 0.0),
         )
-        checkpoints = RunCheckpoints(setup, workdir, metrics, signals, start)
+        checkpoints = RunCheckpoints(
+            setup,
+            workdir,
+            metrics,
+            signals,
+            start,
+            env_state=None if runner is None else (lambda: runner.acting),
+        )
 
         def after_update(report: UpdateReport, state) -> None:
             checkpoints.on_update(report, state)

@@ -1,0 +1,388 @@
+"""The Anakin runner: act, step the JAX envs and learn, as one jitted program per update.
+
+Podracer's Anakin (Hessel et al. 2021) on `jax.sharding`: the envs are sharded along the
+learner mesh's batch axis and the learner state is replicated, as the Sebulba learner
+holds its rollout and state. One update is one call of one AOT-compiled program:
+
+  1. T + 1 policy steps and T env steps in a `lax.scan`: the same `actor_step` (keys,
+     carry reset) as the Sebulba actors, the envs stepped with envpool's auto-reset
+     convention (`sebulba.anakin.env_api`), building the same `Rollout`;
+  2. the agent's unchanged `update` on that rollout (kept sharded along envs, so the
+     agents' device-local minibatches stay device-local).
+
+The policy-version schedule is the pipeline's: with `pipeline.policy_lag` 1 rollout k is
+collected with version max(1, k - 1) (the runner carries the previous parameters), with
+0 on-policy with version k. Everything the loop carries between updates (the envs' state,
+observations, episode counters and the agent's carry) is `ActingState`, checkpointed with
+the learner state, so a resumed run continues bit for bit. The host sees only the
+finished episodes and the agent's metrics; `run` has the pipeline's signature, so
+`sebulba.train` drives both the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import chex
+import flax.struct
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import PartitionSpec
+
+from sebulba import random_streams
+from sebulba.agents.api import Agent, EnvSpec, Rollout, rollout_partition_specs
+from sebulba.anakin.env_api import BatchedEnvs, JaxEnv, reset_envs, step_envs
+from sebulba.memory import update_compiler_options
+from sebulba.mesh import BATCH_AXIS, DeviceLayout
+from sebulba.pipeline import UpdateReport, actor_step, required_policy_version
+from sebulba.sizes import Sizes
+
+
+@flax.struct.dataclass
+class ActingState:
+    """What the act-and-learn loop carries from one update to the next; leaves [B, ...].
+
+    Attributes:
+      envs: the JAX envs (their suite state, current observations, episode counters).
+      carry: the agent's recurrent carry (`()` for a feed-forward agent), the one the
+        next rollout's obs[0] is processed with before its reset rule applies.
+      starts: True where the current observation starts an episode.
+      env_ids: int32 global env index of each column.
+    """
+
+    envs: BatchedEnvs
+    carry: chex.ArrayTree
+    starts: chex.Array
+    env_ids: chex.Array
+
+
+@flax.struct.dataclass
+class FinishedEpisodes:
+    """The episodes that ended during one rollout, as [T, B] arrays (replicated).
+
+    Attributes:
+      ended: True at the step that ended an episode.
+      returns: the raw return of that episode (0 elsewhere).
+      lengths: its length in agent steps (0 elsewhere).
+    """
+
+    ended: chex.Array
+    returns: chex.Array
+    lengths: chex.Array
+
+    def in_env_order(self, first_env: int = 0) -> tuple[list[float], list[int], list[int]]:
+        """Three parallel lists (return, length, global env index), by env then time."""
+        ended, returns, lengths = jax.device_get((self.ended, self.returns, self.lengths))
+        envs, steps = np.nonzero(np.asarray(ended).T)  # Row-major: env first, then time.
+        return (
+            np.asarray(returns).T[envs, steps].astype(np.float64).tolist(),
+            np.asarray(lengths).T[envs, steps].astype(np.int64).tolist(),
+            (envs + first_env).astype(np.int64).tolist(),
+        )
+
+
+class AnakinRunner:
+    """Runs a run's updates, each one jitted act-and-learn program on the learner mesh.
+
+    Args:
+      agent: the agent (its four pure functions, as the pipeline calls them).
+      layout: the device layout; only the learner mesh is used.
+      sizes: the run's sizes (B = `sizes.num_envs`, T = `sizes.num_steps`).
+      env: the JAX env every column runs.
+      env_spec: its spec (observations and actions of the rollout).
+      seed: the run's seed (actor, env and learner keys derive from it).
+      policy_lag: 0 (on-policy) or 1 (Cleanba's schedule, as the pipeline).
+      clip_rewards: learn from sign(reward), as `env.clip_rewards` says.
+    """
+
+    def __init__(
+        self,
+        agent: Agent,
+        layout: DeviceLayout,
+        sizes: Sizes,
+        env: JaxEnv,
+        env_spec: EnvSpec,
+        *,
+        seed: int,
+        policy_lag: int,
+        clip_rewards: bool,
+    ):
+        self.agent, self.layout, self.sizes = agent, layout, sizes
+        self.env, self.env_spec = env, env_spec
+        self.seed, self.policy_lag, self.clip_rewards = seed, policy_lag, clip_rewards
+        self.acting: ActingState | None = None
+        self._compiled = None
+
+    # Shardings -----------------------------------------------------------------------
+
+    def _env_sharding(self, leaf) -> jax.sharding.NamedSharding:
+        # Every leaf of the acting state is per env: split its leading axis.
+        del leaf
+        return self.layout.sharding(PartitionSpec(BATCH_AXIS))
+
+    def acting_shardings(self, acting: Any) -> Any:
+        return jax.tree.map(self._env_sharding, acting)
+
+    def abstract_acting_state(self) -> ActingState:
+        """Shapes, dtypes and shardings of the acting state (to restore a checkpoint)."""
+        shapes = jax.eval_shape(self._initial_acting, jnp.zeros((), jnp.int32))
+        return jax.tree.map(
+            lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
+            shapes,
+            self.acting_shardings(shapes),
+        )
+
+    # The program ---------------------------------------------------------------------
+
+    def _initial_acting(self, unused) -> ActingState:
+        del unused
+        B = self.sizes.num_envs
+        env_ids = jnp.arange(B, dtype=jnp.int32)
+        keys = random_streams.jax_env_keys(self.seed, jnp.int32(0), env_ids)
+        return ActingState(
+            envs=reset_envs(self.env, keys),
+            carry=self.agent.new_carry(B),
+            starts=jnp.ones((B,), jnp.bool_),
+            env_ids=env_ids,
+        )
+
+    def initial_acting_state(self) -> ActingState:
+        """Every env reset (env step 0), sharded along the learner mesh."""
+        shapes = jax.eval_shape(self._initial_acting, jnp.zeros((), jnp.int32))
+        init = jax.jit(self._initial_acting, out_shardings=self.acting_shardings(shapes))
+        return init(jnp.zeros((), jnp.int32))
+
+    def collect(self, params, acting: ActingState, update: jax.Array):
+        """Rollout `update` (T env steps) with `params` -> (acting state, rollout, episodes)."""
+        T = self.sizes.num_steps
+        first_policy_step = (update - 1) * (T + 1)
+        first_env_step = (update - 1) * T + 1
+        agent, seed, spec = self.agent, self.seed, self.env_spec
+
+        def policy_step(acting: ActingState, t):
+            return actor_step(
+                agent,
+                seed,
+                params,
+                acting.carry,
+                acting.envs.obs,
+                acting.starts,
+                acting.env_ids,
+                first_policy_step + t,
+            )
+
+        def one_step(acting: ActingState, t):
+            carry_in, next_carry, actions, outputs, _ = policy_step(acting, t)
+            keys = random_streams.jax_env_keys(seed, first_env_step + t, acting.env_ids)
+            envs, step = step_envs(self.env, acting.envs, actions, keys)
+            rewards = jnp.sign(step.reward) if self.clip_rewards else step.reward
+            record = dict(
+                obs=acting.envs.obs,
+                carry_in=carry_in,
+                actions=actions.astype(spec.action.dtype),
+                rewards=rewards,
+                terminations=step.terminated,
+                truncations=step.truncated,
+                valid=step.valid,
+                outputs=outputs,
+                episodes=FinishedEpisodes(step.ended, step.episode_return, step.episode_length),
+            )
+            # An auto-reset step returns the first observation of an episode.
+            starts = jnp.logical_not(step.valid)
+            return ActingState(envs, next_carry, starts, acting.env_ids), record
+
+        acting, steps = jax.lax.scan(one_step, acting, jnp.arange(T, dtype=jnp.int32))
+        # obs[T] and its outputs only bootstrap; the next rollout processes obs[T] again as
+        # its obs[0], from the same carry.
+        carry_in, _, _, last_outputs, _ = policy_step(acting, T)
+        acting = acting.replace(carry=carry_in)
+        initial_carry = jax.tree.map(lambda x: x[0], steps["carry_in"])
+
+        def with_last(stacked, last):
+            return jnp.concatenate([stacked, last[None]], axis=0)
+
+        rollout = Rollout(
+            obs=jax.tree.map(with_last, steps["obs"], acting.envs.obs),
+            actions=steps["actions"],
+            rewards=steps["rewards"],
+            terminations=steps["terminations"],
+            truncations=steps["truncations"],
+            valid=steps["valid"],
+            policy_outputs=jax.tree.map(with_last, steps["outputs"], last_outputs),
+            env_ids=acting.env_ids,
+            initial_carry=initial_carry,
+        )
+        return acting, rollout, steps["episodes"]
+
+    def act_and_learn(self, state, behaviour_params, acting: ActingState, update: jax.Array):
+        """One update: rollout `update`, then the agent's update on it.
+
+        Args:
+          state: learner state of version `update`.
+          behaviour_params: policy_lag 1: version max(1, update - 1); None for policy_lag 0.
+          acting: the acting state after the previous rollout.
+          update: int32 scalar, the update's number (from 1).
+
+        Returns:
+          (state of version update + 1, the next rollout's behaviour parameters or None,
+          acting state, agent metrics, finished episodes).
+        """
+        params = self.agent.policy_params(state)
+        collecting = params if behaviour_params is None else behaviour_params
+        acting, rollout, episodes = self.collect(collecting, acting, update)
+        rollout = jax.lax.with_sharding_constraint(
+            rollout, jax.tree.map(self.layout.sharding, rollout_partition_specs(rollout))
+        )
+        new_state, metrics = self.agent.update(state, rollout)
+        # Version `update` collects rollout update + 1 under the one-step lag.
+        next_behaviour = None if behaviour_params is None else params
+        return new_state, next_behaviour, acting, metrics, episodes
+
+    def compile_update(self, state):
+        """Compiles `act_and_learn` ahead of time (so the steady state cannot recompile).
+
+        `state` may be the learner state or its shapes; the program's memory is then
+        checked against the learner devices', as the pipeline's update is.
+        """
+        replicated = self.layout.replicated
+        behaviour_params = None
+        if self.policy_lag:
+            params = jax.eval_shape(self.agent.policy_params, state)
+            behaviour_params = jax.tree.map(
+                lambda p: jax.ShapeDtypeStruct(p.shape, p.dtype, sharding=replicated), params
+            )
+        state_shardings = jax.tree.map(lambda _: replicated, state)
+        behaviour_shardings = jax.tree.map(lambda _: replicated, behaviour_params)
+        acting = self.abstract_acting_state()
+        acting_shardings = jax.tree.map(lambda s: s.sharding, acting)
+        jitted = jax.jit(
+            self.act_and_learn,
+            in_shardings=(state_shardings, behaviour_shardings, acting_shardings, replicated),
+            out_shardings=(
+                state_shardings,
+                behaviour_shardings,
+                acting_shardings,
+                replicated,
+                replicated,
+            ),
+            donate_argnums=(0, 1, 2),
+        )
+        lowered = jitted.lower(state, behaviour_params, acting, jnp.zeros((), jnp.int32))
+        options = update_compiler_options(self.layout.local_learner_devices)
+        self._compiled = lowered.compile(compiler_options=options or None)
+        return self._compiled
+
+    def rollout_struct(self, state) -> Rollout:
+        """Shapes and shardings of one rollout (the memory check's figure of a rollout)."""
+        params = jax.eval_shape(self.agent.policy_params, state)
+        acting = self.abstract_acting_state()
+        _, rollout, _ = jax.eval_shape(self.collect, params, acting, jnp.ones((), jnp.int32))
+        shardings = jax.tree.map(self.layout.sharding, rollout_partition_specs(rollout))
+        return jax.tree.map(
+            lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), rollout, shardings
+        )
+
+    # The host loop -------------------------------------------------------------------
+
+    def run(
+        self,
+        state,
+        *,
+        first_update: int = 1,
+        previous_params=None,
+        on_update: Callable[[UpdateReport, Any], None] | None = None,
+        should_stop: Callable[[], bool] | None = None,
+    ):
+        """Runs updates `first_update` .. `sizes.num_updates`; returns the final state.
+
+        `self.acting` must hold the acting state to start from (`initial_acting_state`
+        or a restored one); it always holds the current one, for checkpoints.
+        `previous_params` is version `first_update - 1` (policy_lag 1, resumed runs).
+        """
+        if self.acting is None:
+            raise ValueError("AnakinRunner.run needs an acting state: set runner.acting")
+        behaviour = None
+        if self.policy_lag:
+            behaviour = previous_params
+            if behaviour is None:  # Update 1 collects with version 1, as update 2 does.
+                behaviour = jax.device_put(
+                    self.agent.policy_params(state), self.layout.replicated, may_alias=False
+                )
+        if self._compiled is None:
+            self.compile_update(state)
+        sizes = self.sizes
+        for update in range(first_update, sizes.num_updates + 1):
+            state, behaviour, self.acting, metrics, episodes = self._compiled(
+                state, behaviour, self.acting, np.int32(update)
+            )
+            returns, lengths, env_ids = episodes.in_env_order()
+            report = UpdateReport(
+                update=update,
+                global_step=update * sizes.steps_per_update,
+                actor_policy_version=required_policy_version(update, self.policy_lag),
+                learner_policy_version=update + 1,
+                # One program: the learner never waits for data, nor acting for parameters.
+                rollout_wait_s=0.0,
+                params_wait_s=0.0,
+                episode_returns=returns,
+                episode_lengths=lengths,
+                episode_env_ids=env_ids,
+                agent_metrics=metrics,
+            )
+            if on_update is not None:
+                on_update(report, state)
+            if should_stop is not None and should_stop():
+                break
+        return state
+
+
+def describe_schedule(policy_lag: int) -> str:
+    """Which policy version collects rollout k, in words (summary.json's `schedule`)."""
+    if policy_lag:
+        return "one-step lag: rollout k is collected with policy version max(1, k - 1)"
+    return "on-policy: rollout k is collected with policy version k (no lag)"
+
+
+def check_config(config, task_ids) -> bool:
+    """Whether the run is an Anakin run; raises ConfigError for what Anakin cannot do.
+
+    Anakin has no actor threads and no envpool pools: the pipeline's thread, overlap and
+    delay settings have nothing to act on, so a value other than their default is refused
+    rather than ignored.
+
+    Raises:
+      ConfigError: one line naming the field.
+    """
+    from sebulba.anakin.suites import is_jax_env_id
+    from sebulba.errors import ConfigError
+
+    kinds = {is_jax_env_id(task_id) for task_id in task_ids}
+    if kinds == {False}:
+        return False
+    env_field = "env.ids" if len(task_ids) > 1 else "env.id"
+    if len(kinds) > 1:
+        raise ConfigError(
+            f"{env_field} mixes JAX envs and envpool tasks ({', '.join(task_ids)}): a run "
+            "is either Anakin (JAX envs) or Sebulba (envpool)"
+        )
+    if len(task_ids) > 1:
+        raise ConfigError(
+            f"env.ids {tuple(task_ids)}: an Anakin run trains one JAX env; joint training "
+            "over several tasks runs on envpool tasks (the Sebulba pipeline)"
+        )
+    why = f"{env_field} {task_ids[0]!r} is a JAX env, which the Anakin runner steps"
+    refused = {
+        "pipeline.num_actor_threads": (config.pipeline.num_actor_threads, 1, "actor threads"),
+        "pipeline.overlap_env_steps": (config.pipeline.overlap_env_steps, False, "envpool pools"),
+        "debug.actor_delay_s": (config.debug.actor_delay_s, 0.0, "actors to delay"),
+        "debug.learner_delay_s": (config.debug.learner_delay_s, 0.0, "learner thread to delay"),
+    }
+    for field, (value, default, what) in refused.items():
+        if value != default:
+            raise ConfigError(
+                f"{field} must be {default!r} with a JAX env, got {value!r}: {why} in one "
+                f"program, with no {what}"
+            )
+    return True
