@@ -215,18 +215,14 @@ def _check_compatible(
                 f"checkpoint {path} was saved with {key}={meta.get(key)!r}, "
                 f"but this config has {key}={value!r}"
             )
+    # Only a run that continues its JAX envs asks for their state; evaluation does not.
     saved_env = meta.get("env_state_signature")
-    if (saved_env is None) != (env_signature is None):
-        holds, needs = (
-            ("no env state", "runs JAX envs (Anakin)")
-            if saved_env is None
-            else (
-                "a JAX env state (Anakin)",
-                "runs envpool (Sebulba)",
-            )
+    if env_signature is not None and saved_env is None:
+        raise CheckpointMismatch(
+            f"checkpoint {path} holds no env state (an envpool run's), but this config runs "
+            "a JAX env (Anakin), which continues from its saved state"
         )
-        raise CheckpointMismatch(f"checkpoint {path} holds {holds}, but this config {needs}")
-    if saved_env != env_signature:
+    if env_signature is not None and saved_env != env_signature:
         raise CheckpointMismatch(
             f"checkpoint {path} holds an env state this config does not build: env.id, "
             "env.num_envs or the agent's recurrent core changed"

@@ -75,6 +75,12 @@ _SHARED_WORKDIR_TIMEOUT = flags.DEFINE_float(
     "Multi-process runs: how long every process may take to see a file process 0 "
     "created in --workdir before the run fails as having no shared workdir.",
 )
+_SEEDS = flags.DEFINE_list(
+    "seeds",
+    None,
+    "Anakin runs only: train these seeds together as one vmapped program, each into "
+    "WORKDIR/seed=<seed> (config.seed is then ignored).",
+)
 flags.mark_flags_as_required(["config", "workdir"])
 
 # Errors of a cross-process collective, whose usual cause is a dead peer.
@@ -98,6 +104,19 @@ def _fail_multi_process(monitor: distributed.RunMonitor, status: int, message: s
     print(f"sebulba: {message}", file=sys.stderr, flush=True)
     monitor.report_failure(message)
     distributed.hard_exit(status)
+
+
+def _parse_seeds(values: list[str] | None) -> tuple[int, ...] | None:
+    """`--seeds=1,2,3` as integers; ConfigError naming the flag otherwise."""
+    if values is None:
+        return None
+    try:
+        seeds = tuple(int(value) for value in values)
+    except ValueError:
+        raise ConfigError(f"--seeds must be comma-separated integers, got {values!r}") from None
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ConfigError(f"--seeds must be distinct integers, got {values!r}")
+    return seeds
 
 
 def main(argv: list[str]) -> None:
@@ -125,6 +144,7 @@ def _run(signals: StopSignals) -> None:
             check_run_config(config_flag.CONFIG.value)
             check_builtin_ranges(config_flag.CONFIG.value.agent)
             check_workdir(_WORKDIR.value)
+        seeds = _parse_seeds(_SEEDS.value)
         source = distributed.initialize(options)
     except ConfigError as error:
         config_flag.config_error(str(error))
@@ -140,12 +160,20 @@ def _run(signals: StopSignals) -> None:
         distributed.log_process_start(source)
         monitor = distributed.start_monitor(_WATCHDOG_TIMEOUT.value)
     try:
-        state = train.train(
-            config_flag.CONFIG.value,
-            _WORKDIR.value,
-            shared_workdir_timeout_s=_SHARED_WORKDIR_TIMEOUT.value,
-            stop_signals=signals,
-        )
+        if seeds is not None:
+            from sebulba.anakin import seeds as seeds_lib
+
+            states = seeds_lib.train_seeds(
+                config_flag.CONFIG.value, _WORKDIR.value, seeds, stop_signals=signals
+            )
+            state = states[0]
+        else:
+            state = train.train(
+                config_flag.CONFIG.value,
+                _WORKDIR.value,
+                shared_workdir_timeout_s=_SHARED_WORKDIR_TIMEOUT.value,
+                stop_signals=signals,
+            )
     except KeyboardInterrupt as error:  # A second Ctrl-C: stopped without a checkpoint.
         message = f"interrupted: {error or 'KeyboardInterrupt'}"
         if monitor is None:

@@ -184,7 +184,8 @@ class MetricsLogger:
     early or diverges, always print), so a short run with a line per update does not
     flood the terminal or a notebook. A resumed run passes `first_update`, the
     episode statistics (overall and per task) and the wall time of the run so far (from
-    its checkpoint), so lines, summary and step counts continue.
+    its checkpoint), so lines, summary and step counts continue. `show_progress` False
+    writes every file but nothing to the console.
 
     Episodes are attributed to the tasks of `task_layout` by their global env index;
     multi-task lines carry per-task fields and summary.json always has `tasks`
@@ -208,6 +209,7 @@ class MetricsLogger:
         episodes_finished: int = 0,
         task_episodes: Mapping[str, Any] | None = None,
         elapsed_s: float = 0.0,
+        show_progress: bool = True,
     ):
         self.workdir = workdir
         self.sizes = sizes
@@ -247,6 +249,8 @@ class MetricsLogger:
         self._jsonl = open(os.path.join(workdir, "metrics.jsonl"), "a", encoding="utf-8")
         if wandb_config is not None:
             self._wandb = _WandbSink(wandb_config, workdir, first_update)
+        if not show_progress:
+            return
         self._console = ConsoleProgress(
             sizes.global_steps,
             sizes.num_updates,
@@ -354,7 +358,7 @@ class MetricsLogger:
         due = (
             self._last_console_time is None or now - self._last_console_time >= self.console_every_s
         )
-        if always_print or due:
+        if self._console is not None and (always_print or due):
             self._last_console_time = now
             self._console.write_line(
                 progress_line(

@@ -301,10 +301,14 @@ class RunCheckpoints:
         signals: ckpt_lib.StopSignals,
         start: StartPoint,
         env_state: Callable[[], Any] | None = None,
+        previous_params: Callable[[], Any] | None = None,
     ):
         self.setup, self.metrics, self.signals = setup, metrics, signals
         # An Anakin run's current env state, saved with every checkpoint.
         self.env_state = env_state
+        # Where version u is at hand already (an Anakin runner's behaviour parameters),
+        # it is read from there instead of copied after every update.
+        self.previous_params = previous_params
         self.saver = ckpt_lib.Checkpointer(
             workdir,
             max_to_keep=setup.config.ckpt.max_to_keep,
@@ -316,7 +320,7 @@ class RunCheckpoints:
         # Version u before update u, fresh or resumed alike; not `start.previous_params`,
         # which is version u - 1 (it collects the first resumed rollout, not the next one).
         self._params_before_update = None
-        if setup.config.pipeline.policy_lag:
+        if setup.config.pipeline.policy_lag and previous_params is None:
             self._params_before_update = self._copy(setup.agent.policy_params(start.state))
 
     def _copy(self, params):
@@ -324,7 +328,11 @@ class RunCheckpoints:
         return jax.device_put(params, self.setup.layout.replicated, may_alias=False)
 
     def on_update(self, report: UpdateReport, state) -> None:
-        """Records metrics, then saves if due; runs on the learner thread after each update."""
+        """Records metrics, then saves if due; runs on the learner thread after each update.
+
+        `state` is the learner state after the update, or a function that returns it
+        (called only to save it).
+        """
         config, sizes = self.setup.config, self.setup.sizes
         distributed.report_progress(report.update)  # Feeds the multi-process watchdog.
         self.metrics.record(report)
@@ -336,10 +344,13 @@ class RunCheckpoints:
         if self.stopping or last or (every and report.update % every == 0):
             if self.stopping and not last:
                 self.metrics.flush()
+            previous = self._params_before_update
+            if self.previous_params is not None:
+                previous = self.previous_params()
             self.saved_path = self.saver.save(
                 report.update,
-                state,
-                self._params_before_update,
+                state() if callable(state) else state,
+                previous,
                 self._meta(report),
                 env_state=None if self.env_state is None else self.env_state(),
             )
@@ -375,7 +386,18 @@ class RunCheckpoints:
 
 
 def _summary_extra(config, layout, actor_loop: str) -> dict[str, Any]:
+    extra = {}
+    if actor_loop == "anakin":
+        # Nothing waits in one program; the pipeline's wait-time diagnosis does not apply.
+        extra["bottleneck"] = {
+            "limited_by": "one program",
+            "learner_wait_fraction": 0.0,
+            "actor_wait_fraction": 0.0,
+            "detail": "Anakin acts, steps the envs and learns in one program, so nothing "
+            "waits; benchmarks/anakin.py measures the share of the env-only ceiling",
+        }
     return {
+        **extra,
         "architecture": "anakin" if actor_loop == "anakin" else "sebulba",
         "policy_lag": config.pipeline.policy_lag,
         "schedule": anakin_runner.describe_schedule(config.pipeline.policy_lag),
@@ -511,26 +533,7 @@ def train(
                 layout.local_learner_devices,
             )
 
-        if is_main_process:
-            os.makedirs(workdir, exist_ok=True)
-            write_json(os.path.join(workdir, "config.json"), config.to_dict())
-            truncate_metrics(workdir, start.first_update - 1)
-        metrics = MetricsLogger(
-            workdir,
-            sizes,
-            task_layout=tasks.task_layout(config, sizes.num_envs),
-            every_updates=config.log.every_updates,
-            tensorboard=config.log.tensorboard,
-            is_main_process=is_main_process,
-            console=config.log.console,
-            console_every_s=config.log.console_every_s,
-            wandb_config=config if config.log.wandb else None,
-            first_update=start.first_update,
-            recent_returns=start.meta.get("recent_returns", ()),
-            episodes_finished=start.meta.get("episodes_finished", 0),
-            task_episodes=start.meta.get("task_episodes"),
-            elapsed_s=start.meta.get("wall_time_s", 0.0),
-        )
+        metrics = open_outputs(setup, workdir, start)
         checkpoints = RunCheckpoints(
             setup,
             workdir,
@@ -556,6 +559,57 @@ def train(
         finally:
             metrics.close()
             checkpoints.saver.close()  # Waits for the last save to reach the disk.
+    finish_run(setup, workdir, metrics, checkpoints, state, signals)
+    return state
+
+
+def open_outputs(
+    setup: RunSetup, workdir: str, start: StartPoint, show_progress: bool = True
+) -> MetricsLogger:
+    """Writes config.json, cuts metrics.jsonl back to the start and opens the metrics.
+
+    Process 0 writes; `show_progress` False keeps the run off the console (the seeds of
+    a vmapped Anakin run other than the first).
+    """
+    config, sizes = setup.config, setup.sizes
+    is_main_process = jax.process_index() == 0
+    if is_main_process:
+        os.makedirs(workdir, exist_ok=True)
+        write_json(os.path.join(workdir, "config.json"), config.to_dict())
+        truncate_metrics(workdir, start.first_update - 1)
+    return MetricsLogger(
+        workdir,
+        sizes,
+        task_layout=tasks.task_layout(config, sizes.num_envs),
+        every_updates=config.log.every_updates,
+        tensorboard=config.log.tensorboard,
+        is_main_process=is_main_process,
+        console=config.log.console,
+        console_every_s=config.log.console_every_s,
+        wandb_config=config if config.log.wandb else None,
+        first_update=start.first_update,
+        recent_returns=start.meta.get("recent_returns", ()),
+        episodes_finished=start.meta.get("episodes_finished", 0),
+        task_episodes=start.meta.get("task_episodes"),
+        elapsed_s=start.meta.get("wall_time_s", 0.0),
+        show_progress=show_progress,
+    )
+
+
+def finish_run(
+    setup: RunSetup,
+    workdir: str,
+    metrics: MetricsLogger,
+    checkpoints: RunCheckpoints,
+    state,
+    signals: ckpt_lib.StopSignals,
+) -> dict[str, Any] | None:
+    """Reports a run that stopped early, or writes the summary of a finished one.
+
+    Returns the summary (None for a run that stopped early).
+    """
+    config, sizes, layout = setup.config, setup.sizes, setup.layout
+    is_main_process = jax.process_index() == 0
     if checkpoints.last_update < sizes.num_updates:
         message = (
             f"sebulba: stopped by {signals.received or 'a signal to another process'} after "
@@ -568,7 +622,7 @@ def train(
             print(message, flush=True)
         else:
             logging.info(message)
-        return state
+        return None
     summary = metrics.summary(
         global_step=sizes.num_updates * sizes.steps_per_update,
         updates=sizes.num_updates,
@@ -579,4 +633,4 @@ def train(
         write_json(os.path.join(workdir, "summary.json"), summary)
         logging.info("finished: %s; checkpoint %s", summary, checkpoints.saved_path)
         print(_final_report(summary), flush=True)
-    return state
+    return summary

@@ -1,0 +1,274 @@
+"""Many seeds of one Anakin run as one program: the act-and-learn step `vmap`-ed over seeds.
+
+    python -m sebulba.main --config=configs/ppo_cartpole_anakin.py --workdir=runs/cp \
+        --seeds=1,2,3,4,5
+
+trains seeds 1-5 together and writes `runs/cp/seed=1`, ..., `runs/cp/seed=5`, each the
+complete workdir a run of that seed alone writes (config.json with its seed, metrics,
+summary, checkpoints; `sebulba.evaluate` and `load_policy` read it as any other), the
+same layout `python -m sebulba.sweep --seeds` gives a sweep's runs. Each seed keeps its
+own random streams: the agent is rebuilt inside the traced program with the seed as a
+traced value (an agent draws its randomness from `config.seed` through
+`sebulba.random_streams`), and the runner's actor and env keys take it the same way. So
+every seed computes what it computes alone, up to the floating-point order of batched
+operations. A stop (SIGTERM, Ctrl-C) checkpoints every seed after the same update, and
+the same command resumes them together.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from absl import logging
+from jax.sharding import PartitionSpec
+
+from sebulba import checkpoint as ckpt_lib
+from sebulba import resume_config
+from sebulba import workdir as workdir_lib
+from sebulba.agents import resolve_agent
+from sebulba.anakin.runner import AnakinRunner, FinishedEpisodes
+from sebulba.errors import ConfigError
+from sebulba.mesh import BATCH_AXIS
+from sebulba.pipeline import UpdateReport, required_policy_version
+
+
+def seed_workdir(workdir: str, seed: int) -> str:
+    """Where seed `seed` of a vmapped run writes: `WORKDIR/seed=<seed>`."""
+    return os.path.join(workdir, f"seed={seed}")
+
+
+def check_seeds(seeds: Sequence[int]) -> tuple[int, ...]:
+    """The seeds as a tuple; raises ConfigError unless they are distinct integers."""
+    seeds = tuple(seeds)
+    if not seeds or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
+        raise ConfigError(f"--seeds must be a list of integers, got {seeds!r}")
+    if len(set(seeds)) != len(seeds):
+        raise ConfigError(f"--seeds must be distinct, got {seeds!r}")
+    return seeds
+
+
+def _with_seed(config: ml_collections.ConfigDict, seed) -> ml_collections.ConfigDict:
+    # Not type-safe: inside the traced program the seed is a traced integer.
+    copy = ml_collections.ConfigDict(config.to_dict(), type_safe=False)
+    copy.seed = seed
+    return copy
+
+
+class SeedBatch:
+    """The act-and-learn step of one config, `vmap`-ed over a leading seed axis.
+
+    Stacked learner states and behaviour parameters are replicated; stacked acting
+    states are [S, B, ...], split along B over the learner mesh like a single run's.
+    """
+
+    def __init__(self, config: ml_collections.ConfigDict, setup, seeds: Sequence[int]):
+        self.config, self.setup, self.seeds = config, setup, tuple(seeds)
+        self.agent_module = resolve_agent(config.agent.name, config.agent)
+
+    def _runner(self, seed, agent=None) -> AnakinRunner:
+        setup = self.setup
+        if agent is None:
+            agent = self.agent_module.make(
+                _with_seed(self.config, seed), setup.env_spec, setup.sizes
+            )
+        return AnakinRunner(
+            agent,
+            setup.layout,
+            setup.sizes,
+            setup.jax_env,
+            setup.env_spec,
+            seed=seed,
+            policy_lag=self.config.pipeline.policy_lag,
+            clip_rewards=self.config.env.clip_rewards,
+        )
+
+    def _acting_sharding(self, leaf) -> jax.sharding.NamedSharding:
+        del leaf
+        return self.setup.layout.sharding(PartitionSpec(None, BATCH_AXIS))
+
+    def initial_acting_states(self):
+        """Every seed's envs reset, stacked [S, B, ...]."""
+
+        def initial(seed):
+            return self._runner(seed)._initial_acting(None)
+
+        seeds = jnp.asarray(self.seeds, jnp.int32)
+        shapes = jax.eval_shape(jax.vmap(initial), seeds)
+        out = jax.tree.map(self._acting_sharding, shapes)
+        return jax.jit(jax.vmap(initial), out_shardings=out)(seeds)
+
+    def abstract_acting_state(self):
+        """One seed's acting state (shapes and shardings), to restore its checkpoint."""
+        return self._runner(self.seeds[0], self.setup.agent).abstract_acting_state()
+
+    def compile(self, states, behaviours, actings):
+        """The vmapped step, compiled ahead of time for the stacked arguments."""
+
+        def step(state, behaviour, acting, update, seed):
+            return self._runner(seed).act_and_learn(state, behaviour, acting, update)
+
+        batched = jax.vmap(step, in_axes=(0, 0, 0, None, 0))
+        replicated = self.setup.layout.replicated
+        shardings = (
+            jax.tree.map(lambda _: replicated, states),
+            jax.tree.map(lambda _: replicated, behaviours),
+            jax.tree.map(self._acting_sharding, actings),
+        )
+        jitted = jax.jit(
+            batched,
+            in_shardings=(*shardings, replicated, replicated),
+            out_shardings=(*shardings, replicated, replicated),
+            donate_argnums=(0, 1, 2),
+        )
+        seeds = jnp.asarray(self.seeds, jnp.int32)
+        return jitted.lower(states, behaviours, actings, jnp.int32(1), seeds).compile()
+
+
+def _stack(trees, sharding_of):
+    if trees[0] is None:
+        return None
+    stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *trees)
+    return jax.tree.map(lambda x: jax.device_put(x, sharding_of(x)), stacked)
+
+
+def _take(tree, index: int):
+    return jax.tree.map(lambda x: x[index], tree)
+
+
+def train_seeds(
+    config: ml_collections.ConfigDict,
+    workdir: str,
+    seeds: Sequence[int],
+    stop_signals: ckpt_lib.StopSignals | None = None,
+) -> list:
+    """Trains `config` once per seed, as one vmapped program; returns the final states.
+
+    Raises:
+      ConfigError: before any work, for a config that is not an Anakin run, bad seeds, a
+        bad seed workdir, or seed workdirs that stopped after different updates.
+    """
+    from sebulba import train as train_lib  # The run's phases; train imports anakin.
+
+    seeds = check_seeds(seeds)
+    configs, workdirs = [], []
+    for seed in seeds:
+        seeded = ml_collections.ConfigDict(config.to_dict())
+        seeded.seed = seed
+        configs.append(seeded)
+        workdirs.append(seed_workdir(workdir, seed))
+        workdir_lib.check_workdir(workdirs[-1])
+        resume_config.check(seeded, workdirs[-1])
+    with stop_signals or ckpt_lib.StopSignals() as signals:
+        setups = [train_lib.prepare(seeded) for seeded in configs]
+        if setups[0].jax_env is None:
+            raise ConfigError(
+                f"--seeds trains the seeds in one program, which needs a JAX env (Anakin); "
+                f"env.id {config.env.id!r} is an envpool task: use `python -m sebulba.sweep "
+                "--seeds=...` to run its seeds one after the other"
+            )
+        batch = SeedBatch(config, setups[0], seeds)
+        abstract_env_state = batch.abstract_acting_state()
+        starts = [
+            train_lib.restore_or_init(setup, path, abstract_env_state)
+            for setup, path in zip(setups, workdirs, strict=True)
+        ]
+        first_updates = {start.first_update for start in starts}
+        if len(first_updates) > 1:
+            at = ", ".join(
+                f"seed {s}: update {st.first_update - 1}"
+                for s, st in zip(seeds, starts, strict=True)
+            )
+            raise ConfigError(
+                f"the seeds' workdirs stopped after different updates ({at}): a vmapped run "
+                "resumes its seeds together; run them separately to bring them level"
+            )
+        first_update = first_updates.pop()
+        sizes = setups[0].sizes
+        if first_update > sizes.num_updates:
+            print(f"sebulba: nothing to do, every seed in {workdir} is complete", flush=True)
+            return [start.state for start in starts]
+        layout = setups[0].layout
+        replicated = lambda _: layout.replicated  # noqa: E731 - a sharding chooser.
+        states = _stack([start.state for start in starts], replicated)
+        behaviours = None
+        if config.pipeline.policy_lag:
+            behaviours = _stack(
+                [
+                    start.previous_params
+                    if start.previous_params is not None
+                    else setup.agent.policy_params(start.state)
+                    for setup, start in zip(setups, starts, strict=True)
+                ],
+                replicated,
+            )
+        if starts[0].env_state is None:
+            actings = batch.initial_acting_states()
+        else:
+            actings = _stack([start.env_state for start in starts], batch._acting_sharding)
+        compiled = batch.compile(states, behaviours, actings)
+        logging.info("%d seeds in one program: %s", len(seeds), ", ".join(map(str, seeds)))
+        outputs = [
+            train_lib.open_outputs(setup, path, start, show_progress=index == 0)
+            for index, (setup, path, start) in enumerate(zip(setups, workdirs, starts, strict=True))
+        ]
+        current = {"behaviours": behaviours, "actings": actings}
+        checkpoints = [
+            train_lib.RunCheckpoints(
+                setup,
+                path,
+                metrics,
+                signals,
+                start,
+                env_state=lambda i=i: _take(current["actings"], i),
+                previous_params=(
+                    (lambda i=i: _take(current["behaviours"], i))
+                    if config.pipeline.policy_lag
+                    else None
+                ),
+            )
+            for i, (setup, path, metrics, start) in enumerate(
+                zip(setups, workdirs, outputs, starts, strict=True)
+            )
+        ]
+        seed_array = jax.device_put(np.asarray(seeds, np.int32), layout.replicated)
+        try:
+            for update in range(first_update, sizes.num_updates + 1):
+                states, behaviours, actings, metrics, episodes = compiled(
+                    states, behaviours, actings, np.int32(update), seed_array
+                )
+                current.update(behaviours=behaviours, actings=actings)
+                metrics, episodes = jax.device_get((metrics, episodes))
+                for i, saver in enumerate(checkpoints):
+                    returns, lengths, env_ids = FinishedEpisodes(
+                        *(x[i] for x in (episodes.ended, episodes.returns, episodes.lengths))
+                    ).in_env_order()
+                    report = UpdateReport(
+                        update=update,
+                        global_step=update * sizes.steps_per_update,
+                        actor_policy_version=required_policy_version(
+                            update, config.pipeline.policy_lag
+                        ),
+                        learner_policy_version=update + 1,
+                        rollout_wait_s=0.0,
+                        params_wait_s=0.0,
+                        episode_returns=returns,
+                        episode_lengths=lengths,
+                        episode_env_ids=env_ids,
+                        agent_metrics={name: value[i] for name, value in metrics.items()},
+                    )
+                    saver.on_update(report, lambda i=i, states=states: _take(states, i))
+                if checkpoints[0].should_stop():
+                    break
+        finally:
+            for metrics_logger, saver in zip(outputs, checkpoints, strict=True):
+                metrics_logger.close()
+                saver.saver.close()
+    finals = [_take(states, i) for i in range(len(seeds))]
+    for i, setup in enumerate(setups):
+        train_lib.finish_run(setup, workdirs[i], outputs[i], checkpoints[i], finals[i], signals)
+    return finals
