@@ -554,3 +554,44 @@ def test_normalization_statistics_agree_between_two_processes_and_one(tmp_path):
     np.testing.assert_array_equal(
         policy.params["observation_stats"].mean, stats["observation"]["mean"]
     )
+
+
+ANAKIN_CONFIG = os.path.join(ROOT, "configs", "ppo_cartpole_anakin.py") + ":smoke"
+
+
+def test_an_anakin_run_on_two_processes_matches_one_process_with_two_learner_devices(tmp_path):
+    """JAX envs sharded over a learner mesh that spans two processes (Anakin): the same
+    global envs on one process with two learner devices give the same run, and the
+    resumable env state is saved from both processes' shards."""
+    flags = ("--config.mesh.actor_device_ids=(0,)", "--config.log.tensorboard=False")
+    two, processes = launch(
+        tmp_path,
+        "two",
+        *flags,
+        "--config.mesh.learner_device_ids=(1,)",
+        "--config.env.num_envs=4",
+        config=ANAKIN_CONFIG,
+    )
+    one, reference = launch(
+        tmp_path,
+        "one",
+        *flags,
+        "--config.mesh.learner_device_ids=(1,2)",
+        "--config.env.num_envs=8",
+        num_processes=1,
+        devices=3,
+        config=ANAKIN_CONFIG,
+    )
+    assert_all_succeeded(processes)
+    assert_all_succeeded(reference)
+    assert state_checksum(processes[0]) == state_checksum(processes[1])
+    summary, summary_ref = read_summary(two), read_summary(one)
+    assert summary["architecture"] == summary_ref["architecture"] == "anakin"
+    assert summary["layout"].startswith("processes=2")
+    # Same envs and keys (global env index), so the same episodes end the same way.
+    assert summary["episodes"] == summary_ref["episodes"]
+    np.testing.assert_allclose(summary["mean_return"], summary_ref["mean_return"], rtol=1e-6)
+    final, final_ref = saved_state(two, summary["updates"]), saved_state(one, summary["updates"])
+    for a, b in zip(jax.tree.leaves(final), jax.tree.leaves(final_ref), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+    assert os.path.isdir(os.path.join(two, "checkpoints", str(summary["updates"]), "env_state"))
