@@ -2,12 +2,15 @@
 
     python -m sebulba.envs            # each family and its number of tasks
     python -m sebulba.envs mujoco     # a family's task ids with their spaces
+    python -m sebulba.envs gymnax     # a JAX suite's `SUITE:TASK` ids (Anakin)
 
 The list is envpool's registry, restricted to the families `sebulba.envs` supports; the
 spaces are envpool's under the settings a run uses (Atari's under the Machado et al.
 protocol: 18 actions, a stack of 4 grey 84x84 frames), read from envpool's specs without
 creating envs. Observation bounds are left out (envpool's are unreliable); the host turns
-float64 observations into float32 (`sebulba.spaces`).
+float64 observations into float32 (`sebulba.spaces`). The JAX-native suites that Anakin
+runs (`sebulba.anakin.suites`) follow, with the number of tasks of each installed suite;
+a suite's listing builds each task's spec from its adapter.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ import re
 import sys
 
 from sebulba import envs
+from sebulba.anakin import suites
+from sebulba.errors import ConfigError
 
 
 def _normalised(name: str) -> str:
@@ -87,7 +92,10 @@ def _print_tasks(argv: list[str]) -> int:
         for family, ids in by_family.items():
             print(f"  {family:<{width}}  {len(ids):>4}  e.g. {', '.join(ids[:3])}")
         print("List a family's tasks with their spaces: python -m sebulba.envs FAMILY")
+        _print_suites()
         return 0
+    if len(argv) == 1 and argv[0] in suites.SUITES:
+        return _print_suite(argv[0])
     family = family_named(argv[0]) if len(argv) == 1 else None
     if family is None:
         names = ", ".join(repr(f) for f in by_family)
@@ -99,4 +107,43 @@ def _print_tasks(argv: list[str]) -> int:
     print(f"{family}: {len(by_family[family])} tasks")
     for env_id in by_family[family]:
         print(f"  {task_line(env_id)}")
+    return 0
+
+
+def _print_suites() -> None:
+    print(f"JAX envs (Anakin), env.id SUITE:TASK; {suites.INSTALL_HINT} installs the suites:")
+    width = max(map(len, suites.SUITES))
+    for suite in suites.SUITES:
+        try:
+            ids = suites.task_ids(suite)
+        except ConfigError:
+            print(f"  {suite:<{width}}  not installed")
+            continue
+        examples = ", ".join(f"{suite}:{task}" for task in ids[:2])
+        print(f"  {suite:<{width}}  {len(ids):>4}  e.g. {examples}")
+    print("List a suite's tasks with their spaces: python -m sebulba.envs SUITE")
+
+
+def jax_task_line(env_id: str) -> str:
+    """A JAX env's id with its spaces as a run sees them, or why it is refused."""
+    from sebulba.agents.networks import describe_observation
+    from sebulba.tasks import describe_action
+
+    try:
+        spec = suites.make_env(env_id).spec
+    except ConfigError as error:
+        return f"{env_id}: refused: {error}"
+    observation = describe_observation(spec.observation)
+    return f"{env_id}: observation {observation}; action {describe_action(spec.action)}"
+
+
+def _print_suite(suite: str) -> int:
+    try:
+        ids = suites.task_ids(suite)
+    except ConfigError as error:
+        print(f"sebulba.envs: {error}", file=sys.stderr)
+        return 2
+    print(f"{suite}: {len(ids)} tasks")
+    for task in ids:
+        print(f"  {jax_task_line(f'{suite}{suites.SEPARATOR}{task}')}", flush=True)
     return 0

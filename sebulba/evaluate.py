@@ -28,6 +28,12 @@ fields), with `mean_return` over all tasks, `episodes` in all, `env_ids` and, wh
 task is an Atari-57 game, the median and mean human-normalized score over the tasks
 (`atari_median_hns`, `atari_mean_hns`). `--animation=clip.gif` then writes one GIF per
 task, `clip-<task id>.gif`.
+
+A run on a JAX-native env (Anakin, `env.id` = `SUITE:TASK`) plays its episodes with the
+`JaxEnv` in one jitted program (`sebulba.anakin.episodes`) under the same contract, the
+envs keyed from (seed, step, i) by an evaluation stream of their own, and writes the same
+fields. `--animation` is refused for it in one line: the JAX suites have no common
+renderer.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ from absl import app, flags
 
 from sebulba import envs as envs_lib
 from sebulba import flag_errors, random_streams, tasks
+from sebulba.anakin import episodes as anakin_episodes
 from sebulba.atari_scores import RANDOM_AND_HUMAN_SCORES, human_normalized_score
 from sebulba.metrics import write_json
 from sebulba.policy import Policy, PolicyError, load_policy, load_run_config
@@ -79,8 +86,19 @@ def run_episodes(
     Returns:
       returns [episodes] (raw), lengths [episodes] (agent steps), and, if
       `record_first`, episode 0's rendered screens (PIL images; its first screen and the
-      one after every step).
+      one after every step). A JAX env's episodes (`policy.jax_env`) are played by
+      `sebulba.anakin.episodes`, with no screens.
+
+    Raises:
+      EvaluationError: `record_first` for a JAX env, or a screen that cannot be drawn.
     """
+    if policy.jax_env is not None:
+        if record_first:
+            raise EvaluationError(_jax_animation_refusal(policy.jax_env.spec.env_id))
+        returns, lengths = anakin_episodes.play_episodes(
+            policy, episodes=episodes, seed=seed, batch_size=num_envs, max_steps=max_steps
+        )
+        return returns, lengths, []
     env_config = policy.config.env if env_config is None else env_config
     base = random_streams.evaluation_env_seed_base(seed)
     returns, lengths = np.zeros(episodes), np.zeros(episodes, np.int64)
@@ -149,6 +167,8 @@ def evaluate(
         if animation is not None:
             _check_animation_target(animation)
             for task_id in tasks.task_ids(load_run_config(workdir).env):
+                if envs_lib.is_jax_env(task_id):
+                    raise EvaluationError(_jax_animation_refusal(task_id))
                 envs_lib.check_rendering(task_id)
         policy = load_policy(workdir, checkpoint, greedy, seed=seed)
     except (PolicyError, envs_lib.RenderingError) as error:
@@ -233,6 +253,13 @@ def _evaluate_task(
         save_animation(frames, animation, frame_s=envs_lib.real_time_step_s(task_id))
         result["animation"] = os.path.abspath(animation)
     return result
+
+
+def _jax_animation_refusal(task_id: str) -> str:
+    return (
+        f"--animation: {task_id} is a JAX env, and the JAX suites have no common renderer: "
+        "evaluate it without --animation"
+    )
 
 
 def _task_animation(animation: str | None, task_id: str) -> str | None:

@@ -2,7 +2,7 @@
 
     policy = sebulba.load_policy("runs/ppo_cartpole")          # newest checkpoint, sampling
     policy = sebulba.load_policy("runs/pong", checkpoint=100, greedy=True)
-    actions = policy(obs)  # obs: a batch [B, ...] as the run's envpool envs return it
+    actions = policy(obs)  # obs: a batch [B, ...] as the run's envs return it
 
 The run's config (`workdir/config.json`), its agent and network, and the parameters of a
 checkpoint all come from the workdir; the policy runs jitted on one device, whatever
@@ -21,6 +21,12 @@ or dtype kind, or other dict keys.
 A recurrent policy (`agent.core="lstm"`) carries its state from call to call, one row
 per observation row; it restarts from the initial carry when the batch size changes,
 on `policy.reset()`, and for the rows flagged by `episode_starts`.
+
+A run on a JAX-native env (Anakin, `env.id` = `SUITE:TASK`) loads alike, its spec read
+from the `JaxEnv` instead of an envpool pool: `policy(obs)` takes the observations that
+env returns, `policy.jax_env` is that env (`reset(key)`, `step(state, action, key)`;
+`sebulba.anakin.env_api.reset_envs` and `step_envs` run a batch of them), and
+`policy.make_envs`, which builds envpool envs, refuses in one line.
 """
 
 from __future__ import annotations
@@ -39,6 +45,8 @@ from sebulba import envs as envs_lib
 from sebulba import spaces, tasks
 from sebulba.agents import resolve_agent
 from sebulba.agents.api import Agent, EnvSpec, Params, reset_carry
+from sebulba.anakin import suites as anakin_suites
+from sebulba.anakin.env_api import JaxEnv
 from sebulba.config import base_config
 from sebulba.errors import ConfigError
 from sebulba.random_streams import inference_keys
@@ -109,6 +117,8 @@ class Policy:
       task_ids: the tasks the run trained on (one, or those of `env.ids`).
       env_observation: the observation spec of the run's envs as they return it, before
         `env.observation_indices` selects components.
+      jax_env: a run on a JAX-native env: that env, as the suite describes it (its spec
+        before `env.observation_indices`); None for envpool tasks.
     """
 
     def __init__(
@@ -123,6 +133,7 @@ class Policy:
         seed: int,
         device: jax.Device,
         env_observation: Any = None,
+        jax_env: JaxEnv | None = None,
     ):
         self.config, self.env_spec, self.agent, self.params = config, env_spec, agent, params
         self.checkpoint = restored.step
@@ -131,8 +142,9 @@ class Policy:
         self.greedy, self.seed, self.device = greedy, seed, device
         self.task_ids = tasks.task_ids(config.env)
         self.env_observation = env_spec.observation if env_observation is None else env_observation
+        self.jax_env = jax_env
         self.calls = 0  # Calls of `__call__` so far: the step index of the next keys.
-        self._actions = jax.jit(functools.partial(_actions, agent, greedy, seed))
+        self._actions = jax.jit(functools.partial(policy_actions, agent, greedy, seed))
         self._carry = None  # The recurrent state of the current batch's rows, on `device`.
 
     def make_envs(
@@ -148,8 +160,15 @@ class Policy:
           render: enable `envs.render(env_ids)` (see `sebulba.envs.make_envs`).
 
         Raises:
-          PolicyError: a joint run without `task`, or a task it did not train on.
+          PolicyError: a joint run without `task`, a task it did not train on, or a run
+            on a JAX env (which envpool cannot build).
         """
+        if self.jax_env is not None:
+            raise PolicyError(
+                f"{self.jax_env.spec.env_id} is a JAX env, not an envpool task: step "
+                "policy.jax_env (reset(key), step(state, action, key)), e.g. with "
+                "sebulba.anakin.env_api.reset_envs and step_envs"
+            )
         if task is None and len(self.task_ids) > 1:
             raise PolicyError(
                 f"this run trained on {len(self.task_ids)} tasks: pass task= one of "
@@ -314,8 +333,15 @@ def _carry_rows(carry, num_rows: int) -> int:
     return leaves[0].shape[0] if leaves else num_rows
 
 
-def _actions(agent: Agent, greedy: bool, seed: int, params, carry, obs, starts, step, row_ids):
-    """(carry, actions [B, ...]) of `agent`: its `act_greedy`, or `act` with `inference_keys`."""
+def policy_actions(
+    agent: Agent, greedy: bool, seed: int, params, carry, obs, starts, step, row_ids
+):
+    """(carry, actions [B, ...]) of `agent`: its `act_greedy`, or `act` with `inference_keys`.
+
+    The pure function a `Policy` jits; evaluation of a JAX env calls it inside its
+    episode program (`sebulba.anakin.episodes`). The carry of the rows in `starts` is
+    reset first (`reset_carry`); row i samples with key (seed, step, row_ids[i]).
+    """
     carry = reset_carry(carry, starts, agent.new_carry(row_ids.shape[0]))
     if greedy:
         return agent.recurrent_act_greedy(params, carry, obs)
@@ -367,10 +393,7 @@ def load_policy(
         # Every task of a multi-task run shares the first task's spaces (checked when it
         # trained); `env.id` means nothing when `env.ids` names the tasks.
         first_task = tasks.task_env_config(config.env, tasks.task_ids(config.env)[0])
-        probe = envs_lib.make_envs(first_task, 1, seed=0)
-        env_spec = envs_lib.env_spec_of(first_task, probe)
-        env_observation = spaces.observation_spec_of(probe.observation_space, first_task.id)
-        probe.close()
+        env_spec, env_observation, jax_env = _task_spec(first_task)
         sizes = derive_sizes(config, num_processes=meta.get("num_processes", 1))
         agent = resolve_agent(config.agent.name).make(config, env_spec, sizes)
     except ConfigError as error:
@@ -398,4 +421,21 @@ def load_policy(
         seed=config.seed if seed is None else seed,
         device=device,
         env_observation=env_observation,
+        jax_env=jax_env,
     )
+
+
+def _task_spec(env_config: ml_collections.ConfigDict) -> tuple[EnvSpec, Any, JaxEnv | None]:
+    """(spec, observations as the envs return them, the JaxEnv or None) of one task.
+
+    A JAX env describes itself; an envpool task is probed with a one-env pool.
+    """
+    if envs_lib.is_jax_env(env_config.id):
+        env_spec = envs_lib.task_env_specs(env_config, [env_config.id])[env_config.id]
+        jax_env = anakin_suites.make_env(env_config.id)
+        return env_spec, jax_env.spec.observation, jax_env
+    probe = envs_lib.make_envs(env_config, 1, seed=0)
+    env_spec = envs_lib.env_spec_of(env_config, probe)
+    env_observation = spaces.observation_spec_of(probe.observation_space, env_config.id)
+    probe.close()
+    return env_spec, env_observation, None

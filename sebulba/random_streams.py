@@ -1,6 +1,7 @@
 """Every random stream of a run, named and derived here and nowhere else.
 
-A run draws randomness in four places (five with a JAX-native env). Each is a *stream*:
+A run draws randomness in four places (five with a JAX-native env, six when one is
+evaluated). Each is a *stream*:
 its keys descend from `fold_in(key(seed), tag)` with a tag that no other stream uses,
 followed by counters that never name a thread, device or process (so layouts change
 nothing):
@@ -14,6 +15,9 @@ nothing):
                   per (call or env step, row), from the run's or evaluation's seed.
   JAX_ENV         a JAX-native env's resets and steps (Anakin, `sebulba.anakin`): one
                   key per (env step, global env); step 0 is the first reset.
+  EVALUATION_ENV  a JAX-native env's resets and steps in evaluation (`sebulba.evaluate`):
+                  one key per (env step, episode), from evaluation's `--seed`; a stream
+                  of its own, so no evaluation episode replays a training episode.
 
 Two keys of different streams can only coincide if the Threefry hash behind `fold_in`
 collides: whatever the counters, their fold-in chains start from different tags. Before
@@ -43,6 +47,7 @@ class Stream(enum.IntEnum):
     LEARNER = 3
     INFERENCE = 4
     JAX_ENV = 5
+    EVALUATION_ENV = 6
 
 
 @enum.unique
@@ -118,6 +123,21 @@ def jax_env_keys(seed: int, env_step: jax.Array, env_ids: jax.Array) -> jax.Arra
       [b] typed keys, one per env (a step that resets an env uses its key for the reset).
     """
     return _per_step_and_id(stream_key(seed, Stream.JAX_ENV), env_step, env_ids)
+
+
+def evaluation_env_keys(seed: int, env_step: jax.Array, episode_ids: jax.Array) -> jax.Array:
+    """Keys of one step of a JAX-native env's evaluation episodes (`sebulba.anakin.episodes`).
+
+    Args:
+      seed: evaluation's `--seed`.
+      env_step: int32 scalar, 0 for the reset that starts the episodes, t + 1 for their
+        env step t.
+      episode_ids: [b] int32 episode indices.
+
+    Returns:
+      [b] typed keys, one per episode.
+    """
+    return _per_step_and_id(stream_key(seed, Stream.EVALUATION_ENV), env_step, episode_ids)
 
 
 def _env_seed_base(*entropy: int) -> int:

@@ -124,7 +124,8 @@ def prepare(config: ml_collections.ConfigDict) -> RunSetup:
     run = plan(config)
     sizes, layout, env_spec = run.sizes, run.layout, run.env_spec
     if run.is_anakin:
-        jax_env = anakin_suites.make_env(config.env.id)
+        # The run's spec, e.g. with env.observation_indices applied to the suite's.
+        jax_env = dataclasses.replace(anakin_suites.make_env(config.env.id), spec=env_spec)
         why = "env.id names a JAX env: acting, env steps and learning are one program"
         return RunSetup(config, sizes, layout, [], env_spec, run.agent, "anakin", why, jax_env)
     envs_per_thread = make_env_pools(config, sizes, first_update=1)

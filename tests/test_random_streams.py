@@ -1,7 +1,8 @@
-"""Random streams: parameter init, actor sampling, learner and inference never share a key.
+"""Random streams: init, actor sampling, learner, inference and JAX envs never share a key.
 
 The keys are taken from the code paths that use them (the pipeline's policy step, the
-agents' minibatch permutations, a loaded policy in evaluation, training's init), not recomputed.
+agents' minibatch permutations, a loaded policy in evaluation, training's init, the Anakin
+runner's and evaluation's JAX env steps), not recomputed.
 """
 
 import types
@@ -13,6 +14,9 @@ from jax.sharding import NamedSharding, PartitionSpec
 from sebulba import evaluate, random_streams, train
 from sebulba.agents import impala, minibatches, ppo
 from sebulba.agents.api import Agent, ArraySpec, Discrete, EnvSpec
+from sebulba.anakin import episodes as anakin_episodes
+from sebulba.anakin.env_api import JaxEnv
+from sebulba.anakin.runner import AnakinRunner
 from sebulba.config import base_config
 from sebulba.pipeline import actor_step
 from sebulba.policy import Policy
@@ -105,6 +109,70 @@ def inference_keys(seed):
     return set().union(*(_rows(r) for r in recorded))
 
 
+def recording_jax_env(recorded) -> JaxEnv:
+    """A JAX env recording the key of every reset and step; episodes last 3 steps."""
+
+    def record(key):
+        jax.debug.callback(lambda data: recorded.append(np.asarray(data)), _key_data(key))
+
+    def reset(key):
+        record(key)
+        return jax.numpy.int32(0), jax.numpy.zeros(4)
+
+    def step(state, action, key):
+        record(key)
+        return state + 1, jax.numpy.zeros(4), jax.numpy.float32(1), state >= 2, False
+
+    spec = EnvSpec("test:Recording", ArraySpec((4,), "float32"), Discrete(2))
+    return JaxEnv(spec=spec, reset=reset, step=step)
+
+
+def zero_act(params, obs, keys):
+    return jax.numpy.zeros(obs.shape[0], jax.numpy.int32), {}
+
+
+def jax_env_keys(seed):
+    """Keys the Anakin runner hands a JAX env's resets and steps while it trains."""
+    recorded = []
+    env = recording_jax_env(recorded)
+    runner = AnakinRunner(
+        Agent(init=None, act=zero_act, update=None, policy_params=None),
+        None,  # No mesh: the rollout is collected without shardings.
+        types.SimpleNamespace(num_envs=ENVS, num_steps=STEPS),
+        env,
+        env.spec,
+        seed=seed,
+        policy_lag=0,
+        clip_rewards=False,
+    )
+    acting = runner._initial_acting(None)
+    collect = jax.jit(runner.collect)  # One trace for every update.
+    for update in range(1, UPDATES + 1):
+        acting, _, _ = collect(None, acting, np.int32(update))
+    jax.effects_barrier()  # Every recording callback has run.
+    return set().union(*(_rows(r) for r in recorded))
+
+
+def evaluation_env_keys(seed):
+    """Keys evaluation hands a JAX env's resets and steps (`sebulba.anakin.episodes`)."""
+    recorded = []
+    env = recording_jax_env(recorded)
+    policy = Policy(
+        config=base_config(ppo.get_config()),
+        env_spec=env.spec,
+        agent=Agent(init=None, act=zero_act, update=None, policy_params=None),
+        params=None,
+        restored=types.SimpleNamespace(step=1, path="", meta={}),
+        greedy=False,
+        seed=seed,
+        device=jax.devices()[0],
+        jax_env=env,
+    )
+    anakin_episodes.play_episodes(policy, episodes=ENVS, seed=seed, batch_size=ENVS)
+    jax.effects_barrier()
+    return set().union(*(_rows(r) for r in recorded))
+
+
 def test_no_two_streams_ever_share_a_key(monkeypatch):
     streams = {
         "init": init_keys(SEED),
@@ -116,7 +184,13 @@ def test_no_two_streams_ever_share_a_key(monkeypatch):
             impala, test_impala.make_agent, test_impala.random_rollout(num_envs=ENVS), monkeypatch
         ),
         "inference": inference_keys(SEED),  # An evaluation may use the training seed.
+        "jax env": jax_env_keys(SEED),
+        "evaluation env": evaluation_env_keys(SEED),
     }
+    # Anakin: the first reset and T steps of every update, one key per env.
+    assert len(streams["jax env"]) == (1 + UPDATES * STEPS) * ENVS
+    # Evaluation: the reset and 3 steps of every episode (each env's first episode).
+    assert len(streams["evaluation env"]) == 4 * ENVS
     assert len(streams["actor"]) == STEPS * ENVS
     names = list(streams)
     for i, a in enumerate(names):
