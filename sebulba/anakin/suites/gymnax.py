@@ -46,9 +46,19 @@ def _action_spec(space, env_id: str):
     raise ConfigError(f"env.id {env_id!r} has an unsupported action space {space}")
 
 
+# Tasks whose construction downloads a data set (MNIST): no network here but the
+# package index, and a run must not depend on one.
+_DOWNLOADS = {"MNISTBandit-bsuite": "the MNIST data set"}
+
+
 def make(task: str) -> JaxEnv:
     import gymnax
 
+    if task in _DOWNLOADS:
+        raise ConfigError(
+            f"env.id 'gymnax:{task}' downloads {_DOWNLOADS[task]} when it is made; sebulba "
+            "runs only envs that need no download"
+        )
     env, params = gymnax.make(task)
     env_id = f"gymnax:{task}"
     spec = EnvSpec(

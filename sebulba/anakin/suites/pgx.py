@@ -1,0 +1,79 @@
+"""Pgx (Koyamada et al. 2023): board games, 2048 and MinAtar in JAX.
+
+Reference: "Pgx: Hardware-Accelerated Parallel Game Simulators for Reinforcement
+Learning" (NeurIPS 2023 Datasets and Benchmarks), https://github.com/sotetsuk/pgx.
+
+Only single-player games run here (2048 and the five MinAtar games, which pgx 2.6 ships
+in `pgx.minatar`); the board and card games are for two or more players and need
+self-play. `Env.step(state, action, key)` does not auto-reset. An illegal action ends
+the game with pgx's penalty (-1): the observation is `state.observation` alone, without
+`legal_action_mask`. Pgx has no time limit (`state.truncated` stays False).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from sebulba.anakin.env_api import JaxEnv
+from sebulba.errors import ConfigError
+from sebulba.spaces import ArraySpec, Discrete, EnvSpec
+
+PACKAGE = "pgx"
+_PLAYERS = {2: "two-player", 3: "three-player", 4: "four-player"}
+
+
+def task_ids() -> tuple[str, ...]:
+    import pgx
+
+    return tuple(pgx.available_envs())
+
+
+def _observation_dtype(dtype, env_id: str) -> str:
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_ or np.issubdtype(dtype, np.floating):
+        return "float32"  # MinAtar's and 2048's one-hot planes are bools.
+    if np.issubdtype(dtype, np.integer):
+        return "int32"
+    raise ConfigError(f"env.id {env_id!r} has an unsupported observation dtype {dtype}")
+
+
+def make(task: str) -> JaxEnv:
+    """The `JaxEnv` of one single-player Pgx game ("2048", "minatar-breakout").
+
+    Raises:
+      ConfigError: for games of two or more players.
+    """
+    import pgx
+
+    env_id = f"pgx:{task}"
+    env = pgx.make(task)
+    players = int(env.num_players)
+    if players != 1:
+        kind = _PLAYERS.get(players, f"{players}-player")
+        raise ConfigError(
+            f"env.id {env_id!r} is a {kind} game: needs self-play, which sebulba does not do"
+        )
+    # Shapes without running the game (pgx's `num_actions` and `observation_shape` do).
+    state = jax.eval_shape(env.init, jax.random.key(0))
+    spec = EnvSpec(
+        env_id=env_id,
+        observation=ArraySpec(
+            tuple(int(n) for n in state.observation.shape),
+            _observation_dtype(state.observation.dtype, env_id),
+        ),
+        action=Discrete(int(state.legal_action_mask.shape[0])),
+    )
+    dtype = spec.observation.dtype
+
+    def reset(key: jax.Array):
+        state = env.init(key)
+        return state, state.observation.astype(dtype)
+
+    def step(state, action: jax.Array, key: jax.Array):
+        state = env.step(state, action, key)
+        reward = state.rewards[0].astype(jnp.float32)
+        return state, state.observation.astype(dtype), reward, state.terminated, state.truncated
+
+    return JaxEnv(spec=spec, reset=reset, step=step, max_episode_steps=None)
