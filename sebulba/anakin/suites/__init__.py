@@ -10,9 +10,11 @@ naming the extra.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import functools
 import importlib
+import io
 from types import ModuleType
 
 from sebulba.anakin.env_api import JaxEnv
@@ -57,7 +59,10 @@ def suite_module(suite: str, field: str = "env.id") -> ModuleType:
         )
     module = importlib.import_module(SUITES[suite])
     try:
-        importlib.import_module(module.PACKAGE)
+        # Suites print at import (brax through MuJoCo's MJX: "Failed to import warp", an
+        # optional GPU package); a run's output keeps its own lines only.
+        with contextlib.redirect_stdout(io.StringIO()):
+            importlib.import_module(module.PACKAGE)
     except ImportError as error:
         raise ConfigError(
             f"{field} needs the {suite} suite, which is not installed ({error}): {INSTALL_HINT}"

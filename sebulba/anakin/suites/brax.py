@@ -29,7 +29,8 @@ EPISODE_LENGTH = 1000
 
 def _brax_envs():
     # mujoco's MJX prints "Failed to import warp" when the optional GPU package `warp` is
-    # absent, which a CPU or a plain GPU run does not need: keep it out of the run's output.
+    # absent, which a CPU or a plain GPU run does not need: keep it out of the run's output
+    # (`suites.suite_module` imports brax the same way).
     with contextlib.redirect_stdout(io.StringIO()):
         from brax import envs
     return envs
