@@ -34,6 +34,18 @@ RUN_RANGES = {
 }
 
 
+# envpool settings sebulba sets itself for every task, so `env.kwargs` may not: each
+# with what to configure instead. (Family-specific ones: `sebulba.envs`.)
+SEBULBA_ENV_KWARGS = {
+    "num_envs": "env.num_envs",
+    "batch_size": "env.num_envs (pools step synchronously: batch_size = num_envs)",
+    "seed": "seed (env i of a run is seeded seed + i)",
+    "env_seed": "seed (env i of a run is seeded seed + i)",
+    "num_threads": "env.num_threads",
+    "gym_reset_return_info": "nothing (sebulba reads the info that reset returns)",
+}
+
+
 def base_config(agent: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     """Returns a full run config around the given `agent` section."""
     config = ml_collections.ConfigDict()
@@ -54,6 +66,10 @@ def base_config(agent: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     config.env.frame_stack = 4  # Atari: frames stacked per observation (1 for recurrent agents).
     # e.g. (0, 2): CartPole's positions without their velocities, a memory task.
     config.env.observation_indices = ()  # Components of a vector observation to keep (): all).
+    # e.g. Procgen's {'num_levels': 200, 'start_level': 0}, checked against each task's envpool
+    # spec. A key the config file sets: --config.env.kwargs.num_levels=500; others only as a
+    # whole dict, which replaces the file's: --config.env.kwargs="{'num_levels': 200}".
+    config.env.kwargs = ml_collections.ConfigDict()  # Extra envpool.make settings (dict literal).
 
     config.agent = agent
 
@@ -152,6 +168,37 @@ def check_run_config(config: ml_collections.ConfigDict) -> None:
         if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
             raise ConfigError(f"ckpt.{name} must be an integer >= {minimum}, got {value!r}")
     tasks.check_task_ids(config.env)
+    check_env_kwargs_form(config.env)
+
+
+def env_kwargs(env_config: ml_collections.ConfigDict) -> dict:
+    """`env.kwargs` as a plain dict ({} for a config written before the key existed)."""
+    kwargs = env_config.get("kwargs")
+    if kwargs is None:
+        return {}
+    return kwargs.to_dict() if isinstance(kwargs, ml_collections.ConfigDict) else dict(kwargs)
+
+
+def check_env_kwargs_form(env_config: ml_collections.ConfigDict) -> None:
+    """The checks of `env.kwargs` that need no envpool: a dict, no key sebulba sets itself.
+
+    `sebulba.envs.check_env_kwargs` checks the keys against each task's envpool spec.
+
+    Raises:
+      ConfigError: naming `env.kwargs.<key>` and the config key to use instead.
+    """
+    kwargs = env_config.get("kwargs")
+    if kwargs is not None and not isinstance(kwargs, ml_collections.ConfigDict | dict):
+        raise ConfigError(
+            f"env.kwargs must be a dict of envpool settings, got {kwargs!r} "
+            "(on the command line: --config.env.kwargs=\"{'num_levels': 200}\")"
+        )
+    for key in env_kwargs(env_config):
+        if key in SEBULBA_ENV_KWARGS:
+            raise ConfigError(
+                f"env.kwargs.{key} is set by sebulba for every task: use "
+                f"{SEBULBA_ENV_KWARGS[key]} instead"
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -210,6 +257,16 @@ def atari_game(option: str) -> bool:
     checked with the rest of the config (an unknown game fails naming close matches).
     """
     return option.endswith("-v5")
+
+
+def jax_suite_task(option: str) -> bool:
+    """A `parse_variant` task test for a JAX suite's tasks (Anakin configs): any name.
+
+    Only the form is checked here, so a config loads without the suite installed; the
+    config prefixes the suite (`brax:` + `ant`) and the id is checked with the rest of the
+    config (an unknown task fails naming close matches).
+    """
+    return bool(option) and ":" not in option
 
 
 def envpool_tasks(

@@ -1,0 +1,41 @@
+"""PPO on Brax continuous control in Anakin mode (JAX physics, one program per update).
+
+Built on `configs/ppo_mujoco.py`, CleanRL's `ppo_continuous_action` settings (step size
+3e-4 annealed, gamma 0.99, GAE lambda 0.95, 10 epochs of 32 minibatches, clip 0.2 with
+value clipping, no entropy bonus, observation normalisation and reward scaling, separate
+64-64 tanh actor and critic with a state-independent log-std), on-policy
+(`pipeline.policy_lag=0`, docs/anakin.md) and with 64 envs x 32 steps (the same 2048
+steps per update as CleanRL's 1 env x 2048): JAX envs cost little per env, so batching
+envs rather than steps shortens each rollout's scan 64-fold. Brax's episodes last 1000
+steps (truncated; `sebulba.anakin.suites.brax`). 1M env steps.
+
+`:inverted_pendulum` (the default: it learns in minutes on a CPU) or any other Brax task
+(`:hopper`, `:halfcheetah`, `:ant`; `python -m sebulba.envs brax`) selects the task; the
+locomotion tasks step 10-100x slower than the pendulum on a CPU (docs/anakin.md). `:smoke`
+is a seconds-long run.
+"""
+
+from sebulba.config import jax_suite_task, parse_variant, sibling_config
+
+
+def get_config(arg: str | None = None):
+    variant = parse_variant(
+        arg,
+        "ppo_brax",
+        tasks=jax_suite_task,
+        tasks_known="a Brax task such as inverted_pendulum, hopper or ant",
+    )
+    config = sibling_config(__file__, "ppo_mujoco")
+    config.env.id = "brax:" + (variant.task or "inverted_pendulum")
+    config.env.num_envs = 64
+    config.agent.num_steps = 32
+    config.pipeline.policy_lag = 0
+    config.total_timesteps = 1_000_000
+    if "smoke" in variant:
+        config.env.num_envs = 8
+        config.total_timesteps = 8 * 16 * 4
+        config.agent.num_steps = 16
+        config.agent.num_minibatches = 2
+        config.agent.update_epochs = 2
+        config.log.every_updates = 1
+    return config

@@ -1,0 +1,46 @@
+"""PPO on XLand-MiniGrid's MiniGrid tasks in Anakin mode (JAX envs, one program per update).
+
+XLand-MiniGrid (Nikulin et al. 2023) re-implements MiniGrid in JAX; its observation is the
+agent's 7x7 view as an integer grid [7, 7, 2] (tile and colour ids), which the
+`multi_input` network reads as a two-channel image. The hyperparameters are those of
+`configs/ppo_minigrid.py` (baselines' PPO defaults, the rl-starter-files' ones for
+MiniGrid: 128 steps, 4 minibatches, 4 epochs, step size 2.5e-4 annealed, clip 0.2,
+entropy 0.01, gamma 0.99) with 64 envs instead of 16, since JAX envs cost little per env,
+and on-policy (`pipeline.policy_lag=0`, docs/anakin.md). 1M env steps.
+
+`:MiniGrid-DoorKey-5x5` (the default) or any other MiniGrid task of the suite
+(`python -m sebulba.envs xminigrid`) selects the task; `:smoke` is a seconds-long run.
+"""
+
+from sebulba.agents import defaults
+from sebulba.config import base_config, jax_suite_task, parse_variant
+
+
+def get_config(arg: str | None = None):
+    variant = parse_variant(
+        arg,
+        "ppo_xminigrid",
+        tasks=jax_suite_task,
+        tasks_known="an XLand-MiniGrid task such as MiniGrid-DoorKey-5x5",
+    )
+    config = base_config(defaults.ppo_config())
+    config.env.id = "xminigrid:" + (variant.task or "MiniGrid-DoorKey-5x5")
+    config.env.num_envs = 64
+    config.total_timesteps = 1_000_000
+    config.pipeline.policy_lag = 0
+    config.agent.network = "multi_input"
+    config.agent.num_steps = 128
+    config.agent.learning_rate = 2.5e-4
+    config.agent.num_minibatches = 4
+    config.agent.update_epochs = 4
+    config.agent.clip_coef = 0.2
+    config.agent.ent_coef = 0.01
+    config.log.every_updates = 10
+    if "smoke" in variant:
+        config.env.num_envs = 8
+        config.total_timesteps = 8 * 16 * 4
+        config.agent.num_steps = 16
+        config.agent.num_minibatches = 2
+        config.agent.update_epochs = 2
+        config.log.every_updates = 1
+    return config
