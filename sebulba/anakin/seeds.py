@@ -10,9 +10,12 @@ same layout `python -m sebulba.sweep --seeds` gives a sweep's runs. Each seed ke
 own random streams: the agent is rebuilt inside the traced program with the seed as a
 traced value (an agent draws its randomness from `config.seed` through
 `sebulba.random_streams`), and the runner's actor and env keys take it the same way. So
-every seed computes what it computes alone, up to the floating-point order of batched
-operations. A stop (SIGTERM, Ctrl-C) checkpoints every seed after the same update, and
-the same command resumes them together.
+every seed draws the keys it draws alone and its first update matches a lone run's; the
+batched matrix products then round differently, and over hundreds of updates a seed's
+trajectory drifts from its lone run's as a rerun on other hardware would (same learning,
+not the same bits: docs/benchmarks.md, "Anakin"). A vmapped run is itself reproducible:
+the same seeds give the same checksums. A stop (SIGTERM, Ctrl-C) checkpoints every seed
+after the same update, and the same command resumes them together.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from sebulba import workdir as workdir_lib
 from sebulba.agents import resolve_agent
 from sebulba.anakin.runner import AnakinRunner, FinishedEpisodes
 from sebulba.errors import ConfigError
+from sebulba.memory import update_compiler_options
 from sebulba.mesh import BATCH_AXIS
 from sebulba.pipeline import UpdateReport, required_policy_version
 
@@ -126,7 +130,9 @@ class SeedBatch:
             donate_argnums=(0, 1, 2),
         )
         seeds = jnp.asarray(self.seeds, jnp.int32)
-        return jitted.lower(states, behaviours, actings, jnp.int32(1), seeds).compile()
+        lowered = jitted.lower(states, behaviours, actings, jnp.int32(1), seeds)
+        options = update_compiler_options(self.setup.layout.local_learner_devices)
+        return lowered.compile(compiler_options=options or None)
 
 
 def _stack(trees, sharding_of):
