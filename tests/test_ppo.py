@@ -1,5 +1,7 @@
 """PPO: GAE and masks, layout-independent minibatches, sharded update, networks."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -7,8 +9,9 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
-from sebulba.agents import minibatches, ppo
-from sebulba.agents.api import ArraySpec, Discrete, EnvSpec, Rollout
+from sebulba import resume_config
+from sebulba.agents import defaults, minibatches, ppo
+from sebulba.agents.api import ArraySpec, Discrete, EnvSpec, Rollout, rollout_partition_specs
 from sebulba.agents.networks import make_network
 from sebulba.errors import ConfigError
 from sebulba.sizes import derive_sizes
@@ -17,6 +20,7 @@ from tests.helpers import (
     assert_update_moves_no_rollout_data,
     logged_learning_rates,
     mesh_of,
+    run_update,
     small_update_config,
 )
 
@@ -326,3 +330,188 @@ def test_networks_map_observations_to_logits_and_values(name, obs_shape, dtype):
         np.testing.assert_array_equal(a, b)
     # baselines initialisation: the policy head starts near-uniform (gain 0.01).
     assert float(jnp.max(jnp.abs(logits))) < 0.5
+
+
+# The auxiliary details of Huang et al. (2022): early stopping at a target KL (CleanRL
+# ppo.py) and clip-range annealing (baselines ppo2). Both off by default.
+
+
+def _updates(agent, rollout, num_updates=2):
+    """The states after, and the metrics of, `num_updates` jitted updates on one rollout."""
+    state, update, states, metrics = agent.init(jax.random.key(0)), jax.jit(agent.update), [], []
+    for _ in range(num_updates):
+        state, step_metrics = update(state, rollout)
+        states.append(jax.device_get(state))
+        metrics.append({name: float(value) for name, value in step_metrics.items()})
+    return states, metrics
+
+
+def _adam_count(state):
+    # optax.chain(clip_by_global_norm, adam): adam's own chain holds ScaleByAdamState first.
+    return int(state.opt_state[1][0].count)
+
+
+def _without_schedule(state):
+    return state.replace(opt_state=state.opt_state[1][0])  # ScaleByAdamState only.
+
+
+def on_policy_rollout(agent, seed=0):
+    """random_rollout with actions and log-probabilities of the agent's initial policy, so
+    the KL starts at 0 and grows with every step instead of sitting at a random level."""
+    rollout = random_rollout(seed)
+    params = agent.policy_params(agent.init(jax.random.key(0)))
+    keys = jax.random.split(jax.random.key(seed + 1), (T + 1) * B)
+    actions, outputs = agent.act(params, rollout.obs.reshape((T + 1) * B, 4), keys)
+    return rollout.replace(
+        actions=np.asarray(actions).reshape(T + 1, B)[:T],
+        policy_outputs={
+            "logprob": np.asarray(outputs["logprob"]).reshape(T + 1, B),
+            "value": rollout.policy_outputs["value"],
+        },
+    )
+
+
+@functools.cache
+def _plain_updates():
+    """Two updates with the defaults, which the tests of both details compare with."""
+    return _updates(make_agent(), random_rollout())
+
+
+def test_a_huge_target_kl_changes_nothing_and_both_details_are_off_by_default():
+    assert ppo.get_config().target_kl is None and ppo.get_config().anneal_clip is False
+    rollout = random_rollout()
+    plain, plain_metrics = _plain_updates()
+    assert "epochs_run" not in plain_metrics[-1] and "clip_coef" not in plain_metrics[-1]
+    huge, huge_metrics = _updates(make_agent(target_kl=1e9), rollout)
+    _assert_same_params(plain[-1].params, huge[-1].params)
+    assert [m["epochs_run"] for m in huge_metrics] == [2.0, 2.0]
+    assert _adam_count(huge[-1]) == _adam_count(plain[-1]) == 2 * 2 * 2  # Updates x epochs x M.
+    np.testing.assert_allclose(
+        [m["learning_rate"] for m in huge_metrics], [m["learning_rate"] for m in plain_metrics]
+    )
+
+
+def _popart_lstm_agent(**agent):
+    from tests.test_popart import make_two_task_agent, ppo_rollout
+
+    made = make_two_task_agent(
+        ppo, core="lstm", lstm_size=8, gradient_accumulation_steps=2, **agent
+    )
+    return made, ppo_rollout().replace(initial_carry=made.initial_carry(B))
+
+
+def _plain_agent(**agent):
+    return make_agent(**agent), random_rollout()
+
+
+def _unrolled_normalised_agent(**agent):
+    # One minibatch per epoch: the unrolled loop compiles for as long as it has steps.
+    options = dict(normalize_observations=True, normalize_rewards=True, num_minibatches=1)
+    return make_agent(minibatch_loop="unrolled", **options, **agent), random_rollout()
+
+
+@pytest.mark.parametrize(
+    "agent_and_rollout", [_plain_agent, _unrolled_normalised_agent, _popart_lstm_agent]
+)
+def test_a_tiny_target_kl_runs_only_the_first_epoch(agent_and_rollout):
+    # Any KL exceeds 1e-9 after the first epoch: each update is then the first epoch's
+    # steps, with the optimizer (its step count, Adam's bias correction and the step size)
+    # exactly as in a run of one epoch per update. Scan and unrolled loops, normalisation,
+    # PopArt, an LSTM's sequences and gradient accumulation.
+    agent, rollout = agent_and_rollout(update_epochs=2, target_kl=1e-9)
+    stopped, metrics = _updates(agent, rollout)
+    agent, _ = agent_and_rollout(update_epochs=1)
+    one_epoch, one_epoch_metrics = _updates(agent, rollout)
+    for a, b in zip(stopped, one_epoch, strict=True):
+        # The whole learner state, statistics and Adam's moments too. (Without early
+        # stopping optax also keeps the schedule's step count, which the step size is then
+        # computed from.)
+        _assert_same_params(_without_schedule(a), _without_schedule(b))
+    assert [m["epochs_run"] for m in metrics] == [1.0, 1.0]
+    # Not a step more than the one-epoch run took: skipped steps leave Adam's count alone.
+    assert _adam_count(stopped[-1]) == _adam_count(one_epoch[-1])
+    # The losses are averaged over the steps that ran, as CleanRL logs them.
+    np.testing.assert_allclose(
+        metrics[-1]["approx_kl"], one_epoch_metrics[-1]["approx_kl"], rtol=1e-5
+    )
+
+
+def test_early_stopping_decides_alike_on_1_and_2_learner_devices():
+    # Starting on-policy the KL grows epoch by epoch; this target stops after the third of
+    # four epochs. The KL that decides is the global minibatch's (an all-reduce), so the
+    # learner layout changes it only by float reduction order, far from the target.
+    agent = make_agent(update_epochs=4, target_kl=1e-5)
+    rollout = on_policy_rollout(agent)
+    (one_device, one_device_metrics), _ = run_update(agent, 1, rollout)
+    # Two devices, compiled once to run it and to read its collectives, as
+    # assert_update_moves_no_rollout_data reads them.
+    mesh = mesh_of(2)
+    replicated = NamedSharding(mesh, PartitionSpec())
+    state = jax.jit(agent.init, out_shardings=replicated)(jax.random.key(0))
+    rollout_sharding = jax.tree.map(
+        lambda spec: NamedSharding(mesh, spec), rollout_partition_specs(rollout)
+    )
+    rollout = jax.device_put(rollout, rollout_sharding)
+    in_shardings = (jax.tree.map(lambda _: replicated, state), rollout_sharding)
+    compiled = (
+        jax.jit(agent.update, in_shardings=in_shardings, out_shardings=replicated)
+        .lower(state, rollout)
+        .compile()
+    )
+    two_devices, two_devices_metrics = compiled(state, rollout)
+    assert float(one_device_metrics["epochs_run"]) == float(two_devices_metrics["epochs_run"]) == 3
+    _assert_same_params(jax.device_get(one_device.params), jax.device_get(two_devices.params))
+    # The decision's KL travels in the gradients' all-reduce; no rollout data moves.
+    hlo = compiled.as_text()
+    assert "all-reduce" in hlo
+    for collective in ("all-to-all", "all-gather", "collective-permute"):
+        assert collective not in hlo
+
+
+def test_the_clip_coefficient_anneals_like_the_learning_rate():
+    rollout = random_rollout()
+    annealed, metrics = _updates(make_agent(anneal_clip=True), rollout, num_updates=10)
+    # baselines ppo2: cliprange * frac, frac = 1 - (update - 1) / nupdates (10 updates).
+    np.testing.assert_allclose(
+        [m["clip_coef"] for m in metrics], [0.1 * (1 - k / 10) for k in range(10)], rtol=1e-6
+    )
+    assert metrics[-1]["clip_coef"] == pytest.approx(0.01)  # The last update's: 1/10 of it.
+    # The first update clips at the full coefficient; the second at 0.09, not 0.1.
+    plain, _ = _plain_updates()
+    _assert_same_params(annealed[0].params, plain[0].params)
+    assert _differ(annealed[1].params, plain[1].params)
+
+
+@pytest.mark.parametrize(
+    "agent, message",
+    [
+        ({"target_kl": -0.01}, "agent.target_kl must be None or a number > 0, got -0.01"),
+        ({"target_kl": 0.0}, "agent.target_kl must be None or a number > 0, got 0.0"),
+        ({"anneal_clip": 1}, "agent.anneal_clip must be a bool (True or False), got 1"),
+    ],
+)
+def test_bad_target_kl_and_anneal_clip_name_the_field(agent, message):
+    # Built from a dict, as from a stored config.json: no field types to convert the values.
+    stored = small_update_config(ppo, T, B).to_dict()
+    stored["agent"].update(agent)
+    config = ml_collections.ConfigDict(stored)
+    for check in (
+        lambda: defaults.check_builtin_ranges(config.agent),  # sebulba.main, before JAX.
+        lambda: ppo.make(config, CARTPOLE, derive_sizes(config)),
+    ):
+        with pytest.raises(ConfigError) as raised:
+            check()
+        assert str(raised.value) == message
+
+
+def test_a_resume_accepts_both_details_unchanged_and_refuses_a_change():
+    requested = resume_config.flatten(small_update_config(ppo, T, B).to_dict())
+    defaults_now = dict(requested)
+    # A run from before the keys existed ran with them off: resuming it is accepted.
+    new_keys = ("agent.target_kl", "agent.anneal_clip")
+    older = {key: value for key, value in requested.items() if key not in new_keys}
+    assert resume_config.differences(older, requested, defaults_now) == []
+    changed = dict(requested, **{"agent.target_kl": 0.02})
+    assert resume_config.differences(requested, changed, defaults_now) == [
+        "agent.target_kl (stored None, requested 0.02)"
+    ]

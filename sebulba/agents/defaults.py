@@ -9,6 +9,7 @@ imported (seconds of start-up).
 from __future__ import annotations
 
 import ml_collections
+from ml_collections import config_dict
 
 from sebulba.validation import (
     NON_NEGATIVE,
@@ -19,7 +20,32 @@ from sebulba.validation import (
     check_ranges,
 )
 
-# The interval of every numeric hyperparameter of each agent.
+
+class _NoneOrRange(Range):
+    """A Range that also accepts None, for a feature that None switches off."""
+
+    def __contains__(self, value) -> bool:
+        return value is None or super().__contains__(value)
+
+    def __str__(self) -> str:
+        return f"None or {super().__str__()}"
+
+
+class _Boolean(Range):
+    """True or False only (not 0 or 1), checked with the ranges so that the CLI refuses
+    a bad value before JAX is imported."""
+
+    def __contains__(self, value) -> bool:
+        return isinstance(value, bool)
+
+    def __str__(self) -> str:
+        return "a bool (True or False)"
+
+
+NONE_OR_POSITIVE = _NoneOrRange(0, low_open=True)
+BOOLEAN = _Boolean()
+
+# The interval of every numeric hyperparameter of each agent (and PPO's checked options).
 PPO_RANGES = {
     "learning_rate": POSITIVE,
     "gamma": UNIT_INTERVAL,
@@ -27,9 +53,11 @@ PPO_RANGES = {
     "num_minibatches": POSITIVE_INT,
     "update_epochs": POSITIVE_INT,
     "clip_coef": POSITIVE,
+    "anneal_clip": BOOLEAN,
     "ent_coef": NON_NEGATIVE,
     "vf_coef": NON_NEGATIVE,
     "max_grad_norm": POSITIVE,
+    "target_kl": NONE_OR_POSITIVE,
     "lstm_size": POSITIVE_INT,
     "observation_clip": POSITIVE,
     "reward_clip": POSITIVE,
@@ -86,10 +114,13 @@ def ppo_config() -> ml_collections.ConfigDict:
     config.update_epochs = 4  # Passes over each rollout.
     config.norm_adv = "minibatch"  # minibatch (baselines) | batch (whole rollout) | none.
     config.clip_coef = 0.1  # Surrogate clipping epsilon.
+    config.anneal_clip = False  # Decay clip_coef (policy and value clip) linearly to 0 like the LR.
     config.clip_vloss = True  # Clip the value loss around the behaviour values.
     config.ent_coef = 0.01  # Entropy bonus coefficient.
     config.vf_coef = 0.5  # Value loss coefficient.
     config.max_grad_norm = 0.5  # Global gradient-norm clip.
+    # A float placeholder: None by default, and --config.agent.target_kl=0.02 still parses.
+    config.target_kl = config_dict.placeholder(float)  # Stop epochs at approx_kl > it (None: off).
     config.conv_init = "orthogonal"  # CNN kernels: orthogonal (baselines) | lecun_normal.
     # auto: unrolled for convolutional networks on CPU learners, where XLA runs conv
     # gradients inside a rolled scan 20-30x slower; rolled lax.scan elsewhere (an MLP

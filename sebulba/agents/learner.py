@@ -108,6 +108,15 @@ def episode_discounts(terminations, truncations, gamma: float, trace_lambda: flo
     return discount_t, lambda_t
 
 
+def annealed_per_update(value: float, update_index, num_updates: int) -> jax.Array:
+    """`value` times baselines ppo2's frac = 1 - (update - 1) / nupdates (update counted from 1).
+
+    `update_index` counts from 0 (`TrainState.update_count`): the first update gets `value`,
+    the last `value / num_updates`.
+    """
+    return jnp.asarray(value * (1.0 - update_index / num_updates), jnp.float32)
+
+
 def annealed_learning_rate(
     learning_rate: float, anneal: bool, num_updates: int, steps_per_update: int
 ) -> Callable[[jax.Array], jax.Array]:
@@ -116,8 +125,7 @@ def annealed_learning_rate(
     def schedule(optimizer_step):
         if not anneal:
             return jnp.asarray(learning_rate, jnp.float32)
-        update_index = optimizer_step // steps_per_update
-        return jnp.asarray(learning_rate * (1.0 - update_index / num_updates), jnp.float32)
+        return annealed_per_update(learning_rate, optimizer_step // steps_per_update, num_updates)
 
     return schedule
 
@@ -173,6 +181,8 @@ def minibatch_steps(
     accumulation_steps: int = 1,
     split: Callable | None = None,
     combine: str = "mean",
+    stop_after_epoch: Callable | None = None,
+    minibatches_per_epoch: int | None = None,
 ):
     """One optimizer step per minibatch, looped with `lax.scan` (rolled or unrolled).
 
@@ -192,6 +202,14 @@ def minibatch_steps(
       split: `split(batch, k)` -> the batch as a pytree of [k, ...] micro-batches; needed
         when k > 1 (see `sebulba.agents.minibatches`).
       combine: "mean" or "sum" of the micro-batch gradients.
+      stop_after_epoch: None (every step runs), or early stopping:
+        `stop_after_epoch(stats) -> bool scalar` reads the stats of each epoch's last
+        minibatch (taken before its step, as CleanRL's approx_kl is); once it is True
+        the remaining epochs' steps leave params and opt_state (and the optimizer's step
+        count) unchanged. Stats are then averaged over the steps that ran, and
+        `epochs_run` is added to them.
+      minibatches_per_epoch: steps per epoch (N is a multiple); needed with
+        `stop_after_epoch`.
 
     Returns:
       (params, opt_state, stats averaged over the N minibatches and their micro-batches).
@@ -209,6 +227,8 @@ def minibatch_steps(
         accumulation_steps=accumulation_steps,
         split=split,
         combine=combine,
+        stop_after_epoch=stop_after_epoch,
+        minibatches_per_epoch=minibatches_per_epoch,
     )
     return params, opt_state, stats
 
@@ -226,6 +246,8 @@ def stateful_minibatch_steps(
     accumulation_steps: int = 1,
     split: Callable | None = None,
     combine: str = "mean",
+    stop_after_epoch: Callable | None = None,
+    minibatches_per_epoch: int | None = None,
 ):
     """`minibatch_steps` with a state that the loss reads and each minibatch updates first.
 
@@ -278,7 +300,71 @@ def stateful_minibatch_steps(
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return (optax.apply_updates(params, updates), opt_state, state), stats
 
+    if stop_after_epoch is not None:
+        (params, opt_state, state), stats = _early_stopping_steps(
+            step,
+            (params, opt_state, state),
+            batches,
+            unroll,
+            stop_after_epoch,
+            minibatches_per_epoch,
+        )
+        return params, opt_state, stats, state
     (params, opt_state, state), stats = jax.lax.scan(
         step, (params, opt_state, state), batches, unroll=num_steps if unroll else 1
     )
     return params, opt_state, jax.tree.map(jnp.mean, stats), state
+
+
+def _early_stopping_steps(
+    step: Callable, carry, batches, unroll: bool, stop_after_epoch: Callable, minibatches_per_epoch
+):
+    """The steps of `stateful_minibatch_steps` with early stopping between epochs.
+
+    A jitted program cannot leave its loop, so every step stays in it and a flag, raised
+    after an epoch whose last minibatch's stats satisfy `stop_after_epoch`, makes the
+    later steps keep the carry (params, optimizer state with its step count, PopArt
+    state). In a rolled scan a `lax.cond` skips their work. Unrolled, the steps are
+    computed and their results dropped by a select: unrolling exists for XLA:CPU's
+    convolution gradients, which run tens of times slower inside any nested computation,
+    a conditional's branches included.
+
+    Returns:
+      (carry, stats averaged over the steps that ran, with `epochs_run`).
+    """
+    num_steps = jax.tree.leaves(batches)[0].shape[0]
+    if not minibatches_per_epoch or num_steps % minibatches_per_epoch:
+        raise ValueError(
+            f"minibatches_per_epoch ({minibatches_per_epoch}) must divide the steps ({num_steps})"
+        )
+    ends_epoch = jnp.arange(num_steps) % minibatches_per_epoch == minibatches_per_epoch - 1
+    stats_spec = jax.eval_shape(step, carry, jax.tree.map(lambda x: x[0], batches))[1]
+
+    def skipped(carry, batch):
+        return carry, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), stats_spec)
+
+    def step_unless_stopped(carry_and_stopped, batch_and_end):
+        carry, stopped = carry_and_stopped
+        batch, ends_an_epoch = batch_and_end
+        if unroll:
+            stepped, stats = step(carry, batch)
+            carry = jax.tree.map(lambda old, new: jnp.where(stopped, old, new), carry, stepped)
+        else:
+            carry, stats = jax.lax.cond(stopped, skipped, step, carry, batch)
+        ran = jnp.logical_not(stopped)
+        # The stats are global reductions over the minibatch (replicated on every
+        # learner device), so every device takes the same decision whatever the layout.
+        stopped = jnp.logical_or(stopped, jnp.logical_and(ends_an_epoch, stop_after_epoch(stats)))
+        return (carry, stopped), (stats, ran)
+
+    (carry, _), (stats, ran) = jax.lax.scan(
+        step_unless_stopped,
+        (carry, jnp.zeros((), bool)),
+        (batches, ends_epoch),
+        unroll=num_steps if unroll else 1,
+    )
+    weight = ran.astype(jnp.float32)
+    steps_run = jnp.sum(weight)  # At least one epoch's: the first epoch always runs.
+    stats = jax.tree.map(lambda s: jnp.sum(s * weight) / steps_run, stats)
+    stats["epochs_run"] = steps_run / minibatches_per_epoch
+    return carry, stats

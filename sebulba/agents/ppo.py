@@ -6,8 +6,11 @@ initialisation with zero biases, Adam with eps 1e-5, learning-rate annealing per
 update, GAE, epochs of shuffled minibatches, advantage normalisation (per minibatch;
 `agent.norm_adv`), the clipped surrogate, value clipping (`agent.clip_vloss`), entropy
 bonus, global gradient clipping, approx_kl and clipfrac, and the separate actor and
-critic MLPs (`networks.py`). Under the one-step lag the stored log-probabilities and
-values come from the behaviour policy, as in Cleanba. The policy is the action space's
+critic MLPs (`networks.py`). Two auxiliary details, off by default: early stopping of the
+epochs once the approximate KL passes `agent.target_kl` (CleanRL's ppo.py) and the
+clipping coefficient annealed to 0 like the step size (`agent.anneal_clip`, baselines
+ppo2's cliprange; docs/agents.md). Under the one-step lag the stored log-probabilities
+and values come from the behaviour policy, as in Cleanba. The policy is the action space's
 distribution (`distributions.py`: softmax, diagonal Gaussian or a product of softmaxes),
 so act and loss are the same code for every action space.
 
@@ -192,10 +195,25 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
     learning_rate = learner.annealed_learning_rate(
         hp.learning_rate, hp.anneal_lr, sizes.num_updates, steps_per_update
     )
-    optimizer = optax.chain(
-        optax.clip_by_global_norm(hp.max_grad_norm),
-        optax.adam(learning_rate, eps=1e-5),
-    )
+    early_stopping = hp.target_kl is not None
+
+    def optimizer_with(step_size):
+        return optax.chain(
+            optax.clip_by_global_norm(hp.max_grad_norm), optax.adam(step_size, eps=1e-5)
+        )
+
+    # Without early stopping every update takes steps_per_update steps, and the schedule
+    # reads the update from optax's step count. Early stopping skips steps (Adam's count
+    # and bias correction must not advance on them, as torch's Adam in CleanRL is not
+    # stepped), so that count no longer tells the update: the step size is then set once
+    # per update from the update count, as CleanRL sets it (`update_optimizer`).
+    optimizer = optimizer_with(hp.learning_rate if early_stopping else learning_rate)
+
+    def update_optimizer(update_count):
+        if not early_stopping:
+            return optimizer
+        return optimizer_with(learning_rate(update_count * steps_per_update))
+
     key = random_streams.learner_key(config.seed)
 
     def init(init_key: jax.Array) -> PPOState:
@@ -253,8 +271,12 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         _, policy_params, value = model.step(params, (), batch["obs"])
         return policy_params, value, batch
 
-    def loss_fn(params, batch):
-        """PPO loss on a minibatch: a dict of [t, B, ...] arrays, sharded along B."""
+    def loss_fn(params, batch, clip_coef):
+        """PPO loss on a minibatch: a dict of [t, B, ...] arrays, sharded along B.
+
+        `clip_coef` is `agent.clip_coef` (a Python float) or, with `agent.anneal_clip`,
+        this update's annealed value (a traced scalar).
+        """
         policy_params, value, batch = replay(params, dict(batch))
         if value_normalization.enabled:  # Each sample's task's normalised value n_t(s).
             value = popart.select_task(value, batch["tasks"])
@@ -271,11 +293,12 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         num_valid = jnp.maximum(jnp.sum(weight), 1.0)
         valid_scale = weight.size / num_valid
         pg_loss = valid_scale * rlax.clipped_surrogate_pg_loss(
-            ratio, advantages * weight, hp.clip_coef
+            ratio, advantages * weight, clip_coef
         )
         value_error = (value - batch["returns"]) ** 2
         if hp.clip_vloss:
-            clipped = batch["value"] + jnp.clip(value - batch["value"], -hp.clip_coef, hp.clip_coef)
+            # baselines ppo2 clips the value with the policy's cliprange, annealed or not.
+            clipped = batch["value"] + jnp.clip(value - batch["value"], -clip_coef, clip_coef)
             value_error = jnp.maximum(value_error, (clipped - batch["returns"]) ** 2)
         v_loss = 0.5 * learner.masked_mean(value_error, weight)
         entropy = learner.masked_mean(policy.entropy(policy_params), weight)
@@ -286,7 +309,7 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
             "entropy": entropy,
             "approx_kl": learner.masked_mean((ratio - 1.0) - logratio, weight),
             "clipfrac": learner.masked_mean(
-                (jnp.abs(ratio - 1.0) > hp.clip_coef).astype(jnp.float32), weight
+                (jnp.abs(ratio - 1.0) > clip_coef).astype(jnp.float32), weight
             ),
         }
         return loss, stats
@@ -338,6 +361,11 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         if value_normalization.enabled:
             samples["tasks"] = sample_tasks
         update_key = jax.random.fold_in(key, state.update_count)
+        clip_coef = hp.clip_coef
+        if hp.anneal_clip:  # baselines ppo2: cliprange = cliprange(frac), frac as the LR's.
+            clip_coef = learner.annealed_per_update(
+                hp.clip_coef, state.update_count, sizes.num_updates
+            )
         if sequences:
             samples["starts"] = episode_starts(rollout.valid)[:-1]
             # [1, B, ...]: env_groups splits every leaf along axis 1.
@@ -355,7 +383,11 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
                     for epoch in range(hp.update_epochs)
                 ],
             )
-            gathered_loss, split = loss_fn, minibatches.env_micro_batches
+
+            def gathered_loss(params, batch):
+                return loss_fn(params, batch, clip_coef)
+
+            split = minibatches.env_micro_batches
         else:
             # Shuffle time indices, not the samples: each step gathers its own
             # (micro-)batch, so no shuffled copy of the rollout per epoch is materialised.
@@ -373,13 +405,24 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
             batches = jnp.concatenate(epochs)
 
             def gathered_loss(params, batch_time_index):
-                return loss_fn(params, minibatches.take_time_steps(samples, batch_time_index))
+                return loss_fn(
+                    params, minibatches.take_time_steps(samples, batch_time_index), clip_coef
+                )
 
             split = minibatches.time_micro_batches
 
+        early_stop = {}
+        if early_stopping:
+            # CleanRL ppo.py: after each epoch, stop if the approx_kl of its last minibatch
+            # exceeds the target. That KL is a mean over the global minibatch (an
+            # all-reduce), so the decision does not depend on the learner layout.
+            early_stop = dict(
+                stop_after_epoch=lambda stats: stats["approx_kl"] > hp.target_kl,
+                minibatches_per_epoch=hp.num_minibatches,
+            )
         params, opt_state, metrics = learner.minibatch_steps(
             gathered_loss,
-            optimizer,
+            update_optimizer(state.update_count),
             params,
             state.opt_state,
             batches,
@@ -387,8 +430,11 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
             accumulation_steps=accumulation_steps,
             split=split,
             combine="mean",
+            **early_stop,
         )
         metrics["learning_rate"] = learning_rate(state.update_count * steps_per_update)
+        if hp.anneal_clip:
+            metrics["clip_coef"] = clip_coef
         metrics["explained_variance"] = learner.explained_variance(
             returns, behaviour_values[:-1], rollout.valid.astype(jnp.float32)
         )
