@@ -6,16 +6,48 @@ normalised once per rollout, no value clipping, fire on reset. docs/agents.md li
 still differs from Cleanba.
 `:GAME-v5` selects the game (default Breakout-v5); `:smoke` (or `:smoke,GAME-v5`) is a
 tiny end-to-end run for CPUs and tests.
+
+The same settings train the other envpool tasks seen through screens (untuned there):
+any ViZDoom scenario (`:D1Basic-v1`, `:HealthGathering-v1`, ...; envpool's combined
+actions, 4 stacked grey screens, or a single screen where the scenario renders colour,
+as the CNNs take 4 channels at most), any Google Research Football scenario
+(`:gfootball/academy_empty_goal-v1`: its 72x96 minimap of 4 planes) and Box2D's
+`:CarRacing-v2`; rewards are sign-clipped for learning as on Atari.
 """
 
 from sebulba.agents import defaults
 from sebulba.config import atari_game, base_config, parse_variant
 
+# The other families whose tasks observe screens (uint8 [C, H, W] or [H, W, C]).
+IMAGE_FAMILIES = ("ViZDoom", "Google Research Football", "Box2D")
+_MAX_CHANNELS = 4  # The CNNs' image layout: few channels first or last (networks.py).
+
+
+def _image_task(option: str) -> bool:
+    """An Atari game (by form, without loading envpool) or another family's screen task."""
+    if atari_game(option):
+        return True
+    from sebulba import envs  # envpool loads only when a config is given such a task.
+
+    return envs.is_task_of(option, IMAGE_FAMILIES, image_observations=True)
+
 
 def get_config(arg: str | None = None):
-    variant = parse_variant(arg, "ppo_atari", ("smoke",), tasks=atari_game, tasks_known="GAME-v5")
+    variant = parse_variant(
+        arg,
+        "ppo_atari",
+        ("smoke",),
+        tasks=_image_task,
+        tasks_known="GAME-v5 or a ViZDoom, Football or CarRacing task id",
+    )
     config = base_config(defaults.ppo_config())
     config.env.id = variant.task or "Breakout-v5"
+    if not atari_game(config.env.id):
+        from sebulba import envs
+
+        frames = envs.task_spaces(config.env.id)[0].shape[0]  # env.frame_stack's screens.
+        if envs.family_name(config.env.id) == "ViZDoom" and frames > _MAX_CHANNELS:
+            config.env.frame_stack = 1  # A colour scenario: one RGB screen [3, H, W].
     config.env.num_envs = 128
     config.env.clip_rewards = True
     config.env.use_fire_reset = True  # envpool's default, which Cleanba keeps.

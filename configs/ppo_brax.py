@@ -15,18 +15,20 @@ locomotion tasks step 10-100x slower than the pendulum on a CPU (docs/anakin.md)
 is a seconds-long run.
 """
 
-from sebulba.config import jax_suite_task, parse_variant, sibling_config
+from sebulba.config import jax_suite_tasks, parse_variant, sibling_config
+
+SUITE = "brax"
 
 
 def get_config(arg: str | None = None):
     variant = parse_variant(
         arg,
         "ppo_brax",
-        tasks=jax_suite_task,
+        tasks=jax_suite_tasks(SUITE),
         tasks_known="a Brax task such as inverted_pendulum, hopper or ant",
     )
     config = sibling_config(__file__, "ppo_mujoco")
-    config.env.id = "brax:" + (variant.task or "inverted_pendulum")
+    config.env.id = f"{SUITE}:" + (variant.task or "inverted_pendulum")
     config.env.num_envs = 64
     config.agent.num_steps = 32
     config.pipeline.policy_lag = 0

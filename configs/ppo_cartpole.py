@@ -6,17 +6,26 @@ difference is sebulba's policy lag of 1 (`--config.pipeline.policy_lag=0` gives 
 synchronous schedule). With 8 envs (488 updates) some seeds ended near 415; with
 CleanRL's 4 every seed of 1-5 ends at 475 or more (docs/benchmarks.md).
 
-Variants: `configs/ppo_cartpole.py:smoke` is a seconds-long run used by the tests.
+Variants: `configs/ppo_cartpole.py:smoke` is a seconds-long run used by the tests;
+`:Acrobot-v1`, `:LunarLander-v2` or any other classic-control or Box2D task observing
+one vector selects the task (untuned there; `:LunarLander-v2,smoke`).
 """
 
 from sebulba.agents import defaults
-from sebulba.config import base_config, parse_variant
+from sebulba.config import base_config, envpool_tasks, parse_variant
+
+_TASKS = envpool_tasks("classic control", "Box2D", vector_observations=True)
 
 
 def get_config(arg: str | None = None):
-    variant = parse_variant(arg, "ppo_cartpole")
+    variant = parse_variant(
+        arg,
+        "ppo_cartpole",
+        tasks=_TASKS,
+        tasks_known="a classic-control or Box2D vector task such as Acrobot-v1",
+    )
     config = base_config(defaults.ppo_config())
-    config.env.id = "CartPole-v1"
+    config.env.id = variant.task or "CartPole-v1"
     config.env.num_envs = 4
     config.total_timesteps = 500_000
     config.agent.network = "mlp"

@@ -6,18 +6,26 @@ actor and critic); each entry is normalised by its own running statistics. 1M en
 2048 per update (8 envs x 256 steps), 32 minibatches, 10 epochs, step size 3e-4 annealed.
 
 `:CheetahRun-v1` (the default) or any other envpool dm_control task id selects the task;
-`:smoke` is a seconds-long run used by the tests (with a task: `:WalkerWalk-v1,smoke`).
+so does any task of Gymnasium Robotics (the goal-conditioned dicts `observation`,
+`achieved_goal`, `desired_goal` of `:FetchReach-v4`, `:HandManipulateBlock-v1`,
+`:PointMaze_Open-v3`, ...; FrankaKitchen's nested goals flattened) and of MuJoCo
+Playground (the `state` and `privileged_state` dicts of `:Go1JoystickFlatTerrain-v1`,
+...; both feed actor and critic alike), untuned there. `:smoke` is a seconds-long run
+used by the tests (with a task: `:WalkerWalk-v1,smoke`).
 """
 
 from sebulba.agents import defaults
 from sebulba.config import base_config, envpool_tasks, parse_variant
 
-_TASKS = envpool_tasks("dm_control")
+_TASKS = envpool_tasks("dm_control", "Gymnasium Robotics", "MuJoCo Playground")
 
 
 def get_config(arg: str | None = None):
     variant = parse_variant(
-        arg, "ppo_dmc", tasks=_TASKS, tasks_known="a dm_control task id such as CheetahRun-v1"
+        arg,
+        "ppo_dmc",
+        tasks=_TASKS,
+        tasks_known="a dm_control, Gymnasium Robotics or MuJoCo Playground task id",
     )
     config = base_config(defaults.ppo_config())
     config.env.id = "CheetahRun-v1"

@@ -8,14 +8,20 @@ PPO defaults (the rl-starter-files' ones for MiniGrid): 16 envs x 128 steps, 4 m
 (the observations are integers, the rewards already in [0, 1]). 500k env steps.
 
 `:MiniGrid-DoorKey-5x5-v0` (the default) or any other envpool MiniGrid/BabyAI task id
-selects the task; `:smoke` is a seconds-long run used by the tests (with a task:
+selects the task; so does any Jumanji task (`:Snake-v1`, `:Game2048-v1`, `:Maze-v0`, ...),
+untuned there: its dict (nested names joined, `agent_position_row`), with the
+`action_mask` an ordinary entry the policy may read but is not held to, and its
+Discrete or MultiDiscrete actions (the multi-agent Cleaner, Connector, ... as one
+centralised agent choosing every agent's action for the shared reward); and pgx's one
+single-player game, `:Play2048-v1`, whose [4, 4, 31] planes no built-in network takes yet
+(docs/environments.md). `:smoke` is a seconds-long run used by the tests (with a task:
 `:MiniGrid-Empty-5x5-v0,smoke`).
 """
 
 from sebulba.agents import defaults
 from sebulba.config import base_config, envpool_tasks, parse_variant
 
-_TASKS = envpool_tasks("MiniGrid/BabyAI")
+_TASKS = envpool_tasks("MiniGrid/BabyAI", "Jumanji", "pgx")
 
 
 def get_config(arg: str | None = None):
@@ -23,7 +29,7 @@ def get_config(arg: str | None = None):
         arg,
         "ppo_minigrid",
         tasks=_TASKS,
-        tasks_known="a MiniGrid/BabyAI task id such as MiniGrid-DoorKey-5x5-v0",
+        tasks_known="a MiniGrid/BabyAI, Jumanji or pgx task id such as MiniGrid-DoorKey-5x5-v0",
     )
     config = base_config(defaults.ppo_config())
     config.env.id = "MiniGrid-DoorKey-5x5-v0"

@@ -15,17 +15,29 @@ platform's default), where CleanRL collects each rollout with the newest paramet
 `:Hopper-v4` (the default), `:HalfCheetah-v4`, `:Walker2d-v4`, `:InvertedPendulum-v4` or
 any other task with continuous (Box) actions and vector observations selects the task:
 every gymnasium MuJoCo task, the continuous Box2D ones (`:BipedalWalker-v3`,
-`:LunarLanderContinuous-v2`) and classic control's `:Pendulum-v1` and
-`:MountainCarContinuous-v0` (CleanRL's settings are tuned for MuJoCo; the others train
-with them unchanged). `:smoke` is a seconds-long run used by the tests, of Hopper-v4 or of
-the task named with it (`:BipedalWalker-v3,smoke`).
+`:LunarLanderContinuous-v2`), classic control's `:Pendulum-v1` and
+`:MountainCarContinuous-v0`, and the vector tasks of the other MuJoCo families: every
+MetaWorld task (`:MetaWorld/Reach-v3`; configs/ppo_metaworld.py has MT10), every MyoSuite
+task (`:myoElbowPose1D6MRandom-v0`), Gymnasium Robotics' Adroit hands
+(`:AdroitHandDoor-v1`) and MuJoCo Playground's vector tasks (`:PandaPickCube-v1`); their
+dict-observation tasks train with configs/ppo_dmc.py. CleanRL's settings are tuned for
+MuJoCo; the others train with them unchanged. `:smoke` is a seconds-long run used by the
+tests, of Hopper-v4 or of the task named with it (`:BipedalWalker-v3,smoke`).
 """
 
 from sebulba.agents import defaults
 from sebulba.config import base_config, envpool_tasks, parse_variant
 
 _TASKS = envpool_tasks(
-    "MuJoCo", "Box2D", "classic control", box_actions=True, vector_observations=True
+    "MuJoCo",
+    "Box2D",
+    "classic control",
+    "MetaWorld",
+    "MyoSuite",
+    "Gymnasium Robotics",
+    "MuJoCo Playground",
+    box_actions=True,
+    vector_observations=True,
 )
 
 

@@ -13,18 +13,20 @@ and on-policy (`pipeline.policy_lag=0`, docs/anakin.md). 1M env steps.
 """
 
 from sebulba.agents import defaults
-from sebulba.config import base_config, jax_suite_task, parse_variant
+from sebulba.config import base_config, jax_suite_tasks, parse_variant
+
+SUITE = "xminigrid"
 
 
 def get_config(arg: str | None = None):
     variant = parse_variant(
         arg,
         "ppo_xminigrid",
-        tasks=jax_suite_task,
+        tasks=jax_suite_tasks(SUITE),
         tasks_known="an XLand-MiniGrid task such as MiniGrid-DoorKey-5x5",
     )
     config = base_config(defaults.ppo_config())
-    config.env.id = "xminigrid:" + (variant.task or "MiniGrid-DoorKey-5x5")
+    config.env.id = f"{SUITE}:" + (variant.task or "MiniGrid-DoorKey-5x5")
     config.env.num_envs = 64
     config.total_timesteps = 1_000_000
     config.pipeline.policy_lag = 0

@@ -259,14 +259,23 @@ def atari_game(option: str) -> bool:
     return option.endswith("-v5")
 
 
-def jax_suite_task(option: str) -> bool:
-    """A `parse_variant` task test for a JAX suite's tasks (Anakin configs): any name.
+def jax_suite_tasks(suite: str) -> Callable[[str], bool]:
+    """A `parse_variant` task test for the tasks of a JAX suite (Anakin configs).
 
-    Only the form is checked here, so a config loads without the suite installed; the
-    config prefixes the suite (`brax:` + `ant`) and the id is checked with the rest of the
-    config (an unknown task fails naming close matches).
+    With the suite installed, a task it lists (`MiniGrid-DoorKey-5x5` for "xminigrid");
+    without it, any name, so the config still loads: the run then stops in one line
+    naming the extra that installs the suite.
     """
-    return bool(option) and ":" not in option
+
+    def accepts(option: str) -> bool:
+        from sebulba.anakin import suites  # The suite loads only when a task is named.
+
+        try:
+            return option in suites.task_ids(suite)
+        except ConfigError:
+            return bool(option) and ":" not in option
+
+    return accepts
 
 
 def envpool_tasks(

@@ -21,6 +21,8 @@ from sebulba.agents import BUILTIN_AGENTS, resolve_agent
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _FIELD = re.compile(r"^\s*config\.([\w.]+)\s*=\s*.*?#\s*(.+)$")
+# Keys whose value is a dict of settings passed on whole (to envpool), listed as one row.
+DICT_VALUED_KEYS = ("env.kwargs",)
 
 
 def field_comments(agent_name: str) -> dict[str, str]:
@@ -45,7 +47,7 @@ def flatten(tree, prefix: str = "") -> dict[str, object]:
     out = {}
     for key, value in tree.items():
         dotted = f"{prefix}{key}"
-        if isinstance(value, dict):
+        if isinstance(value, dict) and dotted not in DICT_VALUED_KEYS:
             out.update(flatten(value, f"{dotted}."))
         else:
             out[dotted] = value

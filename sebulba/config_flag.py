@@ -3,7 +3,9 @@
 `python -m sebulba.main` and `python -m sebulba.check` take the same `--config=FILE[:ARG]`
 with `--config.KEY=VALUE` overrides; a file that does not load, an unknown key, a bad
 value or a config key given as a flag of its own (`--total_timesteps=...`) is reported
-in one stderr line that names it, with exit status 2.
+in one stderr line that names it, with exit status 2. `env.kwargs` (envpool settings)
+takes keys the config file does not set only whole, as a dict literal:
+`--config.env.kwargs="{'num_levels': 200}"`; a per-key override of a new key says so.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ CONFIG = config_flags.DEFINE_config_file(
 )
 # The config override flags: --config.a.b=VALUE and --noconfig.a.b.
 _OVERRIDE = re.compile(r"^--?(?:no)?config\.([^=\s]+)")
+# The one config key that holds a dict of arbitrary settings (for envpool.make).
+_DICT_KEY = "env.kwargs"
 
 
 def config_error(message: str) -> None:
@@ -78,10 +82,26 @@ def _unknown_override(argv: list[str]) -> str | None:
                 continue
             if not isinstance(node, config_dict.ConfigDict) or "[" in key:
                 break  # Indexing into a value: left to ml_collections.
+            if walked == list(_DICT_KEY.split(".")):
+                return _new_dict_key(match.group(1), key, arg)
             close = difflib.get_close_matches(key, list(node.keys()), n=1)
             hint = f' (did you mean "{".".join([*walked, close[0]])}"?)' if close else ""
             return f"--config.{match.group(1)}: no such key{hint}"
     return None
+
+
+def _new_dict_key(path: str, key: str, arg: str) -> str:
+    """`--config.env.kwargs.KEY=V` for a KEY the config file does not set: the dict form.
+
+    The config is locked, so ml_collections adds no key from the command line; the whole
+    dict can be given as a literal instead.
+    """
+    value = arg.split("=", 1)[1] if "=" in arg else "VALUE"
+    return (
+        f"--config.{path}: the config file sets no {_DICT_KEY}.{key}; give the whole dict, "
+        f"e.g. --config.{_DICT_KEY}=\"{{'{key}': {value}}}\" (it replaces the file's "
+        f"{_DICT_KEY}, so repeat any key the file sets)"
+    )
 
 
 def _config_flag_hint(argv: list[str], error: BaseException) -> str | None:

@@ -3,14 +3,17 @@
     python -m sebulba.envs            # each family and its number of tasks
     python -m sebulba.envs mujoco     # a family's task ids with their spaces
     python -m sebulba.envs gymnax     # a JAX suite's `SUITE:TASK` ids (Anakin)
+    python -m sebulba.envs envpool.pgx    # envpool's pgx (`pgx` alone is the JAX suite)
 
 The list is envpool's registry, restricted to the families `sebulba.envs` supports; the
 spaces are envpool's under the settings a run uses (Atari's under the Machado et al.
-protocol: 18 actions, a stack of 4 grey 84x84 frames), read from envpool's specs without
-creating envs. Observation bounds are left out (envpool's are unreliable); the host turns
-float64 observations into float32 (`sebulba.spaces`). The JAX-native suites that Anakin
-runs (`sebulba.anakin.suites`) follow, with the number of tasks of each installed suite;
-a suite's listing builds each task's spec from its adapter.
+protocol: 18 actions, a stack of 4 grey 84x84 frames; ViZDoom's combined actions), read
+from envpool's specs without creating envs. A task no run can train (a two-player game,
+...) is listed with the reason it is refused. Observation bounds are left out (envpool's
+are unreliable); the host turns float64 observations into float32 (`sebulba.spaces`).
+The JAX-native suites that Anakin runs (`sebulba.anakin.suites`) follow, with the number
+of tasks of each installed suite; a suite's listing builds each task's spec from its
+adapter.
 """
 
 from __future__ import annotations
@@ -28,11 +31,16 @@ def _normalised(name: str) -> str:
 
 
 def family_named(text: str) -> str | None:
-    """The supported family `text` names, e.g. "mujoco", "Box2D", "babyai", "classic"."""
+    """The supported family `text` names, e.g. "mujoco", "Box2D", "babyai", "classic".
+
+    A family answers to its name, each part of it ("BabyAI", "Football") and its envpool
+    module ("gfootball", "playground", "dmc", or whole: "envpool.pgx", which names the
+    envpool family where a JAX suite has the short name), or the start of any of them.
+    """
     wanted = _normalised(text)
-    for family in envs.SUPPORTED_FAMILIES.values():
-        parts = [_normalised(family), *map(_normalised, family.split("/"))]
-        if wanted and any(part.startswith(wanted) for part in parts):
+    for module, family in envs.SUPPORTED_FAMILIES.items():
+        names = [family, *family.replace("/", " ").split(), module.split(".")[-1], module]
+        if wanted and any(_normalised(name).startswith(wanted) for name in names):
             return family
     return None
 
@@ -69,7 +77,12 @@ def describe_space(space, bounds: bool = False) -> str:
 
 
 def task_line(env_id: str) -> str:
-    observation, action = envs.task_spaces(env_id)
+    """A task id with its spaces as a run sees them, or why no run can train it."""
+    try:
+        envs.check_env_id(env_id)
+        observation, action = envs.task_spaces(env_id)
+    except ConfigError as error:
+        return f"{env_id}: refused: {str(error).removeprefix(f'env.id {env_id!r} ')}"
     action = describe_space(action, bounds=True)
     return f"{env_id}: observation {describe_space(observation)}; action {action}"
 

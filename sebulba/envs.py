@@ -1,10 +1,19 @@
 """Environment construction with envpool (Weng et al. 2022), in synchronous mode.
 
 The accepted tasks are those of envpool's registry in the families of
-`SUPPORTED_FAMILIES`: classic control, Box2D, MuJoCo (gymnasium tasks), the dm_control
-suite, MiniGrid/BabyAI and Atari. Every family but Atari goes through one generic path
-(envpool's defaults); `sebulba.spaces` describes and converts whatever spaces a task
-has, and refuses in one line the ones it cannot represent.
+`SUPPORTED_FAMILIES`: every family envpool has (docs/environments.md lists them with
+their spaces and configs). Most go through one generic path (envpool's defaults);
+Atari and ViZDoom get settings of their own (`_family_kwargs`). `sebulba.spaces`
+describes and converts whatever spaces a task has, and refuses in one line the ones it
+cannot represent. The few tasks no run can train are refused by `check_env_id` in one
+line saying what is missing (`refusal`): games of two or more players (pgx's board and
+card games, highway-env's multi-agent intersection), ViZDoom's multiplayer scenarios,
+and Jumanji's Sudoku where envpool's puzzle files are not installed.
+
+ViZDoom steps with envpool's combined actions (one Discrete action per combination of
+the scenario's buttons) and stacks `env.frame_stack` screens, channels first; the
+scenario's own screen format decides grey (1 channel per screen) or colour (3).
+`VizdoomCustom-v1` plays the scenario that `env.kwargs.cfg_path` (and `wad_path`) name.
 
 Atari follows the evaluation protocol of Machado et al. (2018), as in the Cleanba paper:
 sticky actions with probability 0.25, the full 18-action space, no life-loss signal, no
@@ -15,10 +24,18 @@ learning while raw returns are reported. `env.use_fire_reset` presses FIRE after
 reset, as envpool does by default and Cleanba keeps (with the full action space that
 means every game); Machado et al. do not, so the base config leaves it off.
 
-`make_envs(..., render=True)` lets every supported family draw RGB screens; MuJoCo and
-dm_control draw with OpenGL through EGL, headless, which needs the system's libEGL loaded
-before envpool is imported (done on import of this module when it is installed) and a
-Mesa EGL driver; `check_rendering` tries a task in a child process first.
+`env.kwargs` passes further envpool settings to every task's `envpool.make` (e.g.
+Procgen's `num_levels` and `start_level`); `check_env_kwargs` checks them against the
+task's envpool spec first and refuses the settings sebulba makes itself. Procgen (Cobbe
+et al. 2020) needs the system's Qt 5 runtime (`QT_APT_PACKAGES`), checked with the task id
+(`check_system_libraries`), so a machine without it fails in one line before any work.
+
+`make_envs(..., render=True)` lets every supported family but toy text and Google
+Research Football (which envpool does not draw) draw RGB screens; the MuJoCo-based
+families (MuJoCo, dm_control, Gymnasium Robotics, MetaWorld, MyoSuite, MuJoCo Playground)
+draw with OpenGL through EGL, headless, which needs the system's libEGL loaded before
+envpool is imported (done on import of this module when it is installed) and a Mesa EGL
+driver; `check_rendering` tries a task in a child process first.
 
 Env seeds follow the global env index: env i of a pool whose first env has global
 index g0 is seeded with `seed + g0 + i`, whatever thread or process steps it.
@@ -35,6 +52,7 @@ import ctypes
 import dataclasses
 import difflib
 import functools
+import os
 import subprocess
 import sys
 import tempfile
@@ -46,16 +64,30 @@ import numpy as np
 from sebulba import spaces
 from sebulba.errors import ConfigError
 
-# envpool draws MuJoCo and dm_control scenes with OpenGL through EGL, which needs no display.
+# envpool draws the MuJoCo-based families' scenes with OpenGL through EGL (no display needed).
 # MuJoCo looks its GL functions up once, when envpool is imported, among the libraries loaded
 # into the process's global namespace, where envpool's own bundled EGL is not: unless the
 # system's libEGL is loaded there first, the first render ends the process with a MuJoCo
 # error and leaves MUJOCO_LOG.TXT in the current directory. Every other family draws on the
 # CPU without OpenGL.
-_EGL_FAMILIES = ("envpool.mujoco.gym", "envpool.mujoco.dmc")
+_EGL_FAMILIES = (
+    "envpool.mujoco.gym",
+    "envpool.mujoco.dmc",
+    "envpool.mujoco.robotics",
+    "envpool.mujoco.metaworld",
+    "envpool.mujoco.myosuite",
+    "envpool.mujoco.playground",
+)
+# Families whose envpool tasks draw nothing ("render not implemented for this environment").
+_UNRENDERED_FAMILIES = ("envpool.toy_text", "envpool.gfootball")
 _EGL_LIBRARY = "libEGL.so.1"
 # The Debian/Ubuntu packages of EGL and Mesa's software renderer (llvmpipe).
 EGL_APT_PACKAGES = "libegl1 libegl-mesa0 libgl1-mesa-dri"
+# envpool's Procgen links against the system's Qt 5 Core and Gui libraries, which pip
+# cannot install: without them envpool raises an ImportError when the family is first used.
+_QT_FAMILIES = ("envpool.procgen",)
+# The Debian/Ubuntu packages of those libraries (libqt5gui5 pulls in the rest).
+QT_APT_PACKAGES = "libqt5core5a libqt5gui5"
 
 
 def _preload_egl() -> str | None:
@@ -77,17 +109,72 @@ import envpool  # noqa: E402  (after the EGL library, see above)
 # on every access; the cast is harmless.
 warnings.filterwarnings("ignore", message=".*precision lowered by casting.*")
 
-# envpool's registry module of each supported family -> its name in messages. Other
-# families (procgen, vizdoom, robotics, ...) need settings or spaces not handled here.
+# envpool's registry module of each supported family -> its name in messages, in the
+# order of README.md's table: every family of envpool's registry.
 SUPPORTED_FAMILIES = {
     "envpool.classic_control": "classic control",
     "envpool.box2d": "Box2D",
+    "envpool.toy_text": "toy text",
     "envpool.mujoco.gym": "MuJoCo",
     "envpool.mujoco.dmc": "dm_control",
+    "envpool.mujoco.robotics": "Gymnasium Robotics",
+    "envpool.mujoco.metaworld": "MetaWorld",
+    "envpool.mujoco.myosuite": "MyoSuite",
+    "envpool.mujoco.playground": "MuJoCo Playground",
     "envpool.minigrid": "MiniGrid/BabyAI",
+    "envpool.jumanji": "Jumanji",
+    "envpool.pgx": "pgx",
+    "envpool.highway": "highway-env",
     "envpool.atari": "Atari",
+    "envpool.vizdoom": "ViZDoom",
+    "envpool.gfootball": "Google Research Football",
+    "envpool.procgen": "Procgen",
 }
 _ATARI_FAMILY = "envpool.atari"
+_VIZDOOM_FAMILY = "envpool.vizdoom"
+_VIZDOOM_CUSTOM = "VizdoomCustom-v1"  # Plays the scenario env.kwargs.cfg_path names.
+# ViZDoom scenarios made for several players: envpool cannot make them alone (its
+# process crashes unless game_args host a game), and there are no other players to meet.
+_VIZDOOM_MULTIPLAYER = ("Cig-v1", "MultiDuel-v1")
+_VIZDOOM_TICS_PER_SECOND = 35  # Doom's game clock.
+# Jumanji tasks that read puzzles from a file of envpool's assets, by the file's path
+# under the assets' root: envpool-assets 0.3.0 does not ship them.
+_JUMANJI_ASSET_FILES = {
+    "Sudoku-v0": "jumanji/assets/sudoku/10000_mixed_puzzles.npy",
+    "Sudoku-very-easy-v0": "jumanji/assets/sudoku/1000_very_easy_puzzles.npy",
+}
+_PLAYERS = {2: "two-player", 3: "three-player", 4: "four-player"}
+# envpool settings sebulba sets itself for a family's tasks, so `env.kwargs` may not: each
+# with the config key to use instead, or None where the family's protocol fixes it.
+# (`sebulba.config.SEBULBA_ENV_KWARGS` holds those of every family.)
+FAMILY_ENV_KWARGS = {
+    _ATARI_FAMILY: {
+        "episodic_life": None,
+        "reward_clip": "env.clip_rewards",
+        "repeat_action_probability": "env.repeat_action_probability",
+        "full_action_space": "env.full_action_space",
+        "max_episode_steps": "env.max_episode_frames",
+        "noop_max": None,
+        "use_fire_reset": "env.use_fire_reset",
+        "frame_skip": None,
+        "stack_num": "env.frame_stack",
+        "img_height": None,
+        "img_width": None,
+        "gray_scale": None,
+    },
+    # ViZDoom's raw actions are a Box of button values with bounds [DBL_MIN, DBL_MAX]
+    # that no distribution samples usefully; the combined actions are one Discrete.
+    _VIZDOOM_FAMILY: {
+        "use_combined_action": None,
+        "stack_num": "env.frame_stack",
+    },
+    # The task id names the game and its distribution mode (StarpilotEasy-v0): the
+    # run's env_id, eval.json and the logs keep saying which game and mode were played.
+    "envpool.procgen": {
+        "env_name": "env.id (a task per game and mode, e.g. StarpilotHard-v0)",
+        "distribution_mode": "env.id (a task per game and mode, e.g. StarpilotHard-v0)",
+    },
+}
 FRAMES_PER_AGENT_STEP = 4  # Atari frame skip.
 ATARI_FRAMES_PER_SECOND = 60  # The console's (NTSC) frame rate.
 # Simulated seconds per step of the classic-control tasks (their integration time step);
@@ -133,41 +220,76 @@ def family_name(env_id: str) -> str | None:
     return SUPPORTED_FAMILIES.get(envpool_families().get(env_id))
 
 
-def task_spaces(env_id: str):
+def task_spaces(env_id: str, env_kwargs: dict | None = None):
     """A task's (observation, action) gymnasium spaces under this module's settings.
 
     Read from envpool's spec, without creating an env (tens of milliseconds).
-    """
-    from sebulba.config import base_config  # Its env section: the defaults make_envs uses.
 
-    env_config = base_config(ml_collections.ConfigDict()).env
-    kwargs = _atari_kwargs(env_config) if is_atari(env_id) else {}
-    spec = envpool.make_spec(env_id, **kwargs)
+    Args:
+      env_id: an envpool task id.
+      env_kwargs: `env.kwargs`, checked as a run checks them (None: envpool's defaults).
+    """
+    spec = envpool.make_spec(env_id, **_spec_kwargs(env_id, env_kwargs))
     return spec.observation_space, spec.action_space
 
 
+def envpool_config(env_id: str, env_kwargs: dict | None = None) -> dict:
+    """Every envpool setting of a task as a run (or evaluation) makes it, by name.
+
+    e.g. `envpool_config("BigfishEasy-v0", {"num_levels": 200})["num_levels"] == 200`.
+    """
+    return envpool.make_spec(env_id, **_spec_kwargs(env_id, env_kwargs)).config._asdict()
+
+
+def _spec_kwargs(env_id: str, env_kwargs: dict | None) -> dict:
+    """`envpool.make_spec`'s keywords for a task: the family's settings and `env_kwargs`."""
+    from sebulba.config import base_config  # Its env section: the defaults make_envs uses.
+
+    env_config = base_config(ml_collections.ConfigDict()).env
+    env_config.id = env_id
+    env_config.kwargs = ml_collections.ConfigDict(dict(env_kwargs or {}))
+    check_system_libraries(env_id)
+    kwargs = _family_kwargs(env_config)
+    kwargs.update(check_env_kwargs(env_config))
+    return kwargs
+
+
 def is_task_of(
-    env_id: str, families, *, box_actions: bool = False, vector_observations: bool = False
+    env_id: str,
+    families,
+    *,
+    box_actions: bool = False,
+    vector_observations: bool = False,
+    image_observations: bool = False,
 ) -> bool:
     """Whether `env_id` is a task of one of `families` (names as README.md gives them).
+
+    A task `check_env_id` refuses is no family's.
 
     Args:
       box_actions: also require continuous (Box) actions.
       vector_observations: also require one vector (a 1-D Box) as the observation.
+      image_observations: also require one uint8 array [C, H, W] or [H, W, C] (screens).
     """
-    if family_name(env_id) not in families:
+    if family_name(env_id) not in families or refusal(env_id) is not None:
         return False
-    if not (box_actions or vector_observations):
+    if not (box_actions or vector_observations or image_observations):
         return True
     observation, action = task_spaces(env_id)
     if box_actions and type(action).__name__ != "Box":
         return False
-    is_vector = type(observation).__name__ == "Box" and len(observation.shape) == 1
-    return is_vector or not vector_observations
+    is_box = type(observation).__name__ == "Box"
+    if vector_observations and not (is_box and len(observation.shape) == 1):
+        return False
+    is_image = is_box and len(observation.shape) == 3 and observation.dtype == np.uint8
+    return is_image or not image_observations
 
 
 def check_env_id(env_id: str, field: str = "env.id") -> None:
     """Raises ConfigError, naming `field` and close matches, unless the task is supported.
+
+    A task of a supported family that no run can train is refused with the reason
+    (`refusal`), e.g. "env.id 'Chess-v1' is a two-player game: needs self-play, ...".
 
     Args:
       env_id: an envpool task id.
@@ -180,6 +302,10 @@ def check_env_id(env_id: str, field: str = "env.id") -> None:
         return
     family = envpool_families().get(env_id)
     if family in SUPPORTED_FAMILIES:
+        check_system_libraries(env_id, field)
+        reason = refusal(env_id)
+        if reason is not None:
+            raise ConfigError(f"{field} {env_id!r} {reason}")
         return
     if family is not None:
         raise ConfigError(
@@ -193,6 +319,40 @@ def check_env_id(env_id: str, field: str = "env.id") -> None:
 
         advice = f"a JAX env id is SUITE:TASK with SUITE one of {', '.join(suites.SUITES)}"
     raise ConfigError(f"{field} {env_id!r} is not an envpool task: {advice}")
+
+
+@functools.cache
+def refusal(env_id: str) -> str | None:
+    """Why no run can train a task of a supported family, in one clause; None if one can.
+
+    The clause follows the task id in `check_env_id`'s message ("env.id 'Go9x9-v1' is a
+    two-player game: needs self-play, which sebulba does not do"). Read from envpool's
+    registry and settings, without creating an env.
+    """
+    family = envpool_families().get(env_id)
+    players = int(_envpool_defaults(env_id).get("max_num_players", 1))
+    if players > 1 and family == "envpool.highway":
+        return (
+            f"drives {players} vehicles per env, each with its own observation and reward: "
+            "needs multi-agent training, which sebulba does not do"
+        )
+    if players > 1:
+        kind = _PLAYERS.get(players, f"{players}-player")
+        return f"is a {kind} game: needs self-play, which sebulba does not do"
+    if env_id in _VIZDOOM_MULTIPLAYER:
+        return (
+            "is a multiplayer ViZDoom scenario: needs other players in a hosted game, "
+            "which sebulba does not run"
+        )
+    asset = _JUMANJI_ASSET_FILES.get(env_id.removeprefix("Jumanji/"))
+    if family == "envpool.jumanji" and asset is not None:
+        root = _envpool_defaults(env_id)["base_path"]
+        if not os.path.exists(os.path.join(root, asset)):
+            return (
+                f"needs envpool's puzzle file {asset}, which the installed envpool-assets "
+                f"does not ship (looked under {root})"
+            )
+    return None
 
 
 def is_jax_env(env_id: str) -> bool:
@@ -227,11 +387,38 @@ def make_envs(
     )
     if render:
         kwargs["render_mode"] = "rgb_array"
+        _check_drawn(env_config.id)
         if envpool_families().get(env_config.id) in _EGL_FAMILIES:
             _check_egl(env_config.id)
-    if is_atari(env_config.id):
-        kwargs.update(_atari_kwargs(env_config))
+    kwargs.update(_family_kwargs(env_config))
+    kwargs.update(check_env_kwargs(env_config))  # Never a key of the above: refused.
     return envpool.make(env_config.id, env_type="gymnasium", **kwargs)
+
+
+def _family_kwargs(env_config: ml_collections.ConfigDict) -> dict:
+    """The envpool settings sebulba makes for the task's family (`FAMILY_ENV_KWARGS`)."""
+    family = envpool_families().get(env_config.id)
+    if family == _ATARI_FAMILY:
+        return _atari_kwargs(env_config)
+    if family == _VIZDOOM_FAMILY:
+        return _vizdoom_kwargs(env_config)
+    return {}
+
+
+def _vizdoom_kwargs(env_config: ml_collections.ConfigDict) -> dict:
+    """envpool's ViZDoom settings: combined (Discrete) actions, `env.frame_stack` screens.
+
+    Raises:
+      ConfigError: `VizdoomCustom-v1` without a scenario (`env.kwargs.cfg_path`).
+    """
+    from sebulba.config import env_kwargs
+
+    if env_config.id == _VIZDOOM_CUSTOM and not env_kwargs(env_config).get("cfg_path"):
+        raise ConfigError(
+            f"env.id {_VIZDOOM_CUSTOM!r} plays a scenario of your own: set "
+            "env.kwargs.cfg_path (and wad_path) to its ViZDoom .cfg (and .wad) file"
+        )
+    return dict(use_combined_action=True, stack_num=env_config.frame_stack)
 
 
 def _atari_kwargs(env_config: ml_collections.ConfigDict) -> dict:
@@ -257,13 +444,126 @@ def _atari_kwargs(env_config: ml_collections.ConfigDict) -> dict:
     )
 
 
+def check_system_libraries(env_id: str, field: str = "env.id") -> None:
+    """Raises ConfigError, in one line naming the apt packages, if the family's are missing.
+
+    envpool's Procgen needs the system's Qt 5 runtime; without it envpool would raise an
+    ImportError (with a traceback) at the first spec or env of the family.
+    """
+    if envpool_families().get(env_id) not in _QT_FAMILIES:
+        return
+    if _qt_missing():
+        raise ConfigError(
+            f"{field} {env_id!r}: envpool's {_family_name(env_id)} needs the system Qt 5 "
+            f"runtime, which is not installed (apt-get install -y {QT_APT_PACKAGES})"
+        )
+
+
+@functools.cache
+def _qt_missing() -> bool:
+    """Whether envpool's Procgen module cannot load for want of the Qt 5 libraries."""
+    import importlib
+
+    try:
+        importlib.import_module("envpool.procgen").ProcgenEnvSpec  # noqa: B018
+    except ImportError:
+        return True
+    return False
+
+
+def check_env_kwargs(env_config: ml_collections.ConfigDict) -> dict:
+    """`env.kwargs` checked against the task's envpool spec; returns them as a dict.
+
+    Every key must be one of the task's envpool settings (`envpool.make_spec(task).config`),
+    not one sebulba sets itself (`sebulba.config.SEBULBA_ENV_KWARGS`, `FAMILY_ENV_KWARGS`),
+    with a value of the type of envpool's default.
+
+    Raises:
+      ConfigError: one line naming `env.kwargs.<key>` and, for an unknown key, close
+        matches among the task's settings.
+    """
+    from sebulba.config import SEBULBA_ENV_KWARGS, check_env_kwargs_form, env_kwargs
+
+    check_env_kwargs_form(env_config)
+    kwargs = env_kwargs(env_config)
+    env_id = env_config.id
+    if not kwargs:
+        return {}
+    if is_jax_env(env_id):
+        raise ConfigError(
+            f"env.kwargs ({', '.join(kwargs)}) sets envpool settings, but {env_id!r} is a "
+            "JAX env: leave env.kwargs empty"
+        )
+    family = envpool_families()[env_id]
+    owned = FAMILY_ENV_KWARGS.get(family, {})
+    defaults = _envpool_defaults(env_id)
+    for key, value in kwargs.items():
+        if key in owned:
+            instead = owned[key]
+            advice = (
+                f"use {instead} instead"
+                if instead
+                else f"sebulba's {_family_name(env_id)} protocol fixes it (sebulba.envs)"
+            )
+            raise ConfigError(
+                f"env.kwargs.{key} is set by sebulba for {_family_name(env_id)} tasks: {advice}"
+            )
+        if key not in defaults:
+            accepted = [k for k in defaults if k not in SEBULBA_ENV_KWARGS and k not in owned]
+            close = difflib.get_close_matches(key, accepted, n=3, cutoff=0.6)
+            hint = f"did you mean {' or '.join(map(repr, close))}? " if close else ""
+            raise ConfigError(
+                f"env.kwargs.{key} is not an envpool setting of {env_id}: {hint}"
+                f"its settings are {', '.join(accepted)}"
+            )
+        _check_kwarg_type(key, value, defaults[key], env_id)
+    return kwargs
+
+
+def _envpool_defaults(env_id: str) -> dict:
+    """A task's envpool settings with their values for it (no env is created)."""
+    import importlib
+
+    from envpool.registration import registry
+
+    check_system_libraries(env_id)
+    import_path, spec_class, registered = registry.specs[env_id]
+    spec_class = getattr(importlib.import_module(import_path), spec_class)
+    return {**spec_class.gen_config()._asdict(), **registered}
+
+
+def _check_kwarg_type(key: str, value, default, env_id: str) -> None:
+    """Refuses a value envpool's C++ spec would reject with a traceback (e.g. "200")."""
+    if isinstance(default, bool):
+        fits, kind = isinstance(value, bool | np.bool_), "True or False"
+    elif isinstance(default, int):
+        fits = isinstance(value, int | np.integer) and not isinstance(value, bool)
+        kind = "an integer"
+    elif isinstance(default, float):
+        fits = isinstance(value, int | float | np.number) and not isinstance(value, bool)
+        kind = "a number"
+    elif isinstance(default, str):
+        fits, kind = isinstance(value, str), "a string"
+    elif isinstance(default, list | tuple):
+        fits, kind = isinstance(value, list | tuple), "a list"
+    else:
+        fits, kind = True, ""
+    if not fits:
+        raise ConfigError(
+            f"env.kwargs.{key} must be {kind} (envpool's default for {env_id}: "
+            f"{default!r}), got {value!r}"
+        )
+
+
 def check_rendering(env_id: str) -> None:
     """Raises RenderingError, in one line, unless `make_envs(render=True)` can draw the task.
 
-    MuJoCo and dm_control tasks are tried in a child process in a scratch directory: a
-    failing MuJoCo render ends its process and writes MUJOCO_LOG.TXT where it runs. Every
-    other family draws without OpenGL.
+    Tasks of the MuJoCo-based families are tried in a child process in a scratch
+    directory: a failing MuJoCo render ends its process and writes MUJOCO_LOG.TXT where it
+    runs. Every other family draws without OpenGL, but for those envpool draws nothing for
+    (toy text, Google Research Football), refused here.
     """
+    _check_drawn(env_id)
     if envpool_families().get(env_id) not in _EGL_FAMILIES:
         return
     _check_egl(env_id)
@@ -281,6 +581,14 @@ def check_rendering(env_id: str) -> None:
             f"cannot render {env_id} on this machine ({lines[-1].strip()}): "
             f"{_family_name(env_id)} tasks render headless through EGL "
             f"(apt-get install -y {EGL_APT_PACKAGES})"
+        )
+
+
+def _check_drawn(env_id: str) -> None:
+    """Raises RenderingError for the families envpool has no drawing of."""
+    if envpool_families().get(env_id) in _UNRENDERED_FAMILIES:
+        raise RenderingError(
+            f"cannot render {env_id}: envpool draws no {_family_name(env_id)} task"
         )
 
 
@@ -454,6 +762,8 @@ def task_env_specs(env_config: ml_collections.ConfigDict, ids) -> dict[str, spac
     """Each task's `EnvSpec`, read from a one-env pool of it (closed again)."""
     from sebulba.tasks import task_env_config
 
+    for task_id in ids:  # Every task's env.kwargs before any env is made.
+        check_env_kwargs(task_env_config(env_config, task_id))
     specs = {}
     for task_id in ids:
         single = task_env_config(env_config, task_id)
@@ -466,6 +776,25 @@ def task_env_specs(env_config: ml_collections.ConfigDict, ids) -> dict[str, spac
         finally:
             pool.close()
     return specs
+
+
+def registry_env_spec(env_config: ml_collections.ConfigDict) -> spaces.EnvSpec:
+    """A task's `EnvSpec` from envpool's spec alone, without creating an env (milliseconds).
+
+    The spaces are those `make_envs` gives the task under the same settings (the
+    family's, `env.kwargs`), and every refusal a run makes before its envs is made here
+    too, so `python -m sebulba.envs` and tests/test_env_registry.py can walk the whole
+    registry in seconds.
+
+    Raises:
+      ConfigError: in one line, as a run would, for a task no run can train.
+    """
+    if is_jax_env(env_config.id):
+        return _jax_env_spec(env_config)
+    check_env_id(env_config.id)
+    kwargs = _family_kwargs(env_config)
+    kwargs.update(check_env_kwargs(env_config))
+    return env_spec_of(env_config, envpool.make_spec(env_config.id, **kwargs))
 
 
 def _jax_env_spec(env_config: ml_collections.ConfigDict) -> spaces.EnvSpec:
@@ -482,6 +811,9 @@ def real_time_step_s(env_id: str) -> float:
     """Seconds of game or simulated time one agent step spans (plays animations at 1x)."""
     if is_atari(env_id):
         return FRAMES_PER_AGENT_STEP / ATARI_FRAMES_PER_SECOND
+    if envpool_families().get(env_id) == _VIZDOOM_FAMILY:
+        frame_skip = _envpool_defaults(env_id)["frame_skip"]
+        return frame_skip / _VIZDOOM_TICS_PER_SECOND
     return _CLASSIC_CONTROL_STEP_S.get(env_id, _DEFAULT_STEP_S)
 
 

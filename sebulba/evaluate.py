@@ -2,6 +2,7 @@
 
     python -m sebulba.evaluate --workdir=DIR [--checkpoint=UPDATE] [--episodes=N] [--seed=S]
                                [--greedy] [--animation=FILE.gif] [--max_steps=T]
+                               [--levels=train,test]
 
 Loads the policy of the newest valid checkpoint of `DIR/checkpoints` (or UPDATE) onto
 one local device with `sebulba.policy.load_policy`, and plays it in envpool envs with
@@ -29,6 +30,18 @@ task is an Atari-57 game, the median and mean human-normalized score over the ta
 (`atari_median_hns`, `atari_mean_hns`). `--animation=clip.gif` then writes one GIF per
 task, `clip-<task id>.gif`.
 
+`--levels` (Procgen) plays the run's training levels (`train`: its `env.kwargs`
+num_levels and start_level), levels it never trained on (`test`: every level from
+start_level + num_levels up, Cobbe et al. 2020's test distribution less the training
+levels), or both (`--levels=train,test`), `--episodes` episodes each with the same seeds.
+eval.json then holds each set's fields, with its `start_level` and `num_levels`, under
+`levels` (name -> fields), the `generalization_gap` (train minus test mean return) when
+both are played, and `mean_return` and `episodes` at the top level (the mean on the test
+levels when they are played, else on the training levels; episodes over all sets); a
+multi-task run writes that per task under `tasks`. A run that trained on every level
+(num_levels 0) has no test levels, and a task of another family no levels: either is
+refused in one line before any work. Without `--levels` nothing changes.
+
 A run on a JAX-native env (Anakin, `env.id` = `SUITE:TASK`) plays its episodes with the
 `JaxEnv` in one jitted program (`sebulba.anakin.episodes`) under the same contract, the
 envs keyed from (seed, step, i) by an evaluation stream of their own, and writes the same
@@ -38,10 +51,12 @@ renderer.
 
 from __future__ import annotations
 
+import functools
 import logging as std_logging
 import math
 import os
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 import ml_collections
@@ -52,6 +67,8 @@ from sebulba import envs as envs_lib
 from sebulba import flag_errors, random_streams, tasks
 from sebulba.anakin import episodes as anakin_episodes
 from sebulba.atari_scores import RANDOM_AND_HUMAN_SCORES, human_normalized_score
+from sebulba.config import env_kwargs
+from sebulba.errors import ConfigError
 from sebulba.metrics import write_json
 from sebulba.policy import Policy, PolicyError, load_policy, load_run_config
 
@@ -59,6 +76,10 @@ from sebulba.policy import Policy, PolicyError, load_policy, load_run_config
 # draws 600x400); Atari's 160-pixel game screen is kept as it is.
 _MAX_ANIMATION_WIDTH = 320
 _MAX_GIF_DELAY_MS = 655_350  # GIF stores each frame's delay in 1/100 s in 16 bits.
+# `--levels`: Procgen's level sets. envpool draws each episode's level uniformly from
+# [start_level, start_level + num_levels), bounds held in C ints.
+LEVEL_SETS = ("train", "test")
+_MAX_LEVEL = 2**31 - 1
 
 
 class EvaluationError(Exception):
@@ -149,21 +170,29 @@ def evaluate(
     greedy: bool = False,
     animation: str | None = None,
     max_steps: int = 0,
+    levels: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Evaluates a checkpoint of `workdir`; writes and returns the `eval.json` payload.
 
-    `max_steps` > 0 ends every episode after that many agent steps.
+    `max_steps` > 0 ends every episode after that many agent steps. `levels`, names of
+    `LEVEL_SETS`, plays each of a Procgen run's level sets (module docstring).
 
     Raises:
       EvaluationError: no config, no (valid) checkpoint, a task this machine cannot
-        render for `animation`, or bad arguments.
+        render for `animation`, levels a run does not have, or bad arguments.
     """
     if episodes < 1 or num_envs < 1:
         raise EvaluationError(f"--episodes ({episodes}) and --num_envs must be >= 1")
     if max_steps < 0:
         raise EvaluationError(f"--max_steps ({max_steps}) must be >= 0 (0: no limit)")
+    levels = _check_level_names(levels)
     workdir = os.path.abspath(workdir)
     try:
+        if levels:
+            run_env = load_run_config(workdir).env
+            for task_id in tasks.task_ids(run_env):  # Refused before the policy loads.
+                for name in levels:
+                    level_env_config(tasks.task_env_config(run_env, task_id), name)
         if animation is not None:
             _check_animation_target(animation)
             for task_id in tasks.task_ids(load_run_config(workdir).env):
@@ -183,13 +212,17 @@ def evaluate(
         "agent": policy.config.agent.name,
         "seed": seed,
     }
+    if levels:
+        evaluate_one = functools.partial(_evaluate_levels, levels=levels)
+    else:
+        evaluate_one = _evaluate_task
     if len(ids) == 1:
-        task = _evaluate_task(policy, ids[0], episodes, seed, num_envs, animation, max_steps)
-        result = {**task, **run}
+        task = evaluate_one(policy, ids[0], episodes, seed, num_envs, animation, max_steps)
+        result = {**task, **run} if not levels else _levels_first(task, run)
         write_json(os.path.join(workdir, "eval.json"), result)
         return result
     per_task = {
-        task_id: _evaluate_task(
+        task_id: evaluate_one(
             policy,
             task_id,
             episodes,
@@ -201,9 +234,9 @@ def evaluate(
         for task_id in ids
     }
     result = {
-        # Every task plays `episodes` episodes: this is also the mean over all of them.
+        # Every task plays as many episodes: this is also the mean over all of them.
         "mean_return": float(np.mean([task["mean_return"] for task in per_task.values()])),
-        "episodes": episodes * len(ids),
+        "episodes": sum(task["episodes"] for task in per_task.values()),
         **run,
         "env_ids": list(ids),
     }
@@ -224,15 +257,21 @@ def _evaluate_task(
     num_envs: int,
     animation: str | None,
     max_steps: int,
+    env_config: ml_collections.ConfigDict | None = None,
 ) -> dict[str, Any]:
-    """The returns of `episodes` episodes of one task: the fields of a single-task eval.json."""
+    """The returns of `episodes` episodes of one task: the fields of a single-task eval.json.
+
+    `env_config`: the task's env section to play (None: the run's, for `task_id`).
+    """
+    if env_config is None:
+        env_config = tasks.task_env_config(policy.config.env, task_id)
     returns, lengths, frames = run_episodes(
         policy,
         episodes=episodes,
         seed=seed,
         num_envs=min(num_envs, episodes),
         record_first=animation is not None,
-        env_config=tasks.task_env_config(policy.config.env, task_id),
+        env_config=env_config,
         max_steps=max_steps,
     )
     result = {
@@ -255,6 +294,112 @@ def _evaluate_task(
     return result
 
 
+def _check_level_names(levels) -> tuple[str, ...]:
+    """`--levels` as a tuple of distinct names of `LEVEL_SETS`, in the order given."""
+    if isinstance(levels, str):
+        levels = levels.split(",")
+    names = tuple(name.strip() for name in levels or () if name.strip())
+    for name in names:
+        if name not in LEVEL_SETS:
+            raise EvaluationError(
+                f"--levels: unknown level set {name!r} (known: {', '.join(LEVEL_SETS)})"
+            )
+    if len(set(names)) != len(names):
+        raise EvaluationError(f"--levels names a level set twice: {','.join(names)}")
+    return names
+
+
+def level_env_config(
+    env_config: ml_collections.ConfigDict, name: str
+) -> tuple[ml_collections.ConfigDict, int, int]:
+    """One task's env section restricted to a Procgen level set, with its level range.
+
+    Args:
+      env_config: the `env` section of one task (`tasks.task_env_config`).
+      name: "train" (the levels the run trained on: its own settings) or "test" (every
+        level from its start_level + num_levels up to envpool's largest).
+
+    Returns:
+      (the env section to play, first level, number of levels).
+
+    Raises:
+      EvaluationError: the task is not Procgen, or the run left no level untrained.
+    """
+    task_id = env_config.id
+    if envs_lib.is_jax_env(task_id) or envs_lib.family_name(task_id) != "Procgen":
+        raise EvaluationError(
+            f"--levels: {task_id} is not a Procgen task; level sets are Procgen's "
+            "(env.kwargs num_levels and start_level)"
+        )
+    kwargs = env_kwargs(env_config)
+    try:
+        settings = envs_lib.envpool_config(task_id, kwargs)
+    except ConfigError as error:
+        raise EvaluationError(str(error)) from None
+    start, count = settings["start_level"], settings["num_levels"]
+    if name == "train":
+        return env_config, (0 if count <= 0 else start), (_MAX_LEVEL if count <= 0 else count)
+    first = start + count
+    if count <= 0 or first >= _MAX_LEVEL:
+        raise EvaluationError(
+            f"--levels=test: the run trained {task_id} on every level (env.kwargs "
+            f"num_levels {count}, start_level {start}), so none is held out; train with "
+            "e.g. --config.env.kwargs.num_levels=200 to test generalisation"
+        )
+    held_out = ml_collections.ConfigDict(env_config.to_dict())
+    held_out.kwargs = ml_collections.ConfigDict(
+        {**kwargs, "start_level": first, "num_levels": _MAX_LEVEL - first}
+    )
+    return held_out, first, _MAX_LEVEL - first
+
+
+def _evaluate_levels(
+    policy: Policy,
+    task_id: str,
+    episodes: int,
+    seed: int,
+    num_envs: int,
+    animation: str | None,
+    max_steps: int,
+    *,
+    levels: tuple[str, ...],
+) -> dict[str, Any]:
+    """One Procgen task played on each level set of `levels`, side by side.
+
+    The first set is animated, if any is. Returns the task's fields: `mean_return` (on
+    the test levels if played, else the training levels), `episodes` in all, `levels`
+    (set -> its range and single-task fields) and, with both sets, `generalization_gap`.
+    """
+    env_config = tasks.task_env_config(policy.config.env, task_id)
+    per_set = {}
+    for index, name in enumerate(levels):
+        level_config, first, count = level_env_config(env_config, name)
+        fields = _evaluate_task(
+            policy,
+            task_id,
+            episodes,
+            seed,
+            num_envs,
+            animation if index == 0 else None,
+            max_steps,
+            env_config=level_config,
+        )
+        per_set[name] = {"start_level": first, "num_levels": count, **fields}
+    headline = per_set["test" if "test" in per_set else "train"]
+    result = {"mean_return": headline["mean_return"], "episodes": episodes * len(levels)}
+    if len(per_set) == len(LEVEL_SETS):
+        gap = per_set["train"]["mean_return"] - per_set["test"]["mean_return"]
+        result["generalization_gap"] = float(gap)
+    result["levels"] = per_set
+    return result
+
+
+def _levels_first(task: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
+    """A single task's eval.json with level sets: the headline, the run, then the sets."""
+    headline = {key: value for key, value in task.items() if key != "levels"}
+    return {**headline, **run, "levels": task["levels"]}
+
+
 def _jax_animation_refusal(task_id: str) -> str:
     return (
         f"--animation: {task_id} is a JAX env, and the JAX suites have no common renderer: "
@@ -263,11 +408,14 @@ def _jax_animation_refusal(task_id: str) -> str:
 
 
 def _task_animation(animation: str | None, task_id: str) -> str | None:
-    """A multi-task run's GIF of one task: `clip.gif` -> `clip-<task id>.gif`."""
+    """A multi-task run's GIF of one task: `clip.gif` -> `clip-<task id>.gif`.
+
+    A "/" in the id (`MetaWorld/Reach-v3`) becomes "_": the GIF stays beside `clip.gif`.
+    """
     if animation is None:
         return None
     stem, extension = os.path.splitext(animation)
-    return f"{stem}-{task_id}{extension or '.gif'}"
+    return f"{stem}-{task_id.replace('/', '_')}{extension or '.gif'}"
 
 
 def _check_animation_target(path: str) -> None:
@@ -341,6 +489,14 @@ _ANIMATION = flags.DEFINE_string(
 )
 
 
+_LEVELS = flags.DEFINE_list(
+    "levels",
+    None,
+    "Procgen: play the run's training levels (train), levels it never trained on (test) "
+    "or both (train,test), reported side by side under `levels` in eval.json.",
+)
+
+
 def parse_flags(argv: list[str]) -> list[str]:
     """absl flag parsing that reports a bad or missing flag in one stderr line (status 2)."""
     try:
@@ -363,6 +519,7 @@ def main(argv: list[str]) -> None:
             greedy=_GREEDY.value,
             animation=_ANIMATION.value,
             max_steps=_MAX_STEPS.value,
+            levels=_LEVELS.value or (),
         )
     except EvaluationError as error:
         print(f"sebulba.evaluate: {error}", file=sys.stderr)
@@ -372,6 +529,11 @@ def main(argv: list[str]) -> None:
         f"checkpoint {result['checkpoint']} (step {result['global_step']})"
     )
     path = os.path.join(os.path.abspath(_WORKDIR.value), "eval.json")
+    if "levels" in result:
+        print(f"{policy} on {result['env_id']}:")
+        _print_levels(result, "  ")
+        print(f"wrote {path}")
+        return
     if "tasks" not in result:
         print(f"{policy} on {_task_line(result['env_id'], result)}; wrote {path}")
         if "animation" in result:
@@ -379,6 +541,10 @@ def main(argv: list[str]) -> None:
         return
     print(f"{policy} on {len(result['tasks'])} tasks:")
     for task_id, task in result["tasks"].items():
+        if "levels" in task:
+            print(f"  {task_id}:")
+            _print_levels(task, "    ")
+            continue
         print(f"  {_task_line(task_id, task)}")
         if "animation" in task:
             print(f"    animation of episode 0 ({task['lengths'][0]} steps): {task['animation']}")
@@ -390,6 +556,19 @@ def main(argv: list[str]) -> None:
             f"mean {result['atari_mean_hns']:.3f}"
         )
     print(f"{line}; wrote {path}")
+
+
+def _print_levels(task: dict, indent: str) -> None:
+    """One line per level set of a task, then its generalisation gap."""
+    for name, fields in task["levels"].items():
+        first, count = fields["start_level"], fields["num_levels"]
+        last = "up" if first + count >= _MAX_LEVEL else f"to {first + count - 1}"
+        print(f"{indent}{_task_line(f'{name} levels ({first} {last})', fields)}")
+        if "animation" in fields:
+            steps = fields["lengths"][0]
+            print(f"{indent}  animation of episode 0 ({steps} steps): {fields['animation']}")
+    if "generalization_gap" in task:
+        print(f"{indent}generalization gap (train - test): {task['generalization_gap']:.3f}")
 
 
 def _task_line(task_id: str, task: dict) -> str:

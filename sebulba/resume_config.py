@@ -42,6 +42,11 @@ MAY_CHANGE_ON_RESUME: dict[str, str] = {
 }
 
 
+# Keys holding a dict of settings (envpool's): each setting is compared on its own, and
+# one set on one side only is "not set" on the other (the env's default applies there).
+_DICT_VALUED = ("env.kwargs.",)
+
+
 def may_change_on_resume(key: str) -> bool:
     """Whether the dotted config `key` may differ from the stored config on resume."""
     return any(fnmatch.fnmatchcase(key, pattern) for pattern in MAY_CHANGE_ON_RESUME)
@@ -86,13 +91,16 @@ def differences(
     """Describes every key that differs and may not, as "key (stored X, requested Y)".
 
     A key the stored config lacks was added to sebulba after that run started: it
-    ran with the key's default, so only the default is accepted.
+    ran with the key's default, so only the default is accepted. A setting inside
+    `env.kwargs` differs if it is set on one side only or to another value.
     """
     found = []
     for key in sorted(set(stored) | set(requested)):
         if may_change_on_resume(key):
             continue
-        if key not in requested:
+        if key.startswith(_DICT_VALUED) and (key not in stored or key not in requested):
+            found.append(f"{key} (stored{_side(stored, key)}, requested{_side(requested, key)})")
+        elif key not in requested:
             found.append(f"{key} (stored {stored[key]!r}, requested: no such key)")
         elif key not in stored:
             default = defaults.get(key)
@@ -103,6 +111,10 @@ def differences(
         elif stored[key] != requested[key]:
             found.append(f"{key} (stored {stored[key]!r}, requested {requested[key]!r})")
     return found
+
+
+def _side(values: dict[str, Any], key: str) -> str:
+    return f" {values[key]!r}" if key in values else ": not set"
 
 
 def check(config: ml_collections.ConfigDict, workdir: str) -> None:

@@ -12,6 +12,20 @@ Host-side conversions live here too, so every caller converts alike:
 float32, Discrete entries int32), and each action spec's `to_env` turns a batch of
 actions into what the env steps with (Box actions are clipped to the bounds there,
 while the unclipped sample is what the agent stores and learns from).
+
+Spaces of the wider envpool families map onto the same few kinds:
+
+* Nested dict observations (Jumanji's `agent_position: {row, col}`, FrankaKitchen's
+  goals) become one flat dict, nested names joined by "_" (`agent_position_row`), as
+  Jumanji's Anakin adapter names them; `host_observation` flattens envpool's nested
+  dicts alike, so actors, evaluation and `load_policy` see the same entries.
+* MultiBinary observations (pgx's planes, Jumanji's masks) are float32 arrays of 0/1:
+  the networks scale uint8 entries as pixels (by 1/255), which a 0/1 mask is not.
+  An action mask (Jumanji's `action_mask`) stays an ordinary entry under envpool's name.
+* A Discrete observation that does not start at 0 (Jumanji TSP's `position`, from -1)
+  is kept as its integer value, without `num_values`: an embedding needs 0 .. n - 1.
+* An integer Box action [K] with lower bounds 0 (Jumanji's multi-part actions, e.g.
+  BinPack's (space, item)) is the `MultiDiscrete` of its bounds + 1.
 """
 
 from __future__ import annotations
@@ -115,8 +129,8 @@ class EnvSpec:
 
     Attributes:
       env_id: envpool task id, e.g. "CartPole-v1".
-      observation: a pytree of `ArraySpec`: a dict of them for dict observations
-        (dm_control, MiniGrid), one `ArraySpec` otherwise.
+      observation: a pytree of `ArraySpec`: a flat dict of them for dict observations
+        (dm_control, MiniGrid, Jumanji's nested ones flattened), one `ArraySpec` otherwise.
       action: the action space.
       is_atari: whether observations are stacked 84x84 frames of an Atari game.
     """
@@ -213,37 +227,91 @@ def select_components(observation: Any, indices: tuple[int, ...], env_id: str) -
     return dataclasses.replace(observation, shape=(len(indices),), components=indices)
 
 
+# Joins the names of nested dict observations: {"a": {"b": x}} -> {"a_b": x}.
+NAME_SEPARATOR = "_"
+
+
 def dict_tree(obs: Any) -> Any:
-    """envpool's dict observations as plain dicts (pytrees); arrays unchanged."""
-    if hasattr(obs, "keys") and not isinstance(obs, np.ndarray):
-        return {key: obs[key] for key in obs.keys()}
-    return obs
+    """envpool's dict observations as one flat plain dict (a pytree); arrays unchanged.
+
+    Nested dicts are flattened, names joined by `NAME_SEPARATOR`, as
+    `observation_spec_of` names their entries.
+    """
+    if not _is_mapping(obs):
+        return obs
+    return dict(_flat_arrays(obs, ()))
+
+
+def _is_mapping(obs: Any) -> bool:
+    return hasattr(obs, "keys") and not isinstance(obs, np.ndarray)
+
+
+def _flat_arrays(obs, path: tuple[str, ...]) -> list[tuple[str, Any]]:
+    """(joined name, array) of a nested dict of arrays, depth first in its key order."""
+    items = []
+    for key in obs.keys():
+        value = obs[key]
+        if _is_mapping(value):
+            items.extend(_flat_arrays(value, (*path, key)))
+        else:
+            items.append((NAME_SEPARATOR.join((*path, key)), value))
+    return items
+
+
+def _is_dict_space(space) -> bool:
+    return type(space).__name__ == "Dict"
+
+
+def _flat_spaces(space, path: tuple[str, ...]) -> list[tuple[str, Any]]:
+    """(joined name, space) of a nested gymnasium Dict, in `_flat_arrays`' order."""
+    items = []
+    for key, sub in space.spaces.items():
+        if _is_dict_space(sub):
+            items.extend(_flat_spaces(sub, (*path, key)))
+        else:
+            items.append((NAME_SEPARATOR.join((*path, key)), sub))
+    return items
 
 
 def _array_spec(space, env_id: str, name: str) -> ArraySpec:
     kind = type(space).__name__
     if kind == "Discrete":
         if int(getattr(space, "start", 0)) != 0:
-            raise ConfigError(f"env.id {env_id!r} observation {name}{space} does not start at 0")
+            # Values start..start+n-1 are no embedding's indices: kept as numbers.
+            return ArraySpec((), "int32")
         return ArraySpec((), "int32", int(space.n))
     if kind == "Box":
         dtype = np.dtype(space.dtype).name
         return ArraySpec(tuple(space.shape), _HOST_DTYPES.get(dtype, dtype))
+    if kind == "MultiBinary":
+        return ArraySpec(tuple(int(n) for n in np.atleast_1d(space.shape)), "float32")
     raise ConfigError(
         f"env.id {env_id!r} has an unsupported observation space {name}{space}: "
-        "observations must be Box or Discrete arrays, or a dict of them"
+        "observations must be Box, Discrete or MultiBinary arrays, or a (nested) dict of them"
     )
 
 
 def observation_spec_of(space, env_id: str) -> Any:
-    """The observation spec of a gymnasium space: Box, Discrete, or a Dict of them.
+    """The observation spec of a gymnasium space: Box, Discrete, MultiBinary, or a Dict.
+
+    A nested Dict becomes one flat dict, names joined by `NAME_SEPARATOR`
+    (`agent_position_row`), in the order `dict_tree` flattens envpool's observations.
 
     Raises:
-      ConfigError: naming env.id and the space, for any other space.
+      ConfigError: naming env.id and the space, for any other space, or for nested
+        names that join to the same name.
     """
-    if type(space).__name__ == "Dict":
-        return {name: _array_spec(sub, env_id, f"{name!r}: ") for name, sub in space.spaces.items()}
-    return _array_spec(space, env_id, "")
+    if not _is_dict_space(space):
+        return _array_spec(space, env_id, "")
+    items = _flat_spaces(space, ())
+    names = [name for name, _ in items]
+    clash = next((name for name in names if names.count(name) > 1), None)
+    if clash is not None:
+        raise ConfigError(
+            f"env.id {env_id!r} observes two entries named {clash!r} once nested names "
+            f"are joined by {NAME_SEPARATOR!r}"
+        )
+    return {name: _array_spec(sub, env_id, f"{name!r}: ") for name, sub in items}
 
 
 def action_spec_of(space, env_id: str) -> ActionSpec:
@@ -262,9 +330,16 @@ def action_spec_of(space, env_id: str) -> ActionSpec:
     from_zero = not np.any(getattr(space, "start", 0))
     if kind == "MultiDiscrete" and np.ndim(space.nvec) == 1 and from_zero:
         return MultiDiscrete(tuple(int(n) for n in space.nvec))
+    if kind == "Box" and np.issubdtype(space.dtype, np.integer) and len(space.shape) == 1:
+        low = np.broadcast_to(space.low, space.shape)
+        high = np.broadcast_to(space.high, space.shape)
+        # Integer choices 0..high per component: a MultiDiscrete that envpool calls a Box.
+        if not np.any(low) and np.all(high >= 0) and np.all(high < np.iinfo(np.int32).max):
+            return MultiDiscrete(tuple(int(n) + 1 for n in high))
     raise ConfigError(
         f"env.id {env_id!r} has an unsupported action space {space}: actions must be "
-        "Discrete (from 0), a float Box or a 1-D MultiDiscrete (from 0)"
+        "Discrete (from 0), a float Box, a 1-D MultiDiscrete (from 0) or a 1-D integer "
+        "Box from 0"
     )
 
 
