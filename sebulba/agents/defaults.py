@@ -102,7 +102,7 @@ def ppo_config() -> ml_collections.ConfigDict:
     config = ml_collections.ConfigDict()
     config.name = "ppo"  # Agent to train: built-in name or dotted module path.
     config.num_steps = 128  # Steps per env per rollout (T).
-    config.network = "mlp"  # mlp | nature_cnn | impala_resnet | multi_input.
+    config.network = "mlp"  # mlp | nature_cnn | impala_resnet | multi_input | minatar.
     config.core = "none"  # none | lstm: an LSTM between the network's torso and its heads.
     config.lstm_size = 128  # LSTM units (agent.core="lstm"; CleanRL ppo_atari_lstm: 128).
     config.learning_rate = 2.5e-4  # Adam step size at the first update.
@@ -145,7 +145,7 @@ def impala_config() -> ml_collections.ConfigDict:
     config = ml_collections.ConfigDict()
     config.name = "impala"  # Agent to train: built-in name or dotted module path.
     config.num_steps = 20  # Steps per env per rollout (T); V-trace runs over all of them.
-    config.network = "mlp"  # mlp | nature_cnn | impala_resnet | multi_input.
+    config.network = "mlp"  # mlp | nature_cnn | impala_resnet | multi_input | minatar.
     config.core = "none"  # none | lstm: an LSTM between the network's torso and its heads.
     config.lstm_size = 256  # LSTM units (agent.core="lstm"; the IMPALA paper's: 256).
     config.learning_rate = 6e-4  # RMSProp step size at the first update.

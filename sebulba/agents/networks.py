@@ -12,6 +12,10 @@
   scalars flattened, channels-last images [H, W, C] through a small CNN, discrete
   entries through a learned embedding) and concatenates them into one embedding, which
   feeds separate 2x64 tanh actor and critic MLPs as in "mlp".
+* "minatar": the small CNN of pgx's MinAtar PPO example: one 2x2 convolution (32
+  filters, SAME), 2x2 average pooling, a 64-unit dense layer, then separate 2x64 tanh
+  actor and critic MLPs. Takes channels-last grids [H, W, C] of any channel count
+  (MinAtar's [10, 10, C], C = 4 to 10; "multi_input" takes images of C <= 4 only).
 
 Every network returns `(policy parameters, value [B])`; the policy parameters come from
 the policy head of the action space's distribution (`sebulba.agents.distributions`):
@@ -125,6 +129,25 @@ class AnyObservation:
         )
 
 
+@dataclasses.dataclass(frozen=True)
+class ChannelsLastGrid:
+    """Arrays [H, W, C] of any dtype and channel count, H and W >= 2 (the pooling's window).
+
+    Only a channels-first image (a few channels leading, e.g. Atari's [4, 84, 84]) is
+    refused among rank-3 arrays: its layout is the one a shape can tell apart.
+    """
+
+    description: str = "channels-last grids [H, W, C] (any C, H and W >= 2)"
+
+    def accepts(self, observation: Any) -> bool:
+        return (
+            isinstance(observation, ArraySpec)
+            and len(observation.shape) == 3
+            and min(observation.shape[:2]) >= 2
+            and image_layout(observation) != "CHW"
+        )
+
+
 FEATURE_VECTOR = ObservationKind("a flat feature vector [D]", rank=1)
 # Channels first (Atari's frame stacks) or last (rendered colour images), C <= 4; the
 # torso scales uint8 pixels to [0, 1] and puts channels last. Nature CNN's three VALID
@@ -132,6 +155,7 @@ FEATURE_VECTOR = ObservationKind("a flat feature vector [D]", rank=1)
 NATURE_PIXELS = Pixels(36, "uint8 images [C, H, W] or [H, W, C] (C <= 4, H and W >= 36)")
 RESNET_PIXELS = Pixels(1, "uint8 images [C, H, W] or [H, W, C] (C <= 4)")
 ANY_OBSERVATION = AnyObservation()
+GRID = ChannelsLastGrid()
 
 
 def _dense(features: int, gain: float) -> nn.Dense:
@@ -348,11 +372,39 @@ class ImpalaResNet(nn.Module):
         return nn.relu(_dense(256, _HIDDEN_GAIN)(x))
 
 
+class MinAtarCNN(nn.Module):
+    """pgx's MinAtar PPO network: grids [B, H, W, C] -> (policy parameters, value [B])."""
+
+    observation: ClassVar[ChannelsLastGrid] = GRID
+    policy_head: nn.Module
+    conv_init: str = "orthogonal"
+    hidden: Sequence[int] = (64, 64)
+    core: nn.Module | None = None
+    value_heads: int | None = None  # PopArt: one value per task [B, K].
+
+    @nn.compact
+    def __call__(self, obs, carry=None, starts=None):
+        return recurrent.through_core(self, self.torso, self.heads, obs, carry, starts)
+
+    def heads(self, x):
+        return _ActorCritic(self.policy_head, self.hidden, self.value_heads)(x)
+
+    def torso(self, obs):
+        # MinAtar's grids are 0/1 already; uint8 ones would be pixels, scaled like frames.
+        scale = 1.0 / 255.0 if obs.dtype == jnp.uint8 else 1.0
+        x = obs.astype(jnp.float32) * scale
+        x = nn.relu(_conv(self.conv_init, 32, 2, padding="SAME")(x))
+        x = nn.avg_pool(x, (2, 2), (2, 2), padding="VALID")
+        x = x.reshape(x.shape[0], -1)
+        return nn.relu(_dense(64, _HIDDEN_GAIN)(x))
+
+
 NETWORKS = {
     "mlp": MLP,
     "nature_cnn": NatureCNN,
     "impala_resnet": ImpalaResNet,
     "multi_input": MultiInput,
+    "minatar": MinAtarCNN,
 }
 
 

@@ -1,0 +1,59 @@
+"""MinAtar: the "minatar" network and configs/ppo_minatar.py (PPO on gymnax's MinAtar)."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from sebulba import train
+from sebulba.agents.api import ArraySpec, Discrete, EnvSpec
+from sebulba.agents.networks import check_network_fits, make_network
+from sebulba.errors import ConfigError
+from tests.helpers import read_metrics, read_summary
+from tests.test_config_variants import load_config
+
+GAMES = ("Breakout", "Asterix", "Freeway", "SpaceInvaders", "Seaquest")
+
+
+def test_the_minatar_network_refuses_a_vector_in_one_line_and_takes_any_channel_count():
+    vector = EnvSpec("gymnax:CartPole-v1", ArraySpec((4,), "float32"), Discrete(2))
+    with pytest.raises(ConfigError) as refused:
+        check_network_fits("minatar", vector)
+    message = str(refused.value)
+    assert "\n" not in message
+    assert message.startswith("agent.network 'minatar' takes channels-last grids [H, W, C]")
+    assert message.endswith("observes float32 [4]: use agent.network=mlp or multi_input")
+    # Atari's frame stacks are channels first: the one rank-3 layout a shape tells apart.
+    frames = EnvSpec("Breakout-v5", ArraySpec((4, 84, 84), "uint8"), Discrete(18))
+    with pytest.raises(ConfigError, match="agent.network 'minatar' takes"):
+        check_network_fits("minatar", frames)
+    for channels in (4, 7, 10):  # Breakout's, Freeway's and Seaquest's grids.
+        spec = ArraySpec((10, 10, channels), "float32")
+        check_network_fits("minatar", EnvSpec("gymnax:MinAtar", spec, Discrete(3)))
+        network = make_network("minatar", Discrete(3), observation=spec)
+        # Shapes only (nothing runs): the test stays seconds long under a busy CPU.
+        params = jax.eval_shape(network.init, jax.random.key(0), jnp.zeros((1, 10, 10, channels)))
+        shapes = [leaf.shape for leaf in jax.tree.leaves(params)]
+        # One 2x2 convolution over every channel; pooled to 5 x 5 x 32 before the dense.
+        assert [shape for shape in shapes if len(shape) == 4] == [(2, 2, channels, 32)]
+        assert (5 * 5 * 32, 64) in shapes
+
+
+def test_every_game_variant_names_its_gymnax_id():
+    for game in GAMES:
+        assert load_config("ppo_minatar", game).env.id == f"gymnax:{game}-MinAtar"
+    assert load_config("ppo_minatar").env.id == "gymnax:Breakout-MinAtar"
+    with pytest.raises(ValueError, match="unknown variant 'Pong' of ppo_minatar .*Breakout"):
+        load_config("ppo_minatar", "Pong")
+
+
+def test_the_breakout_smoke_run_trains_with_finite_losses(tmp_path):
+    config = load_config("ppo_minatar", "Breakout,smoke")
+    config.log.tensorboard = False
+    train.train(config, str(tmp_path))
+    summary = read_summary(str(tmp_path))
+    assert summary["env_id"] == "gymnax:Breakout-MinAtar" and summary["policy_lag"] == 0
+    assert summary["updates"] == 4 and summary["global_step"] == 8 * 16 * 4
+    losses = [v for m in read_metrics(str(tmp_path)) for k, v in m.items() if "loss" in k]
+    assert losses and all(math.isfinite(v) for v in losses)
