@@ -9,30 +9,12 @@ no actors to overlap with the learner (docs/anakin.md).
 Variants: `:smoke` is a seconds-long run used by the tests.
 """
 
-from sebulba.agents import defaults
-from sebulba.config import base_config, parse_variant
+from sebulba.config import parse_variant, sibling_config
 
 
 def get_config(arg: str | None = None):
-    variant = parse_variant(arg, "ppo_cartpole_anakin")
-    config = base_config(defaults.ppo_config())
+    parse_variant(arg, "ppo_cartpole_anakin")  # Only :smoke; the task is gymnax's CartPole.
+    config = sibling_config(__file__, "ppo_cartpole", arg)
     config.env.id = "gymnax:CartPole-v1"
-    config.env.num_envs = 4
-    config.total_timesteps = 500_000
     config.pipeline.policy_lag = 0
-    config.agent.network = "mlp"
-    config.agent.num_steps = 128
-    config.agent.learning_rate = 2.5e-4
-    config.agent.num_minibatches = 4
-    config.agent.update_epochs = 4
-    config.agent.clip_coef = 0.2
-    config.agent.ent_coef = 0.01
-    config.log.every_updates = 10
-    if "smoke" in variant:
-        config.env.num_envs = 8
-        config.total_timesteps = 8 * 16 * 4
-        config.agent.num_steps = 16
-        config.agent.num_minibatches = 2
-        config.agent.update_epochs = 2
-        config.log.every_updates = 1
     return config
