@@ -18,13 +18,28 @@ is a seconds-long run.
 from sebulba.config import jax_suite_tasks, parse_variant, sibling_config
 
 SUITE = "brax"
+# Brax's registry (brax 0.14); tests/test_config_variants.py keeps this list in step with it.
+TASKS = (
+    "ant",
+    "fast",
+    "halfcheetah",
+    "hopper",
+    "humanoid",
+    "humanoidstandup",
+    "inverted_pendulum",
+    "inverted_double_pendulum",
+    "pusher",
+    "reacher",
+    "swimmer",
+    "walker2d",
+)
 
 
 def get_config(arg: str | None = None):
     variant = parse_variant(
         arg,
         "ppo_brax",
-        tasks=jax_suite_tasks(SUITE),
+        tasks=jax_suite_tasks(TASKS),
         tasks_known="a Brax task such as inverted_pendulum, hopper or ant",
     )
     config = sibling_config(__file__, "ppo_mujoco")

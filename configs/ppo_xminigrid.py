@@ -16,13 +16,43 @@ from sebulba.agents import defaults
 from sebulba.config import base_config, jax_suite_tasks, parse_variant
 
 SUITE = "xminigrid"
+# The suite's MiniGrid tasks (xminigrid 0.9; its XLand tasks need a downloaded ruleset and
+# are refused); tests/test_config_variants.py keeps this list in step with the registry.
+TASKS = tuple(
+    f"MiniGrid-{name}"
+    for name in (
+        "BlockedUnlockPickUp",
+        "DoorKey-5x5",
+        "DoorKey-6x6",
+        "DoorKey-8x8",
+        "DoorKey-16x16",
+        "Empty-5x5",
+        "Empty-6x6",
+        "Empty-8x8",
+        "Empty-16x16",
+        "EmptyRandom-5x5",
+        "EmptyRandom-6x6",
+        "EmptyRandom-8x8",
+        "EmptyRandom-16x16",
+        "FourRooms",
+        "LockedRoom",
+        "MemoryS8",
+        "MemoryS16",
+        "MemoryS32",
+        "MemoryS64",
+        "MemoryS128",
+        "Playground",
+        "Unlock",
+        "UnlockPickUp",
+    )
+)
 
 
 def get_config(arg: str | None = None):
     variant = parse_variant(
         arg,
         "ppo_xminigrid",
-        tasks=jax_suite_tasks(SUITE),
+        tasks=jax_suite_tasks(TASKS),
         tasks_known="an XLand-MiniGrid task such as MiniGrid-DoorKey-5x5",
     )
     config = base_config(defaults.ppo_config())

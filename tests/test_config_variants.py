@@ -13,11 +13,20 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = sorted(f[:-3] for f in os.listdir(os.path.join(ROOT, "configs")) if f.endswith(".py"))
 
 
-def load_config(name, arg=None):
+def _config_module(name):
     spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "configs", f"{name}.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.get_config(arg)
+    return module
+
+
+def load_config(name, arg=None):
+    return _config_module(name).get_config(arg)
+
+
+def _minigrid(task):
+    # XLand-MiniGrid's XLand tasks need a downloaded ruleset: the adapter refuses them.
+    return task.startswith("MiniGrid-")
 
 
 def test_parse_variant_takes_keywords_and_one_task_in_any_order():
@@ -84,3 +93,23 @@ def test_the_continuous_config_trains_a_box2d_task_as_a_smoke_run(tmp_path):
     config.log.tensorboard = False
     train.train(config, str(tmp_path))
     assert [line["update"] for line in read_metrics(str(tmp_path))] == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize(
+    "name, suite, keep",
+    [("ppo_brax", "brax", lambda task: True), ("ppo_xminigrid", "xminigrid", _minigrid)],
+)
+def test_an_anakin_config_lists_the_tasks_its_suite_offers(name, suite, keep):
+    """The task list an Anakin config parses its variants with is its suite's registry
+    (the tasks the adapter makes), so no task is missing and none is invented."""
+    from sebulba.anakin import suites
+    from sebulba.errors import ConfigError
+
+    try:
+        offered = suites.task_ids(suite)
+    except ConfigError:
+        pytest.skip(f"the {suite} suite is not installed")
+    module = _config_module(name)
+    assert set(module.TASKS) == {task for task in offered if keep(task)}
+    for task in module.TASKS:
+        assert load_config(name, f"{task},smoke").env.id == f"{suite}:{task}"
