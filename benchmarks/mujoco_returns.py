@@ -1,7 +1,7 @@
 """PPO on MuJoCo at 1M env steps next to CleanRL's `ppo_continuous_action`, over seeds.
 
-    python benchmarks/mujoco.py --out=bench_out/mujoco            # 3 tasks x 3 seeds
-    python benchmarks/mujoco.py --tasks=Hopper-v4 --seeds=1,2,3 --out=DIR
+    python benchmarks/mujoco_returns.py --out=bench_out/mujoco            # 3 tasks x 3 seeds
+    python benchmarks/mujoco_returns.py --tasks=Hopper-v4 --seeds=1,2,3 --out=DIR
 
 Runs `configs/ppo_mujoco.py:<task>` (CleanRL's hyperparameters, 1M steps) once per task
 and seed, one run after another, each in `OUT/<task>_seed<seed>/` (a normal workdir).
@@ -10,6 +10,9 @@ benchmark keeps what finished; at the end (or with `--table_only`) it prints a m
 table: per task, the final return (the mean of the last 100 finished episodes of each
 seed, `summary.json`'s `mean_return`) as mean ± std over seeds, wall time and steps/s,
 beside CleanRL's published 1M-step returns.
+
+Not named `mujoco.py`: a script's folder comes first on `sys.path`, so that name would
+hide the MuJoCo package from every script here (Brax imports it).
 """
 
 from __future__ import annotations
