@@ -317,25 +317,32 @@ class AnakinRunner:
             state, behaviour, self.acting, metrics, episodes = self._compiled(
                 state, behaviour, self.acting, np.int32(update)
             )
-            returns, lengths, env_ids = episodes.in_env_order()
-            report = UpdateReport(
-                update=update,
-                global_step=update * sizes.steps_per_update,
-                actor_policy_version=required_policy_version(update, self.policy_lag),
-                learner_policy_version=update + 1,
-                # One program: the learner never waits for data, nor acting for parameters.
-                rollout_wait_s=0.0,
-                params_wait_s=0.0,
-                episode_returns=returns,
-                episode_lengths=lengths,
-                episode_env_ids=env_ids,
-                agent_metrics=metrics,
-            )
+            report = update_report(update, sizes, self.policy_lag, episodes, metrics)
             if on_update is not None:
                 on_update(report, state)
             if should_stop is not None and should_stop():
                 break
         return state
+
+
+def update_report(
+    update: int, sizes: Sizes, policy_lag: int, episodes: FinishedEpisodes, metrics
+) -> UpdateReport:
+    """What an Anakin update reports to the metrics and checkpoints (the pipeline's form)."""
+    returns, lengths, env_ids = episodes.in_env_order()
+    return UpdateReport(
+        update=update,
+        global_step=update * sizes.steps_per_update,
+        actor_policy_version=required_policy_version(update, policy_lag),
+        learner_policy_version=update + 1,
+        # One program: the learner never waits for data, nor acting for parameters.
+        rollout_wait_s=0.0,
+        params_wait_s=0.0,
+        episode_returns=returns,
+        episode_lengths=lengths,
+        episode_env_ids=env_ids,
+        agent_metrics=metrics,
+    )
 
 
 def describe_schedule(policy_lag: int) -> str:

@@ -34,11 +34,10 @@ from sebulba import checkpoint as ckpt_lib
 from sebulba import resume_config
 from sebulba import workdir as workdir_lib
 from sebulba.agents import resolve_agent
-from sebulba.anakin.runner import AnakinRunner, FinishedEpisodes
+from sebulba.anakin.runner import AnakinRunner, update_report
 from sebulba.errors import ConfigError
 from sebulba.memory import update_compiler_options
 from sebulba.mesh import BATCH_AXIS
-from sebulba.pipeline import UpdateReport, required_policy_version
 
 
 def seed_workdir(workdir: str, seed: int) -> str:
@@ -250,22 +249,10 @@ def train_seeds(
                 current.update(behaviours=behaviours, actings=actings)
                 metrics, episodes = jax.device_get((metrics, episodes))
                 for i, saver in enumerate(checkpoints):
-                    returns, lengths, env_ids = FinishedEpisodes(
-                        *(x[i] for x in (episodes.ended, episodes.returns, episodes.lengths))
-                    ).in_env_order()
-                    report = UpdateReport(
-                        update=update,
-                        global_step=update * sizes.steps_per_update,
-                        actor_policy_version=required_policy_version(
-                            update, config.pipeline.policy_lag
-                        ),
-                        learner_policy_version=update + 1,
-                        rollout_wait_s=0.0,
-                        params_wait_s=0.0,
-                        episode_returns=returns,
-                        episode_lengths=lengths,
-                        episode_env_ids=env_ids,
-                        agent_metrics={name: value[i] for name, value in metrics.items()},
+                    seed_episodes = jax.tree.map(lambda x, i=i: x[i], episodes)
+                    seed_metrics = {name: value[i] for name, value in metrics.items()}
+                    report = update_report(
+                        update, sizes, config.pipeline.policy_lag, seed_episodes, seed_metrics
                     )
                     saver.on_update(report, lambda i=i, states=states: _take(states, i))
                 if checkpoints[0].should_stop():
