@@ -4,6 +4,8 @@
     python benchmarks/default_runs.py --config=impala_cartpole --seeds=1,2,3,4,5  # ~3 min
     python benchmarks/default_runs.py --config=ppo_memory --name=ppo_memory_feedforward \
         --set agent.core=none --seeds=1
+    python benchmarks/default_runs.py --config=ppo_minatar:Asterix --name=ppo_minatar_asterix \
+        --seeds=1
 
 Each seed is the README's command, `python -m sebulba.main --config=configs/NAME.py
 --workdir=DIR --config.seed=S` (TensorBoard off; each `--set KEY=VALUE` added as
@@ -32,12 +34,18 @@ import records
 SUMMARY_KEYS = ("mean_return", "params_checksum", "sps", "wall_time_s", "updates", "global_step")
 
 
+def config_path(config: str) -> str:
+    """ "ppo_minatar:Asterix" -> "configs/ppo_minatar.py:Asterix" (a variant after the colon)."""
+    name, colon, variant = config.partition(":")
+    return f"configs/{name}.py{colon}{variant}"
+
+
 def command(config: str, seed: int, workdir: str, overrides: tuple[str, ...] = ()) -> list[str]:
     return [
         sys.executable,
         "-m",
         "sebulba.main",
-        f"--config=configs/{config}.py",
+        f"--config={config_path(config)}",
         f"--workdir={workdir}",
         f"--config.seed={seed}",
         "--config.log.tensorboard=False",
@@ -79,7 +87,9 @@ def run(config: str, seed: int, eval_episodes: int = 0, overrides: tuple[str, ..
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", required=True, help="a config in configs/, e.g. ppo_cartpole")
+    parser.add_argument(
+        "--config", required=True, help="configs/NAME.py, e.g. ppo_cartpole or ppo_minatar:Asterix"
+    )
     parser.add_argument("--set", action="append", default=[], help="KEY=VALUE, config override")
     parser.add_argument("--name", default=None, help="the record's name (default: the config)")
     parser.add_argument("--seeds", default="1,2,3,4,5")
