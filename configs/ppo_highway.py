@@ -6,18 +6,19 @@ meta-actions (Discrete: lane left, idle, lane right, faster, slower); the parkin
 observe goal-conditioned dicts (`observation`, `achieved_goal`, `desired_goal`) and
 LaneKeeping a dict of state vectors, and steer with continuous (Box) actions, as do
 Intersection-v1 and the racetracks. The `multi_input` network flattens the table (or
-each entry of the dict) and feeds separate 64-64 tanh actor and critic; observations are
-normalised by running statistics (the parking dicts are not normalised by the env).
+each entry of the dict, or the grids of three axes: the racetracks' occupancy grid
+[2, 12, 12], the time-to-collision grids [3, 3, T] of TwoWay and UTurn) and feeds
+separate 64-64 tanh actor and critic; observations are normalised by running statistics
+(the parking dicts are not normalised by the env).
 Discount 0.8, the horizon highway-env's own training examples use; otherwise baselines'
 PPO defaults (8 envs x 128 steps, 4 minibatches x 10 epochs, step size 5e-4 annealed,
 clip 0.2, entropy 0.01), untuned; 200k env steps.
 
 `:HighwayFast-v0` (the default), `:Merge-v0`, `:Roundabout-v0`, `:Parking-v0` or any other
 envpool highway-env task id selects the task (the lower-case aliases too). Refused: the
-multi-agent intersections (`python -m sebulba.envs highway` says why), and the tasks whose
-observation no built-in network takes (the racetracks' occupancy grid [2, 12, 12], the
-time-to-collision grids [3, 3, T] of TwoWay and UTurn; docs/environments.md). `:smoke` is
-a seconds-long run used by the tests (with a task: `:Parking-v0,smoke`).
+multi-agent intersections (`python -m sebulba.envs highway` says why;
+docs/environments.md). `:smoke` is a seconds-long run used by the tests (with a task:
+`:Parking-v0,smoke`).
 """
 
 from sebulba.agents import defaults

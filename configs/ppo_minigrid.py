@@ -10,10 +10,10 @@ PPO defaults (the rl-starter-files' ones for MiniGrid): 16 envs x 128 steps, 4 m
 `:MiniGrid-DoorKey-5x5-v0` (the default) or any other envpool MiniGrid/BabyAI task id
 selects the task; so does any Jumanji task (`:Snake-v1`, `:Game2048-v1`, `:Maze-v0`, ...),
 untuned there: its dict (nested names joined, `agent_position_row`), with the
-`action_mask` an ordinary entry the policy may read but is not held to, and its
+`action_mask` the policy obeys (`agent.mask_actions`; docs/agents.md), and its
 Discrete or MultiDiscrete actions (the multi-agent Cleaner, Connector, ... as one
 centralised agent choosing every agent's action for the shared reward); and pgx's one
-single-player game, `:Play2048-v1`, whose [4, 4, 31] planes no built-in network takes yet
+single-player game, `:Play2048-v1`, whose [4, 4, 31] planes `multi_input` flattens
 (docs/environments.md). `:smoke` is a seconds-long run used by the tests (with a task:
 `:MiniGrid-Empty-5x5-v0,smoke`).
 """

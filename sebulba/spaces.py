@@ -21,7 +21,11 @@ Spaces of the wider envpool families map onto the same few kinds:
   dicts alike, so actors, evaluation and `load_policy` see the same entries.
 * MultiBinary observations (pgx's planes, Jumanji's masks) are float32 arrays of 0/1:
   the networks scale uint8 entries as pixels (by 1/255), which a 0/1 mask is not.
-  An action mask (Jumanji's `action_mask`) stays an ordinary entry under envpool's name.
+* An action mask, a dict entry named `action_mask` (Jumanji) or `legal_action_mask`
+  (pgx) whose shape lays out the legal actions (`action_mask_layout`), is a bool
+  array, and `EnvSpec.action_mask` names it: the agents' policies give the actions it
+  marks illegal no probability (`sebulba.agents.distributions.mask_logits`). It stays an
+  observation entry too, which the networks read as 0/1 features.
 * A Discrete observation that does not start at 0 (Jumanji TSP's `position`, from -1)
   is kept as its integer value, without `num_values`: an embedding needs 0 .. n - 1.
 * An integer Box action [K] with lower bounds 0 (Jumanji's multi-part actions, e.g.
@@ -51,7 +55,7 @@ class ArraySpec:
 
     Attributes:
       shape: its shape, e.g. (4,), (4, 84, 84) or () for a scalar.
-      dtype: numpy dtype name ("float32", "uint8", "int32").
+      dtype: numpy dtype name ("float32", "uint8", "int32"; "bool" for an action mask).
       num_values: for a discrete entry (gymnasium `Discrete`, e.g. MiniGrid's
         "direction"), the number of values it takes (0 .. num_values - 1); else None.
       components: the indices of the env's vector components this array keeps, in
@@ -122,6 +126,36 @@ class MultiDiscrete:
 
 ActionSpec = Discrete | Box | MultiDiscrete
 
+# The observation entries that mark a task's legal actions: Jumanji's and pgx's names.
+ACTION_MASK_NAMES = ("action_mask", "legal_action_mask")
+
+
+def action_mask_layout(shape: tuple[int, ...], action: ActionSpec) -> str | None:
+    """How a mask of `shape` marks the legal actions of `action`, or None if it cannot.
+
+    * "per_action": one flag per action of a Discrete n ([n]), or per choice of each
+      component of a MultiDiscrete: [sum(nvec)], or [K, n] when every component has n
+      choices (Jumanji's multi-agent tasks: one row per agent). The components stay
+      independent.
+    * "joint": one flag per combination of a MultiDiscrete's components, shaped nvec
+      (Jumanji's Tetris [rotations, columns], Minesweeper [rows, columns], Sudoku): the
+      components are then chosen together, as one choice among prod(nvec).
+
+    A Box action has no mask. A [K, n] mask of a MultiDiscrete (n, n) (K = n = 2) fits
+    both layouts; it is read as joint.
+    """
+    shape = tuple(shape)
+    if isinstance(action, Discrete):
+        return "per_action" if shape == (action.num_actions,) else None
+    if not isinstance(action, MultiDiscrete):
+        return None
+    nvec = tuple(action.nvec)
+    if len(nvec) > 1 and shape == nvec:
+        return "joint"
+    if shape == (sum(nvec),) or (len(set(nvec)) == 1 and shape == (len(nvec), nvec[0])):
+        return "per_action"
+    return None
+
 
 @dataclasses.dataclass(frozen=True)
 class EnvSpec:
@@ -133,12 +167,22 @@ class EnvSpec:
         (dm_control, MiniGrid, Jumanji's nested ones flattened), one `ArraySpec` otherwise.
       action: the action space.
       is_atari: whether observations are stacked 84x84 frames of an Atari game.
+      action_mask: the name of the observation entry that marks the legal actions
+        (`with_action_mask`), None when the task has none.
     """
 
     env_id: str
     observation: Any
     action: ActionSpec
     is_atari: bool = False
+    action_mask: str | None = None
+
+    @property
+    def action_mask_layout(self) -> str | None:
+        """ "per_action" or "joint" (`action_mask_layout`); None without an action mask."""
+        if self.action_mask is None:
+            return None
+        return action_mask_layout(self.observation[self.action_mask].shape, self.action)
 
     @property
     def obs_shape(self) -> tuple[int, ...]:
@@ -343,6 +387,24 @@ def action_spec_of(space, env_id: str) -> ActionSpec:
     )
 
 
+def with_action_mask(spec: EnvSpec) -> EnvSpec:
+    """`spec` with its action mask found: the first dict entry of `ACTION_MASK_NAMES`
+    whose shape lays out the actions (`action_mask_layout`) becomes a bool entry and
+    `EnvSpec.action_mask`. An entry of such a name that lays out no actions (a mask of
+    another shape) stays an ordinary observation. Every spec maker calls this, so the
+    actors, the learner, evaluation and `load_policy` agree on the mask.
+    """
+    if not isinstance(spec.observation, dict):
+        return spec
+    for name in ACTION_MASK_NAMES:
+        entry = spec.observation.get(name)
+        if entry is not None and action_mask_layout(entry.shape, spec.action) is not None:
+            observation = dict(spec.observation)
+            observation[name] = dataclasses.replace(entry, dtype="bool", num_values=None)
+            return dataclasses.replace(spec, observation=observation, action_mask=name)
+    return spec
+
+
 def env_spec_of(
     env_id: str, envs, *, is_atari: bool = False, observation_indices: tuple[int, ...] = ()
 ) -> EnvSpec:
@@ -352,9 +414,10 @@ def env_spec_of(
     vector observation (`select_components`).
     """
     observation = observation_spec_of(envs.observation_space, env_id)
-    return EnvSpec(
+    spec = EnvSpec(
         env_id=env_id,
         observation=select_components(observation, observation_indices, env_id),
         action=action_spec_of(envs.action_space, env_id),
         is_atari=is_atari,
     )
+    return with_action_mask(spec)

@@ -103,7 +103,7 @@ CASES = [
         {
             "grid": ArraySpec((12, 12, 5), "float32"),
             "step_count": ArraySpec((), "int32"),
-            "action_mask": ArraySpec((4,), "float32"),
+            "action_mask": ArraySpec((4,), "bool"),
         },
         Discrete(4),
         4000,
@@ -132,7 +132,15 @@ CASES = [
         slow=True,
     ),
     # Random moves in 2048 soon make an illegal one, which ends the game. No time limit.
-    Case("pgx:2048", ArraySpec((4, 4, 31), "float32"), Discrete(4), None),
+    Case(
+        "pgx:2048",
+        {
+            "observation": ArraySpec((4, 4, 31), "float32"),
+            "legal_action_mask": ArraySpec((4,), "bool"),
+        },
+        Discrete(4),
+        None,
+    ),
 ]
 
 
@@ -317,8 +325,17 @@ def test_every_listed_task_is_made_or_refused_in_one_line(suite: str) -> None:
         made += 1
         assert env.spec.env_id == f"{suite}:{task}"
         leaves = jax.tree.leaves(env.spec.observation, is_leaf=lambda x: isinstance(x, ArraySpec))
-        assert all(s.dtype in ("float32", "int32", "uint8") for s in leaves)
+        assert all(s.dtype in ("float32", "int32", "uint8", "bool") for s in leaves)
+        # A bool entry is the action mask, and the spec names it.
+        bools = [name for name, s in _named_leaves(env.spec.observation) if s.dtype == "bool"]
+        assert bools == ([env.spec.action_mask] if env.spec.action_mask else []), task
     assert made > 0
+
+
+def _named_leaves(observation):
+    if isinstance(observation, dict):
+        return list(observation.items())
+    return [(None, observation)]
 
 
 def test_a_task_that_downloads_data_is_refused_before_any_download() -> None:

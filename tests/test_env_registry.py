@@ -156,7 +156,19 @@ def test_the_refusals_say_what_is_missing(registry_outcomes):
     assert "multi-agent training" in refusals["IntersectionMultiAgent-v0"]
     assert "multiplayer ViZDoom scenario" in refusals["Cig-v1"]
     assert "env.kwargs.cfg_path" in refusals["VizdoomCustom-v1"]
-    assert "no built-in network fits" in refusals["Racetrack-v0"]
+    # No task is refused by the network check: `multi_input` flattens the arrays of three
+    # or more axes that are no image (grids, planes, masks).
+    assert not [env_id for env_id, o in registry_outcomes.items() if o.by_network]
+    for env_id, config in {
+        "Racetrack-v0": "ppo_highway",  # [2, 12, 12] occupancy grid.
+        "TwoWay-v0": "ppo_highway",  # [3, 3, 5] time-to-collision grid.
+        "UTurn-v0": "ppo_highway",  # [3, 3, 16].
+        "FlatPack-v0": "ppo_minigrid",  # `action_mask` [25, 4, 9, 9].
+        "SearchAndRescue-v0": "ppo_minigrid",  # `searcher_views` [2, 3, 128].
+        "Snake-v1": "ppo_minigrid",  # `grid` [12, 12, 5].
+        "Play2048-v1": "ppo_minigrid",  # [4, 4, 31] planes.
+    }.items():
+        assert registry_outcomes[env_id].config == config, (env_id, registry_outcomes[env_id])
     # Families that train whole.
     for family in ("MetaWorld", "MyoSuite", "Gymnasium Robotics", "toy text", "Atari"):
         outcomes = [o for o in registry_outcomes.values() if o.family == family]

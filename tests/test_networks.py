@@ -151,3 +151,57 @@ def test_car_racing_trains_with_both_cnns(tmp_path, network):
     summary = read_summary(str(tmp_path))
     assert summary["updates"] == 2 and summary["global_step"] == 128
     assert os.listdir(tmp_path / "checkpoints") == ["2"]
+
+
+def test_multi_input_flattens_arrays_of_any_rank_and_convolves_images():
+    # highway-env's racetrack grid [2, 12, 12] and Jumanji FlatPack's mask [25, 4, 9, 9]:
+    # arrays of three or more axes whose layout the shape does not tell.
+    observation = {
+        "grid": ArraySpec((2, 12, 12), "float32"),
+        "mask": ArraySpec((5, 4, 3, 3), "bool"),
+        "image": ArraySpec((7, 7, 3), "uint8"),
+        "steps": ArraySpec((), "int32", num_values=10),
+    }
+    spec = EnvSpec("Racetrack-v0", observation, Discrete(5))
+    check_network_fits("multi_input", spec)
+    for other in ("mlp", "nature_cnn", "impala_resnet", "minatar"):
+        with pytest.raises(
+            ConfigError, match=f"'{other}' takes .*: use agent.network=multi_input$"
+        ):
+            check_network_fits(other, spec)
+    network = make_network("multi_input", Discrete(5), observation=observation)
+    obs = {
+        "grid": jnp.stack([jnp.zeros((2, 12, 12)), jnp.ones((2, 12, 12))]),
+        "mask": jnp.ones((2, 5, 4, 3, 3), bool),
+        "image": jnp.zeros((2, 7, 7, 3), jnp.uint8),
+        "steps": jnp.array([1, 1]),
+    }
+    variables = network.init(jax.random.key(0), obs)
+    logits, value = network.apply(variables, obs)
+    assert logits.shape == (2, 5) and value.shape == (2,)
+    assert not np.allclose(logits[0], logits[1])  # The grid reaches the output.
+    shapes = [leaf.shape for leaf in jax.tree.leaves(variables)]
+    # The image alone goes through the CNN (3 convolutions, 3 channels in first).
+    kernels = [shape for shape in shapes if len(shape) == 4]
+    assert kernels == [(3, 3, 3, 16), (3, 3, 16, 32), (3, 3, 32, 32)]
+    # The rest is flattened into the embedding: grid 288, mask 180, image 7 * 7 * 32,
+    # steps 16 (embedded), feeding the actor's and the critic's first 64-unit layers.
+    width = 2 * 12 * 12 + 5 * 4 * 3 * 3 + 7 * 7 * 32 + 16
+    assert shapes.count((width, 64)) == 2
+
+
+def test_multi_input_alone_takes_a_rank_3_array_only_a_cnn_could_read():
+    # Atari's frame stacks and MinAtar's grids: named with the networks made for them.
+    with pytest.raises(ConfigError, match="use agent.network=nature_cnn or impala_resnet$"):
+        check_network_fits("mlp", BREAKOUT)
+    check_network_fits("multi_input", BREAKOUT)  # Flattened, if asked for.
+    planes = EnvSpec("Play2048-v1", ArraySpec((4, 4, 31), "float32"), Discrete(4))
+    with pytest.raises(
+        ConfigError, match=r"observes float32 \[4, 4, 31\]: use agent.network=multi_input$"
+    ):
+        check_network_fits("minatar", planes)
+    network = make_network("multi_input", Discrete(4), observation=planes.observation)
+    variables = network.init(jax.random.key(0), jnp.zeros((3, 4, 4, 31)))
+    logits, value = network.apply(variables, jnp.zeros((3, 4, 4, 31)))
+    assert logits.shape == (3, 4) and value.shape == (3,)
+    assert not [leaf for leaf in jax.tree.leaves(variables) if leaf.ndim == 4]  # No CNN.

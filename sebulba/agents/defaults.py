@@ -47,6 +47,7 @@ BOOLEAN = _Boolean()
 
 # The interval of every numeric hyperparameter of each agent (and PPO's checked options).
 PPO_RANGES = {
+    "mask_actions": BOOLEAN,
     "learning_rate": POSITIVE,
     "gamma": UNIT_INTERVAL,
     "gae_lambda": UNIT_INTERVAL,
@@ -64,6 +65,7 @@ PPO_RANGES = {
 }
 
 IMPALA_RANGES = {
+    "mask_actions": BOOLEAN,
     "learning_rate": POSITIVE,
     "gamma": UNIT_INTERVAL,
     "vtrace_lambda": UNIT_INTERVAL,
@@ -122,6 +124,7 @@ def ppo_config() -> ml_collections.ConfigDict:
     # A float placeholder: None by default, and --config.agent.target_kl=0.02 still parses.
     config.target_kl = config_dict.placeholder(float)  # Stop epochs at approx_kl > it (None: off).
     config.conv_init = "orthogonal"  # CNN kernels: orthogonal (baselines) | lecun_normal.
+    config.mask_actions = True  # Illegal actions (the env's action mask) get probability 0.
     # auto: unrolled for convolutional networks on CPU learners, where XLA runs conv
     # gradients inside a rolled scan 20-30x slower; rolled lax.scan elsewhere (an MLP
     # gains little from unrolling and compiles many times longer).
@@ -161,6 +164,7 @@ def impala_config() -> ml_collections.ConfigDict:
     config.rmsprop_decay = 0.99  # RMSProp decay of the squared-gradient average.
     config.rmsprop_eps = 0.01  # RMSProp epsilon, added outside the square root.
     config.conv_init = "lecun_normal"  # CNN kernels: lecun_normal (Cleanba) | orthogonal.
+    config.mask_actions = True  # Illegal actions (the env's action mask) get probability 0.
     # auto: unrolled for convolutional networks on CPU learners, where XLA runs conv
     # gradients inside a rolled scan 20-30x slower; rolled lax.scan elsewhere (an MLP
     # gains little from unrolling and compiles many times longer).

@@ -9,6 +9,14 @@ code against the returned object only, so that code is the same for every action
   components independent, so log-probabilities and entropies are sums over them.
 * `ProductCategorical` (MultiDiscrete nvec): one softmax per component, independent:
   log-probabilities and entropies are sums over the components.
+* `JointCategorical` (MultiDiscrete nvec with a joint action mask, see below): one
+  softmax over the prod(nvec) combinations of the components, chosen together.
+
+Invalid action masking (Huang et al. 2022's detail; Huang and Ontanon 2020): where the
+env spec names an action mask (`EnvSpec.action_mask`), `mask_logits` replaces the logits
+of illegal actions by `MASKED_LOGIT` in the actors and in the learner's recomputation
+alike, so a masked action is never sampled, its probability is exactly 0 (entropies and
+KL divergences are over the legal actions only) and its logit gets exactly zero gradient.
 
 Every method takes distribution parameters with any leading batch axes [..., ] (as the
 head returns them) except `sample`, which takes one key per row of a [B, ...] batch.
@@ -27,9 +35,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sebulba.spaces import ActionSpec, Box, Discrete, MultiDiscrete
+from sebulba.spaces import ActionSpec, Box, Discrete, EnvSpec, MultiDiscrete
 
 _POLICY_GAIN = 0.01
+
+# The logit of an illegal action. Its softmax probability underflows to exactly 0 in
+# float32, yet it stays finite: with -inf, p log p would be 0 * -inf = NaN.
+MASKED_LOGIT = -1e9
 
 with warnings.catch_warnings():
     # rlax points to distrax, which it wraps; the rlax interface is the one used here.
@@ -168,15 +180,73 @@ class ProductCategorical:
         return jnp.stack(modes, axis=-1).astype(jnp.int32)
 
 
-ActionDistribution = Categorical | DiagonalGaussian | ProductCategorical
+@dataclasses.dataclass(frozen=True)
+class JointCategorical:
+    """One softmax over every combination of K components of nvec[k] choices each, for
+    a joint action mask; actions int32 [K], combination index in row-major order."""
+
+    nvec: tuple[int, ...]
+
+    def head(self) -> nn.Module:
+        return _LogitsHead(math.prod(self.nvec))
+
+    def _combination(self, actions: jax.Array) -> jax.Array:
+        """actions [..., K] -> their row-major combination index [...]."""
+        components = [actions[..., k] for k in range(len(self.nvec))]
+        return jnp.ravel_multi_index(components, self.nvec, mode="clip")
+
+    def _components(self, combination: jax.Array) -> jax.Array:
+        """combination index [...] -> actions [..., K] int32."""
+        return jnp.stack(jnp.unravel_index(combination, self.nvec), axis=-1).astype(jnp.int32)
+
+    def sample(self, params: jax.Array, keys: jax.Array) -> jax.Array:
+        """logits [B, prod(nvec)], keys [B] -> actions [B, K] int32."""
+        return self._components(jax.vmap(_SOFTMAX.sample)(keys, params))
+
+    def logprob(self, params: jax.Array, actions: jax.Array) -> jax.Array:
+        """logits [..., prod(nvec)], actions [..., K] -> [...]."""
+        return _SOFTMAX.logprob(self._combination(actions), params)
+
+    def entropy(self, params: jax.Array) -> jax.Array:
+        """logits [..., prod(nvec)] -> [...]."""
+        return _SOFTMAX.entropy(params)
+
+    def mode(self, params: jax.Array) -> jax.Array:
+        """The most likely combination [..., K] int32."""
+        return self._components(jnp.argmax(params, axis=-1))
 
 
-def for_action_spec(action: ActionSpec) -> ActionDistribution:
-    """The policy distribution of an action space (the only place that asks its kind)."""
+ActionDistribution = Categorical | DiagonalGaussian | ProductCategorical | JointCategorical
+
+
+def for_action_spec(action: ActionSpec, joint: bool = False) -> ActionDistribution:
+    """The policy distribution of an action space (the only place that asks its kind).
+
+    `joint` (a MultiDiscrete with a joint action mask) chooses the components together.
+    """
     if isinstance(action, Discrete):
         return Categorical(action.num_actions)
     if isinstance(action, Box):
         return DiagonalGaussian(action.shape)
     if isinstance(action, MultiDiscrete):
-        return ProductCategorical(action.nvec)
+        return JointCategorical(action.nvec) if joint else ProductCategorical(action.nvec)
     raise TypeError(f"no action distribution for {action}")
+
+
+def for_env_spec(env_spec: EnvSpec, mask_actions: bool = True) -> ActionDistribution:
+    """The policy distribution of an env: joint over a MultiDiscrete's components when the
+    env's action mask is joint and `mask_actions` (`agent.mask_actions`) applies it."""
+    joint = mask_actions and env_spec.action_mask_layout == "joint"
+    return for_action_spec(env_spec.action, joint=joint)
+
+
+def mask_logits(logits: jax.Array, legal: jax.Array) -> jax.Array:
+    """logits [..., L] with the illegal ones `MASKED_LOGIT`.
+
+    `legal` [..., *mask shape] (bool) holds the same number of flags per row as there
+    are logits (`spaces.action_mask_layout`), in the logits' order. `jnp.where` passes
+    no gradient to the logits it replaces. A row with no legal action keeps every logit
+    equal (uniform), never NaN.
+    """
+    legal = legal.reshape(logits.shape).astype(bool)
+    return jnp.where(legal, logits, jnp.asarray(MASKED_LOGIT, logits.dtype))

@@ -140,6 +140,8 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
     )
     check_network_fits(hp.network, env_spec)
     value_normalization = popart.popart_of(config, tasks.task_layout(config, sizes.num_envs))
+    # With an action mask (`agent.mask_actions`) the policy never picks an illegal action.
+    policy = distributions.for_env_spec(env_spec, hp.mask_actions)
     network = make_network(
         hp.network,
         env_spec.action,
@@ -147,14 +149,15 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         env_spec.observation,
         core=recurrent.make_core(hp.core, hp.lstm_size),
         value_heads=value_normalization.value_heads,
+        policy=policy,
     )
-    model = recurrent.ActorCritic(network, env_spec.observation, hp.lstm_size)
+    action_mask = env_spec.action_mask if hp.mask_actions else None
+    model = recurrent.ActorCritic(network, env_spec.observation, hp.lstm_size, action_mask)
     # The core adds no convolutions: the feed-forward network tells.
     torso_only = make_network(hp.network, env_spec.action, hp.conv_init, env_spec.observation)
     unroll = learner.unrolls_minibatch_loop(
         hp.minibatch_loop, convolutional=has_convolutions(torso_only, env_spec.observation)
     )
-    policy = distributions.for_action_spec(env_spec.action)
     normalizer = normalization.normalizer_of(hp, env_spec.observation, sizes.num_envs)
     learning_rate = learner.annealed_learning_rate(
         hp.learning_rate, hp.anneal_lr, sizes.num_updates, hp.num_minibatches

@@ -7,15 +7,20 @@
   spec), at least 36 pixels high and wide.
 * "impala_resnet": the 15-layer ResNet of Espeholt et al. (2018), as used by Cleanba.
   Takes uint8 images [C, H, W] or [H, W, C] of any size.
-* "multi_input": any observation pytree (dm_control's dicts of vectors, MiniGrid's
-  image, direction and mission): an encoder maps every entry to features (vectors and
-  scalars flattened, channels-last images [H, W, C] through a small CNN, discrete
-  entries through a learned embedding) and concatenates them into one embedding, which
-  feeds separate 2x64 tanh actor and critic MLPs as in "mlp".
+* "multi_input": any observation pytree of arrays (dm_control's dicts of vectors,
+  MiniGrid's image, direction and mission, highway-env's and Jumanji's grids): an
+  encoder maps every entry to features (channels-last images [H, W, C] of C <= 4 through
+  a small CNN, discrete entries through a learned embedding, every other array, scalars,
+  vectors, tables and arrays of three or more axes alike, flattened) and concatenates
+  them into one embedding, which feeds separate 2x64 tanh actor and critic MLPs as in
+  "mlp". An array of three or more axes that is no such image ([2, 12, 12] occupancy
+  grids, [4, 4, 31] planes) has a layout its shape does not tell, so flattening it, as
+  an MLP would, is what the encoder can do without guessing.
 * "minatar": the small CNN of pgx's MinAtar PPO example: one 2x2 convolution (32
   filters, SAME), 2x2 average pooling, a 64-unit dense layer, then separate 2x64 tanh
   actor and critic MLPs. Takes channels-last grids [H, W, C] of any channel count
-  (MinAtar's [10, 10, C], C = 4 to 10; "multi_input" takes images of C <= 4 only).
+  (MinAtar's [10, 10, C], C = 4 to 10; "multi_input" convolves images of C <= 4 only
+  and flattens other grids).
 
 Every network returns `(policy parameters, value [B])`; the policy parameters come from
 the policy head of the action space's distribution (`sebulba.agents.distributions`):
@@ -114,19 +119,35 @@ class Pixels:
         return min(height, width) >= self.min_size
 
 
+def _only_flattened(spec: ArraySpec) -> bool:
+    """Whether "multi_input" can only flatten an entry: rank >= 3, neither discrete nor an
+    image. Its layout cannot be read from its shape (which axes are space, which are
+    channels), so a convolution would guess; flattening, as an MLP does, does not."""
+    return spec.num_values is None and len(spec.shape) > 2 and not _is_image(spec)
+
+
 @dataclasses.dataclass(frozen=True)
 class AnyObservation:
-    """Observation pytrees whose entries are discrete, vectors [D] / [N, D], or images."""
+    """Observation pytrees of arrays of any shape: "multi_input" encodes each entry.
+
+    Discrete entries are embedded and channels-last images [H, W, C] (C <= 4) go through
+    a small CNN; every other array is flattened, whatever its rank.
+    """
 
     description: str = (
-        "discrete entries, vectors and channels-last images [H, W, C] (C <= 4), alone or in a dict"
+        "discrete entries, channels-last images [H, W, C] (C <= 4) and arrays of any "
+        "other shape (flattened), alone or in a dict"
     )
 
     def accepts(self, observation: Any) -> bool:
+        return bool(jax.tree.leaves(observation, is_leaf=is_array_spec))
+
+    def only_flattens(self, observation: Any) -> bool:
+        """Whether some entry is an array that "multi_input" can only flatten (rank >= 3
+        and no image: Atari's frame stacks, MinAtar's grids, highway-env's occupancy
+        grids); a network made for such arrays, where one fits, reads them better."""
         leaves = jax.tree.leaves(observation, is_leaf=is_array_spec)
-        return bool(leaves) and all(
-            s.num_values is not None or len(s.shape) <= 2 or _is_image(s) for s in leaves
-        )
+        return any(_only_flattened(spec) for spec in leaves)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -296,6 +317,8 @@ class MultiInput(nn.Module):
                 x = x.astype(jnp.float32) * scale
                 if _is_image(spec):
                     x = _ImageEncoder(self.conv_init)(x)
+            # Every other array is flattened, of whatever rank: scalars, vectors, tables
+            # and arrays whose layout the shape does not tell (`_only_flattened`).
             features.append(x.reshape(batch, -1))
         return jnp.concatenate(features, axis=-1)
 
@@ -423,6 +446,7 @@ def make_network(
     observation: Any = None,
     core: nn.Module | None = None,
     value_heads: int | None = None,
+    policy: distributions.ActionDistribution | None = None,
 ) -> nn.Module:
     """Returns the actor-critic network `agent.network` names.
 
@@ -433,6 +457,9 @@ def make_network(
       observation: the observation spec; only "multi_input" needs it.
       core: a recurrent core (`recurrent.make_core`) between the torso and the heads.
       value_heads: None for one value [B]; K for one value per task [B, K] (PopArt).
+      policy: the action distribution whose head ends the network; by default the
+        action space's (`distributions.for_action_spec`), `distributions.for_env_spec`
+        for an env with an action mask.
     """
     network_class = _check_name(name)
     check_choice(conv_init, "agent.conv_init", tuple(CONV_INITS))
@@ -445,7 +472,7 @@ def make_network(
         "channels_first": image_layout(observation) != "HWC",
     }
     return network_class(
-        policy_head=distributions.for_action_spec(action).head(),
+        policy_head=(policy or distributions.for_action_spec(action)).head(),
         core=core,
         value_heads=value_heads,
         **{key: value for key, value in options.items() if key in fields},
@@ -510,6 +537,10 @@ def check_network_fits(name: str, env_spec: EnvSpec) -> None:
         for other, network_class in NETWORKS.items()
         if network_class.observation.accepts(env_spec.observation)
     ]
+    # "multi_input" takes any array, but only flattens those it cannot read the layout of
+    # (Atari's frame stacks, MinAtar's grids): named for them only where nothing else fits.
+    if ANY_OBSERVATION.only_flattens(env_spec.observation) and len(fitting) > 1:
+        fitting.remove("multi_input")
     advice = f"use agent.network={' or '.join(fitting)}" if fitting else "no built-in network fits"
     raise ConfigError(
         f"agent.network {name!r} takes {accepted.description}, but env.id "

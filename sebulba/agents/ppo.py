@@ -174,6 +174,8 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         )
     check_network_fits(hp.network, env_spec)
     value_normalization = popart.popart_of(config, tasks.task_layout(config, sizes.num_envs))
+    # With an action mask (`agent.mask_actions`) the policy never picks an illegal action.
+    policy = distributions.for_env_spec(env_spec, hp.mask_actions)
     network = make_network(
         hp.network,
         env_spec.action,
@@ -181,14 +183,15 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         env_spec.observation,
         core=core,
         value_heads=value_normalization.value_heads,
+        policy=policy,
     )
-    model = recurrent.ActorCritic(network, env_spec.observation, hp.lstm_size)
+    action_mask = env_spec.action_mask if hp.mask_actions else None
+    model = recurrent.ActorCritic(network, env_spec.observation, hp.lstm_size, action_mask)
     # The core adds no convolutions: the feed-forward network tells.
     torso_only = make_network(hp.network, env_spec.action, hp.conv_init, env_spec.observation)
     unroll = learner.unrolls_minibatch_loop(
         hp.minibatch_loop, convolutional=has_convolutions(torso_only, env_spec.observation)
     )
-    policy = distributions.for_action_spec(env_spec.action)
     normalizer = normalization.normalizer_of(hp, env_spec.observation, sizes.num_envs)
     steps_per_update = hp.update_epochs * hp.num_minibatches
     # baselines anneals once per update: constant over its epochs and minibatches.

@@ -24,6 +24,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from sebulba.agents import distributions
 from sebulba.agents.api import Carry, reset_carry
 from sebulba.errors import ConfigError
 from sebulba.spaces import zero_observation
@@ -86,11 +87,20 @@ class ActorCritic:
       network: a `networks.py` module, built with the core (`make_network(core=...)`).
       observation: the env's observation spec.
       hidden_size: the core's units (unused without a core).
+      action_mask: the observation entry of the legal actions (`EnvSpec.action_mask`),
+        or None: the illegal actions' logits are masked (`distributions.mask_logits`) in
+        every output, so actors and learner see the same masked policy.
     """
 
     network: nn.Module
     observation: Any
     hidden_size: int = 0
+    action_mask: str | None = None
+
+    def _masked(self, policy, obs):
+        if self.action_mask is None:
+            return policy
+        return distributions.mask_logits(policy, obs[self.action_mask])
 
     @property
     def is_recurrent(self) -> bool:
@@ -113,13 +123,14 @@ class ActorCritic:
         The carry must already be reset where obs starts an episode (the pipeline does).
         """
         if not self.is_recurrent:
-            return (), *self.network.apply(params, obs)
+            policy, value = self.network.apply(params, obs)
+            return (), self._masked(policy, obs), value
         num_envs = jax.tree.leaves(obs)[0].shape[0]
         sequence = jax.tree.map(lambda x: x[None], obs)
         carry, (policy, value) = self.network.apply(
             params, sequence, carry, jnp.zeros((1, num_envs), bool)
         )
-        return carry, jax.tree.map(lambda x: x[0], policy), value[0]
+        return carry, self._masked(jax.tree.map(lambda x: x[0], policy), obs), value[0]
 
     def sequence(self, params, initial_carry: Carry, obs, starts: jax.Array):
         """Replays S steps of B envs: obs [S, B, ...] -> policy parameters, value [S, B].
@@ -130,8 +141,8 @@ class ActorCritic:
             the core is reset there, as the actors reset it.
         """
         if self.is_recurrent:
-            _, outputs = self.network.apply(params, obs, initial_carry, starts)
-            return outputs
+            _, (policy, values) = self.network.apply(params, obs, initial_carry, starts)
+            return self._masked(policy, obs), values
         # Env-major flattening keeps the sharded env axis leading: no data moves between
         # devices (a time-major flatten would interleave the devices' shards).
         steps, envs = starts.shape
@@ -141,7 +152,7 @@ class ActorCritic:
         def time_major(x):
             return jnp.swapaxes(x.reshape(envs, steps, *x.shape[1:]), 0, 1)
 
-        return jax.tree.map(time_major, policy), time_major(values)
+        return self._masked(jax.tree.map(time_major, policy), obs), time_major(values)
 
 
 def through_core(module: nn.Module, torso, heads, obs, carry=None, starts=None):

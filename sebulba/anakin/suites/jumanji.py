@@ -13,7 +13,8 @@ very step reads as truncated, as the two cannot be told apart there.
 
 Observations (NamedTuples and dataclasses, possibly nested) become a flat dict named
 after their fields, nested names joined by "_" ("agent_position_row"); the `action_mask`
-many of them hold is an ordinary float32 entry. Integer entries are int32 numbers, never
+many of them hold is a bool entry that the policies obey (`spaces.with_action_mask`)
+when its shape lays out the actions. Integer entries are int32 numbers, never
 categorical (`num_values`): jumanji's `DiscreteArray` bounds do not hold (`_array_spec`).
 
 Multi-agent tasks with one shared reward (Cleaner, MMST, RobotWarehouse) run as one
@@ -31,7 +32,7 @@ import numpy as np
 
 from sebulba.anakin.env_api import JaxEnv
 from sebulba.errors import ConfigError
-from sebulba.spaces import ArraySpec, Box, Discrete, EnvSpec, MultiDiscrete
+from sebulba.spaces import ArraySpec, Box, Discrete, EnvSpec, MultiDiscrete, with_action_mask
 
 PACKAGE = "jumanji"
 _LAST = 2  # jumanji.types.StepType.LAST
@@ -135,6 +136,7 @@ def make(task: str) -> JaxEnv:
         },
         action=_action_spec(env.action_spec, env_id),
     )
+    spec = with_action_mask(spec)  # `action_mask` marks the legal actions (bool).
     time_limit = getattr(env, "time_limit", None)
     time_limit = int(time_limit) if isinstance(time_limit, int | np.integer) else None
 

@@ -5,9 +5,13 @@ Learning" (NeurIPS 2023 Datasets and Benchmarks), https://github.com/sotetsuk/pg
 
 Only single-player games run here (2048 and the five MinAtar games, which pgx 2.6 ships
 in `pgx.minatar`); the board and card games are for two or more players and need
-self-play. `Env.step(state, action, key)` does not auto-reset. An illegal action ends
-the game with pgx's penalty (-1): the observation is `state.observation` alone, without
-`legal_action_mask`. Pgx has no time limit (`state.truncated` stays False).
+self-play. `Env.step(state, action, key)` does not auto-reset. Pgx has no time limit
+(`state.truncated` stays False).
+
+2048 observes a dict: its planes as "observation" and `legal_action_mask` (bool), which
+the policies obey (`spaces.with_action_mask`): an illegal move would end the game with
+pgx's penalty (-1). The MinAtar games observe their planes alone, as pgx's MinAtar
+example does: every action is legal in them.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import numpy as np
 
 from sebulba.anakin.env_api import JaxEnv
 from sebulba.errors import ConfigError
-from sebulba.spaces import ArraySpec, Discrete, EnvSpec
+from sebulba.spaces import ArraySpec, Discrete, EnvSpec, with_action_mask
 
 PACKAGE = "pgx"
 _PLAYERS = {2: "two-player", 3: "three-player", 4: "four-player"}
@@ -57,23 +61,33 @@ def make(task: str) -> JaxEnv:
         )
     # Shapes without running the game (pgx's `num_actions` and `observation_shape` do).
     state = jax.eval_shape(env.init, jax.random.key(0))
-    spec = EnvSpec(
-        env_id=env_id,
-        observation=ArraySpec(
-            tuple(int(n) for n in state.observation.shape),
-            _observation_dtype(state.observation.dtype, env_id),
-        ),
-        action=Discrete(int(state.legal_action_mask.shape[0])),
+    planes = ArraySpec(
+        tuple(int(n) for n in state.observation.shape),
+        _observation_dtype(state.observation.dtype, env_id),
     )
-    dtype = spec.observation.dtype
+    num_actions = int(state.legal_action_mask.shape[0])
+    has_illegal_actions = not task.startswith("minatar")
+    if has_illegal_actions:
+        mask = ArraySpec((num_actions,), "bool")
+        observation = {"observation": planes, "legal_action_mask": mask}
+    else:
+        observation = planes
+    action = Discrete(num_actions)
+    spec = with_action_mask(EnvSpec(env_id=env_id, observation=observation, action=action))
+
+    def observe(state):
+        obs = state.observation.astype(planes.dtype)
+        if not has_illegal_actions:
+            return obs
+        return {"observation": obs, "legal_action_mask": state.legal_action_mask}
 
     def reset(key: jax.Array):
         state = env.init(key)
-        return state, state.observation.astype(dtype)
+        return state, observe(state)
 
     def step(state, action: jax.Array, key: jax.Array):
         state = env.step(state, action, key)
         reward = state.rewards[0].astype(jnp.float32)
-        return state, state.observation.astype(dtype), reward, state.terminated, state.truncated
+        return state, observe(state), reward, state.terminated, state.truncated
 
     return JaxEnv(spec=spec, reset=reset, step=step, max_episode_steps=None)
