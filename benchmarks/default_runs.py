@@ -97,6 +97,7 @@ def main() -> None:
     parser.add_argument("--eval_episodes", type=int, default=20, help="0: no evaluation")
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
+    started = records.environment()  # The code the runs start on.
     with ThreadPoolExecutor(args.parallel) as pool:
         overrides = tuple(args.set)
         runs = pool.map(lambda s: run(args.config, s, args.eval_episodes, overrides), seeds)
@@ -114,6 +115,7 @@ def main() -> None:
         args.name or args.config,
         f"python {readme_command}",
         {"seeds": {str(seed): result for seed, result in results.items()}},
+        started=started,
     )
     print(f"wrote {path}; now run: python benchmarks/render_docs.py")
 

@@ -52,18 +52,32 @@ def cpu_features() -> str:
     return hashlib.sha256(flags.encode()).hexdigest()[:16]
 
 
-def environment() -> dict[str, Any]:
-    """The commit, machine and package versions a measurement is taken on."""
+# What a measurement runs: a change here between its start and its record makes it dirty.
+MEASURED_PATHS = ("sebulba", "configs", "benchmarks")
 
-    def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", *args], cwd=ROOT, capture_output=True, text=True, check=False
-        ).stdout.strip()
+
+def _git(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
+
+
+def environment(started: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The commit, machine and package versions a measurement is taken on.
+
+    `started`: `environment()` as it was when the measurement began. The record then
+    names that commit, and is dirty if the measured code had uncommitted changes then,
+    or differs now from that commit (a long run's code could have changed under it;
+    commits of docs or tests meanwhile do not count).
+    """
+    commit = _git("rev-parse", "HEAD").stdout.strip()
+    # Uncommitted changes to what is measured (docs/records excepted: being rewritten).
+    dirty = bool(_git("status", "--porcelain", "--", *MEASURED_PATHS).stdout.strip())
+    if started is not None:
+        changed = _git("diff", "--quiet", started["commit"], "--", *MEASURED_PATHS).returncode
+        commit, dirty = started["commit"], started["dirty"] or dirty or changed != 0
 
     return {
-        "commit": git("rev-parse", "HEAD"),
-        # Uncommitted changes to what is measured (docs/records excepted: being rewritten).
-        "dirty": bool(git("status", "--porcelain", "--", "sebulba", "configs", "benchmarks")),
+        "commit": commit,
+        "dirty": dirty,
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"),
         "machine": {
             "cpu": cpu_model(),
@@ -84,14 +98,19 @@ def invocation() -> str:
     return "python " + shlex.join([script, *sys.argv[1:]])
 
 
-def write(name: str, command: str, values: dict[str, Any]) -> str:
+def write(
+    name: str, command: str, values: dict[str, Any], started: dict[str, Any] | None = None
+) -> str:
     """Writes `docs/records/NAME.json`: the command that measured the values, the command
-    that regenerates the record (the one running now), the environment and the values."""
+    that regenerates the record (the one running now), the environment and the values.
+
+    `started`: `environment()` taken when the measurement began (see `environment`).
+    """
     record = {
         "name": name,
         "command": command,
         "regenerate": invocation(),
-        **environment(),
+        **environment(started),
         "values": values,
     }
     os.makedirs(RECORDS_DIR, exist_ok=True)
