@@ -66,6 +66,7 @@ from absl import app, flags
 from sebulba import envs as envs_lib
 from sebulba import flag_errors, random_streams, tasks
 from sebulba.anakin import episodes as anakin_episodes
+from sebulba.anakin import suites as anakin_suites
 from sebulba.atari_scores import RANDOM_AND_HUMAN_SCORES, human_normalized_score
 from sebulba.config import env_kwargs
 from sebulba.errors import ConfigError
@@ -113,14 +114,19 @@ def run_episodes(
     Raises:
       EvaluationError: `record_first` for a JAX env, or a screen that cannot be drawn.
     """
+    env_config = policy.config.env if env_config is None else env_config
     if policy.jax_env is not None:
         if record_first:
-            raise EvaluationError(_jax_animation_refusal(policy.jax_env.spec.env_id))
+            raise EvaluationError(_jax_animation_refusal(env_config.id))
         returns, lengths = anakin_episodes.play_episodes(
-            policy, episodes=episodes, seed=seed, batch_size=num_envs, max_steps=max_steps
+            policy,
+            episodes=episodes,
+            seed=seed,
+            batch_size=num_envs,
+            max_steps=max_steps,
+            jax_env=anakin_suites.make_env(env_config.id),  # This task's (joint runs).
         )
         return returns, lengths, []
-    env_config = policy.config.env if env_config is None else env_config
     base = random_streams.evaluation_env_seed_base(seed)
     returns, lengths = np.zeros(episodes), np.zeros(episodes, np.int64)
     frames = []

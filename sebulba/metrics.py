@@ -14,6 +14,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -46,9 +47,17 @@ _TB_NAMESPACE = {
 }
 
 
+# Characters a TensorBoard tag may not hold (a JAX env's task id has a colon): TensorBoard
+# would replace them itself, logging a warning for every scalar of every log step.
+_ILLEGAL_TAG_CHARACTERS = re.compile(r"[^-/\w.]")
+
+
 def scalar_tag(name: str) -> str:
-    """The TensorBoard / wandb tag of a metrics.jsonl key, e.g. "charts/episodic_return"."""
-    return f"{_TB_NAMESPACE.get(name.split('/', 1)[0], 'losses')}/{name}"
+    """The TensorBoard / wandb tag of a metrics.jsonl key, e.g. "charts/episodic_return";
+    characters a tag may not hold become "_" ("episodic_return/gymnax:CartPole-v1" ->
+    "charts/episodic_return/gymnax_CartPole-v1")."""
+    tag = f"{_TB_NAMESPACE.get(name.split('/', 1)[0], 'losses')}/{name}"
+    return _ILLEGAL_TAG_CHARACTERS.sub("_", tag)
 
 
 def params_checksum(params) -> str:

@@ -28,7 +28,7 @@ from sebulba.agents import resolve_agent
 from sebulba.agents.api import Agent, EnvSpec
 from sebulba.anakin import runner as anakin_runner
 from sebulba.anakin import suites as anakin_suites
-from sebulba.anakin.env_api import JaxEnv
+from sebulba.anakin.env_api import BatchOfEnvs
 from sebulba.config import check_run_config
 from sebulba.errors import ConfigError
 from sebulba.mesh import DeviceLayout, build_layout
@@ -51,7 +51,8 @@ class RunSetup:
     # env, which the Anakin runner steps inside its one program.
     actor_loop: str
     actor_loop_reason: str  # Why that loop, for the log.
-    jax_env: JaxEnv | None = None  # An Anakin run's env; None for envpool (Sebulba).
+    # An Anakin run's env (a joint run's: one per task); None for envpool (Sebulba).
+    jax_env: BatchOfEnvs | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,9 +125,10 @@ def prepare(config: ml_collections.ConfigDict) -> RunSetup:
     run = plan(config)
     sizes, layout, env_spec = run.sizes, run.layout, run.env_spec
     if run.is_anakin:
-        # The run's spec, e.g. with env.observation_indices applied to the suite's.
-        jax_env = dataclasses.replace(anakin_suites.make_env(config.env.id), spec=env_spec)
-        why = "env.id names a JAX env: acting, env steps and learning are one program"
+        task_layout = tasks.task_layout(config, sizes.num_envs)
+        jax_env = anakin_suites.make_run_envs(task_layout, env_spec)
+        field = "env.ids name JAX envs" if task_layout.is_multitask else "env.id names a JAX env"
+        why = f"{field}: acting, env steps and learning are one program"
         return RunSetup(config, sizes, layout, [], env_spec, run.agent, "anakin", why, jax_env)
     envs_per_thread = make_env_pools(config, sizes, first_update=1)
     actor_loop, why = choose_actor_loop(config, sizes, layout, envs_per_thread, env_spec)

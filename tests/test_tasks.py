@@ -226,6 +226,9 @@ def test_atari_task_sets_report_human_normalized_scores_in_lines_tags_and_summar
     assert writer.tags["charts/atari_median_hns"] == second["atari_median_hns"]
     assert "charts/episodic_return/Boxing-v5" not in writer.tags  # None is not a scalar.
     assert scalar_tag("episodic_length/Pong-v5") == "charts/episodic_length/Pong-v5"
+    # A JAX env's id holds a colon, which a TensorBoard tag may not.
+    tag = scalar_tag("episodic_return/xminigrid:MiniGrid-Empty-5x5")
+    assert tag == "charts/episodic_return/xminigrid_MiniGrid-Empty-5x5"
     summary = logger.summary(2 * 96, 2, "x", {})
     assert summary["tasks"]["Breakout-v5"] == {
         "mean_return": breakout,

@@ -15,6 +15,14 @@ rollout is and every agent learns from it unchanged:
 
 This costs one env step per episode, as envpool does. Episode returns and lengths are
 counted here, on the device, and reported on the step that ends the episode.
+
+A joint run (`env.ids`: several tasks, one policy) steps a `JointJaxEnv`: each task's
+env runs the fixed block of global env indices `sebulba.tasks.TaskLayout` gives it, its
+state kept apart (the tasks' states are different pytrees), and its observations,
+rewards and flags concatenated in env order, so the runner and the agents see one batch
+of B envs whatever the tasks are. `JaxEnv` and `JointJaxEnv` offer the same three
+batched operations (`batch_reset`, `batch_step`, `batch_select`), which is all
+`reset_envs` and `step_envs` use.
 """
 
 from __future__ import annotations
@@ -55,6 +63,79 @@ class JaxEnv:
     reset: Callable[[jax.Array], tuple[EnvState, Observation]]
     step: Callable[[EnvState, jax.Array, jax.Array], tuple]
     max_episode_steps: int | None = None
+
+    def batch_reset(self, keys: jax.Array) -> tuple[EnvState, Observation]:
+        """keys [B] -> (states [B, ...], first observations as the spec says)."""
+        state, obs = jax.vmap(self.reset)(keys)
+        return state, _cast_observation(self.spec, obs)
+
+    def batch_step(self, state: EnvState, actions: jax.Array, keys: jax.Array) -> tuple:
+        """`step` over a batch: (states, obs as the spec says, reward float32, terminated
+        bool, truncated bool), each [B, ...]."""
+        state, obs, reward, terminated, truncated = jax.vmap(self.step)(state, actions, keys)
+        return (
+            state,
+            _cast_observation(self.spec, obs),
+            jnp.asarray(reward, jnp.float32),
+            jnp.asarray(terminated, jnp.bool_),
+            jnp.asarray(truncated, jnp.bool_),
+        )
+
+    def batch_select(self, flags: jax.Array, on_true: EnvState, on_false: EnvState) -> EnvState:
+        """Per env, `on_true`'s state where flags [B] is True, else `on_false`'s."""
+        return _select(flags, on_true, on_false)
+
+
+@dataclasses.dataclass(frozen=True)
+class JointJaxEnv:
+    """Several JAX envs trained jointly: task k steps a fixed block of the batch.
+
+    Attributes:
+      tasks: one `JaxEnv` per task, in `env.ids` order, each with the run's spec (the
+        tasks share their spaces: `sebulba.tasks.check_compatible`).
+      block_sizes: the envs of each task's block (`TaskLayout.block`), in env order.
+      spec: the run's spec (the first task's).
+
+    The batch's state is a tuple of the tasks' batched states ([B_k, ...] each); every
+    other array (observations, rewards, flags) is concatenated to [B, ...].
+    """
+
+    tasks: tuple[JaxEnv, ...]
+    block_sizes: tuple[int, ...]
+    spec: EnvSpec
+    max_episode_steps: int | None = None
+
+    def _blocks(self) -> list[slice]:
+        ends = np.cumsum(self.block_sizes)
+        starts = ends - np.asarray(self.block_sizes)
+        return [slice(int(a), int(b)) for a, b in zip(starts, ends, strict=True)]
+
+    def batch_reset(self, keys: jax.Array) -> tuple[tuple, Observation]:
+        blocks = self._blocks()
+        parts = [env.batch_reset(keys[b]) for env, b in zip(self.tasks, blocks, strict=True)]
+        return tuple(state for state, _ in parts), _concatenate([obs for _, obs in parts])
+
+    def batch_step(self, state: tuple, actions: jax.Array, keys: jax.Array) -> tuple:
+        parts = [
+            env.batch_step(task_state, actions[b], keys[b])
+            for env, task_state, b in zip(self.tasks, state, self._blocks(), strict=True)
+        ]
+        states = tuple(part[0] for part in parts)
+        return (states, *(_concatenate([part[i] for part in parts]) for i in range(1, 5)))
+
+    def batch_select(self, flags: jax.Array, on_true: tuple, on_false: tuple) -> tuple:
+        return tuple(
+            env.batch_select(flags[b], a, c)
+            for env, b, a, c in zip(self.tasks, self._blocks(), on_true, on_false, strict=True)
+        )
+
+
+def _concatenate(parts: list) -> Any:
+    """Pytrees of [B_k, ...] leaves, one per task block -> one of [B, ...] leaves."""
+    return jax.tree.map(lambda *leaves: jnp.concatenate(leaves, axis=0), *parts)
+
+
+BatchOfEnvs = JaxEnv | JointJaxEnv
 
 
 @flax.struct.dataclass
@@ -110,13 +191,13 @@ def _cast_observation(spec: EnvSpec, obs: Observation) -> Observation:
     return map_observation(convert, spec.observation, obs)
 
 
-def reset_envs(env: JaxEnv, keys: jax.Array) -> BatchedEnvs:
+def reset_envs(env: BatchOfEnvs, keys: jax.Array) -> BatchedEnvs:
     """Starts one episode in each env: keys [B] -> `BatchedEnvs` of B envs."""
-    state, obs = jax.vmap(env.reset)(keys)
+    state, obs = env.batch_reset(keys)
     batch = keys.shape[0]
     return BatchedEnvs(
         env=state,
-        obs=_cast_observation(env.spec, obs),
+        obs=obs,
         resetting=jnp.zeros((batch,), jnp.bool_),
         episode_return=jnp.zeros((batch,), jnp.float32),
         episode_length=jnp.zeros((batch,), jnp.int32),
@@ -144,29 +225,27 @@ def _select(flags: jax.Array, on_true: Any, on_false: Any) -> Any:
 
 
 def step_envs(
-    env: JaxEnv, envs: BatchedEnvs, actions: jax.Array, keys: jax.Array
+    env: BatchOfEnvs, envs: BatchedEnvs, actions: jax.Array, keys: jax.Array
 ) -> tuple[BatchedEnvs, EnvStep]:
     """One step of every env with envpool's auto-reset convention (module docstring).
 
     Args:
-      env: the suite's env.
+      env: the suite's env, or a joint run's tasks (`JointJaxEnv`).
       envs: the batch before the step.
       actions: [B, *action.shape] sampled actions (clipped here for Box spaces).
       keys: [B] typed keys, one per env, for the step's (or the reset's) randomness.
     """
     actions = env_actions(env.spec, actions)
-    stepped_state, stepped_obs, reward, terminated, truncated = jax.vmap(env.step)(
+    stepped_state, stepped_obs, reward, terminated, truncated = env.batch_step(
         envs.env, actions, keys
     )
-    reset_state, reset_obs = jax.vmap(env.reset)(keys)
+    reset_state, reset_obs = env.batch_reset(keys)
     resetting = envs.resetting
     valid = jnp.logical_not(resetting)
-    reward = jnp.where(valid, jnp.asarray(reward, jnp.float32), 0.0)
-    terminated = jnp.logical_and(valid, jnp.asarray(terminated, jnp.bool_))
+    reward = jnp.where(valid, reward, 0.0)
+    terminated = jnp.logical_and(valid, terminated)
     # A terminal state wins over a time limit reached on the same step.
-    truncated = jnp.logical_and(
-        jnp.logical_and(valid, jnp.asarray(truncated, jnp.bool_)), jnp.logical_not(terminated)
-    )
+    truncated = jnp.logical_and(jnp.logical_and(valid, truncated), jnp.logical_not(terminated))
     ended = jnp.logical_or(terminated, truncated)
     episode_return = envs.episode_return + reward
     episode_length = envs.episode_length + valid.astype(jnp.int32)
@@ -179,12 +258,8 @@ def step_envs(
         episode_length=jnp.where(ended, episode_length, 0),
     )
     after = BatchedEnvs(
-        env=_select(resetting, reset_state, stepped_state),
-        obs=_select(
-            resetting,
-            _cast_observation(env.spec, reset_obs),
-            _cast_observation(env.spec, stepped_obs),
-        ),
+        env=env.batch_select(resetting, reset_state, stepped_state),
+        obs=_select(resetting, reset_obs, stepped_obs),
         resetting=ended,
         episode_return=jnp.where(ended, 0.0, episode_return),
         episode_length=jnp.where(ended, 0, episode_length),

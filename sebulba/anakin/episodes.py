@@ -24,17 +24,24 @@ import jax.numpy as jnp
 import numpy as np
 
 from sebulba import random_streams
-from sebulba.anakin.env_api import reset_envs, step_envs
+from sebulba.anakin.env_api import JaxEnv, reset_envs, step_envs
 from sebulba.policy import Policy, policy_actions
 
 
 def play_episodes(
-    policy: Policy, *, episodes: int, seed: int, batch_size: int, max_steps: int = 0
+    policy: Policy,
+    *,
+    episodes: int,
+    seed: int,
+    batch_size: int,
+    max_steps: int = 0,
+    jax_env: JaxEnv | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Plays `episodes` complete episodes of `policy.jax_env` with `policy`.
+    """Plays `episodes` complete episodes of `jax_env` (or `policy.jax_env`) with `policy`.
 
     Args:
       policy: a loaded policy of a run on a JAX env (`policy.jax_env` set).
+      jax_env: the task to play (a joint run's other tasks); None: `policy.jax_env`.
       episodes: episodes to play.
       seed: seeds the env keys (the action keys come from `policy.seed`).
       batch_size: episodes played side by side (no effect on the results).
@@ -46,7 +53,7 @@ def play_episodes(
     """
     # The policy's spec applies `env.observation_indices`: the envs hand the policy the
     # observations it trained on.
-    env = dataclasses.replace(policy.jax_env, spec=policy.env_spec)
+    env = dataclasses.replace(jax_env or policy.jax_env, spec=policy.env_spec)
     limit = max_steps or env.max_episode_steps or 0
     act = functools.partial(policy_actions, policy.agent, policy.greedy, policy.seed)
 

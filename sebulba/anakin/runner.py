@@ -33,7 +33,7 @@ from jax.sharding import PartitionSpec
 
 from sebulba import random_streams
 from sebulba.agents.api import Agent, EnvSpec, Rollout, rollout_partition_specs
-from sebulba.anakin.env_api import BatchedEnvs, JaxEnv, reset_envs, step_envs
+from sebulba.anakin.env_api import BatchedEnvs, BatchOfEnvs, reset_envs, step_envs
 from sebulba.memory import update_compiler_options
 from sebulba.mesh import BATCH_AXIS, DeviceLayout
 from sebulba.pipeline import UpdateReport, actor_step, required_policy_version
@@ -90,7 +90,8 @@ class AnakinRunner:
       agent: the agent (its four pure functions, as the pipeline calls them).
       layout: the device layout; only the learner mesh is used.
       sizes: the run's sizes (B = `sizes.num_envs`, T = `sizes.num_steps`).
-      env: the JAX env every column runs.
+      env: the JAX env every column runs, or a joint run's tasks (`JointJaxEnv`), each
+        running its block of columns.
       env_spec: its spec (observations and actions of the rollout).
       seed: the run's seed (actor, env and learner keys derive from it).
       policy_lag: 0 (on-policy) or 1 (Cleanba's schedule, as the pipeline).
@@ -102,7 +103,7 @@ class AnakinRunner:
         agent: Agent,
         layout: DeviceLayout,
         sizes: Sizes,
-        env: JaxEnv,
+        env: BatchOfEnvs,
         env_spec: EnvSpec,
         *,
         seed: int,
@@ -118,8 +119,11 @@ class AnakinRunner:
     # Shardings -----------------------------------------------------------------------
 
     def _env_sharding(self, leaf) -> jax.sharding.NamedSharding:
-        # Every leaf of the acting state is per env: split its leading axis.
-        del leaf
+        # Every leaf of the acting state is per env: split its leading axis. A joint run's
+        # task block (`JointJaxEnv`) that does not split evenly over the learner devices
+        # is held whole by each: the same per-env arithmetic, computed in every copy.
+        if leaf.shape[0] % self.layout.learner_mesh.size:
+            return self.layout.replicated
         return self.layout.sharding(PartitionSpec(BATCH_AXIS))
 
     def acting_shardings(self, acting: Any) -> Any:
@@ -374,12 +378,8 @@ def check_config(config, task_ids) -> bool:
             f"{env_field} mixes JAX envs and envpool tasks ({', '.join(task_ids)}): a run "
             "is either Anakin (JAX envs) or Sebulba (envpool)"
         )
-    if len(task_ids) > 1:
-        raise ConfigError(
-            f"env.ids {tuple(task_ids)}: an Anakin run trains one JAX env; joint training "
-            "over several tasks runs on envpool tasks (the Sebulba pipeline)"
-        )
-    why = f"{env_field} {task_ids[0]!r} is a JAX env, which the Anakin runner steps"
+    what = f"{task_ids[0]!r} is a JAX env" if len(task_ids) == 1 else "name JAX envs"
+    why = f"{env_field} {what}, which the Anakin runner steps"
     refused = {
         "pipeline.num_actor_threads": (config.pipeline.num_actor_threads, 1, "actor threads"),
         "pipeline.overlap_env_steps": (config.pipeline.overlap_env_steps, False, "envpool pools"),

@@ -11,14 +11,17 @@ naming the extra.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import difflib
 import functools
 import importlib
 import io
 from types import ModuleType
 
-from sebulba.anakin.env_api import JaxEnv
+from sebulba.anakin.env_api import BatchOfEnvs, JaxEnv, JointJaxEnv
 from sebulba.errors import ConfigError
+from sebulba.spaces import EnvSpec
+from sebulba.tasks import TaskLayout
 
 SUITES = {
     "gymnax": "sebulba.anakin.suites.gymnax",
@@ -98,3 +101,19 @@ def make_env(env_id: str) -> JaxEnv:
     """The `JaxEnv` of a checked `SUITE:TASK` id (cached: its functions are pure)."""
     suite, task = split_env_id(env_id)
     return suite_module(suite).make(task)
+
+
+def make_run_envs(task_layout: TaskLayout, env_spec: EnvSpec) -> BatchOfEnvs:
+    """The envs an Anakin run steps: its one JAX env, or one per task of a joint run
+    (`env.ids`), each over its block of the global envs.
+
+    Every env gets the run's spec (`env.observation_indices` applied; the tasks share
+    their spaces), so the observations it returns are the ones the policy trains on.
+    """
+    envs = tuple(
+        dataclasses.replace(make_env(task_id), spec=env_spec) for task_id in task_layout.ids
+    )
+    if len(envs) == 1:
+        return envs[0]
+    sizes = tuple(len(task_layout.block(k)) for k in range(task_layout.num_tasks))
+    return JointJaxEnv(tasks=envs, block_sizes=sizes, spec=env_spec)
