@@ -14,10 +14,11 @@ task. `:MT10` trains one policy on the MT10 set jointly (`env.ids`, docs/multita
 reach, push, pick-place, door-open, drawer-open, drawer-close, button-press-topdown,
 peg-insert-side, window-open and window-close, 2 envs each (20 envs x 256 steps per
 update), 10M env steps. Two differences from Meta-World's MT10 benchmark: no one-hot task
-id is appended to the observation (the tasks' objects tell them apart), and the run reports
-each task's return (`episodic_return/<task id>`, and `python -m sebulba.evaluate` per task)
-but not its success rate: sebulba's actors do not read envpool's info. `:smoke` and
-`:MT10,smoke` are seconds-long runs used by the tests.
+id is appended to the observation (the tasks' objects tell them apart), and training
+reports each task's return (`episodic_return/<task id>`) but not its success rate (the
+actors do not read envpool's info); `python -m sebulba.evaluate` reports both per task,
+with the mean success rate over the ten tasks. `:smoke` and `:MT10,smoke` are
+seconds-long runs used by the tests.
 """
 
 from sebulba.config import envpool_tasks, parse_variant, sibling_config

@@ -21,14 +21,18 @@ as a GIF of the env's own RGB rendering (the Atari game screen, a drawing for ot
 tasks), played at real-time speed. Every supported family renders headless; MuJoCo and
 dm_control through EGL (`sebulba.envs.check_rendering` tries it first, so a machine
 without EGL fails in one line before any work). `--max_steps=T` ends every episode
-after T agent steps.
+after T agent steps. A task that flags success in its step `info` (Meta-World's
+`success`, Gymnasium Robotics' `is_success`, MyoSuite's `solved`) also gets
+`success_rate`, the share of episodes in which the flag was set at some step (Meta-World's
+convention; Gymnasium Robotics' HER papers read it at the last step), and `successes`.
 
 A multi-task run (`env.ids`) plays `--episodes` episodes of every task, each task in its
 own envs with the same seeds, and writes those fields per task under `tasks` (task id ->
 fields), with `mean_return` over all tasks, `episodes` in all, `env_ids` and, when every
 task is an Atari-57 game, the median and mean human-normalized score over the tasks
-(`atari_median_hns`, `atari_mean_hns`). `--animation=clip.gif` then writes one GIF per
-task, `clip-<task id>.gif`.
+(`atari_median_hns`, `atari_mean_hns`), and when every task flags success the mean
+`success_rate` over the tasks (Meta-World MT10's figure). `--animation=clip.gif` then
+writes one GIF per task, `clip-<task id>.gif`.
 
 `--levels` (Procgen) plays the run's training levels (`train`: its `env.kwargs`
 num_levels and start_level), levels it never trained on (`test`: every level from
@@ -87,6 +91,16 @@ class EvaluationError(Exception):
     """The workdir cannot be evaluated; the message says why in one line."""
 
 
+# The `info` entries by which envpool tasks say a goal was reached: Meta-World's
+# `success`, Gymnasium Robotics' `is_success`, MyoSuite's `solved`.
+SUCCESS_INFO_KEYS = ("success", "is_success", "solved")
+
+
+def success_info_key(info: dict[str, Any]) -> str | None:
+    """The entry of a step's `info` that flags success, or None if the task has none."""
+    return next((key for key in SUCCESS_INFO_KEYS if key in info), None)
+
+
 def run_episodes(
     policy: Policy,
     *,
@@ -96,7 +110,7 @@ def run_episodes(
     record_first: bool = False,
     env_config: ml_collections.ConfigDict | None = None,
     max_steps: int = 0,
-) -> tuple[np.ndarray, np.ndarray, list[Any]]:
+) -> tuple[np.ndarray, np.ndarray, list[Any], np.ndarray | None]:
     """Plays `episodes` complete episodes with `policy`, keys from (seed, step, episode).
 
     Args:
@@ -108,8 +122,10 @@ def run_episodes(
     Returns:
       returns [episodes] (raw), lengths [episodes] (agent steps), and, if
       `record_first`, episode 0's rendered screens (PIL images; its first screen and the
-      one after every step). A JAX env's episodes (`policy.jax_env`) are played by
-      `sebulba.anakin.episodes`, with no screens.
+      one after every step), and successes [episodes] (bool: the task's success flag,
+      `SUCCESS_INFO_KEYS`, was set at some step of the episode; None for a task without
+      one). A JAX env's episodes (`policy.jax_env`) are played by
+      `sebulba.anakin.episodes`, with no screens and no success flag.
 
     Raises:
       EvaluationError: `record_first` for a JAX env, or a screen that cannot be drawn.
@@ -126,9 +142,10 @@ def run_episodes(
             max_steps=max_steps,
             jax_env=anakin_suites.make_env(env_config.id),  # This task's (joint runs).
         )
-        return returns, lengths, []
+        return returns, lengths, [], None
     base = random_streams.evaluation_env_seed_base(seed)
     returns, lengths = np.zeros(episodes), np.zeros(episodes, np.int64)
+    successes, has_success = np.zeros(episodes, bool), False
     frames = []
     for first in range(0, episodes, num_envs):
         ids = np.arange(first, min(first + num_envs, episodes))
@@ -142,11 +159,15 @@ def run_episodes(
         step = 0
         while running.any():
             actions = policy.actions(obs, step=step, row_ids=ids.astype(np.int32))
-            obs, rewards, terminations, truncations, _ = envs.step(
+            obs, rewards, terminations, truncations, info = envs.step(
                 policy.env_spec.action.to_env(actions)
             )
             if recording and running[0]:  # The screen this step of episode 0 led to.
                 frames.append(_render(envs))
+            key = success_info_key(info)
+            if key is not None:
+                has_success = True
+                successes[ids] |= running & (np.asarray(info[key]) > 0)
             returns[ids] += np.where(running, rewards, 0.0)
             lengths[ids] += running
             running &= ~np.logical_or(terminations, truncations)
@@ -154,7 +175,7 @@ def run_episodes(
             if step == max_steps:
                 running[:] = False
         envs.close()
-    return returns, lengths, frames
+    return returns, lengths, frames, successes if has_success else None
 
 
 def _render(envs):
@@ -246,6 +267,9 @@ def evaluate(
         **run,
         "env_ids": list(ids),
     }
+    rates = [task.get("success_rate") for task in per_task.values()]
+    if all(rate is not None for rate in rates):  # Meta-World's MT10 reports this mean.
+        result["success_rate"] = float(np.mean(rates))
     scores = [task.get("human_normalized_score") for task in per_task.values()]
     if all(score is not None for score in scores):  # Every task is an Atari-57 game.
         result["atari_median_hns"] = float(np.median(scores))
@@ -271,7 +295,7 @@ def _evaluate_task(
     """
     if env_config is None:
         env_config = tasks.task_env_config(policy.config.env, task_id)
-    returns, lengths, frames = run_episodes(
+    returns, lengths, frames, successes = run_episodes(
         policy,
         episodes=episodes,
         seed=seed,
@@ -290,6 +314,9 @@ def _evaluate_task(
         "returns": returns.tolist(),
         "lengths": lengths.tolist(),
     }
+    if successes is not None:  # Meta-World's convention: success at any step of an episode.
+        result["success_rate"] = float(np.mean(successes))
+        result["successes"] = successes.tolist()
     normalized = human_normalized_score(task_id, result["mean_return"])
     if normalized is not None:
         result["human_normalized_score"] = normalized
@@ -556,6 +583,8 @@ def main(argv: list[str]) -> None:
             print(f"    animation of episode 0 ({task['lengths'][0]} steps): {task['animation']}")
     mean = result["mean_return"]
     line = f"mean return over tasks {mean:.{1 if abs(mean) >= 10 else 3}f}"
+    if "success_rate" in result:
+        line += f", mean success rate {result['success_rate']:.3f}"
     if "atari_median_hns" in result:
         line += (
             f", human-normalized median {result['atari_median_hns']:.3f}, "
@@ -586,6 +615,8 @@ def _task_line(task_id: str, task: dict) -> str:
         f"{task['mean_return']:.{digits}f} +- {task['std_return']:.{digits}f} "
         f"(min {task['min_return']:.{digits}f}, max {task['max_return']:.{digits}f})"
     )
+    if "success_rate" in task:
+        line += f", success rate {task['success_rate']:.3f}"
     if "human_normalized_score" in task:
         line += f", human-normalized {task['human_normalized_score']:.3f}"
     return line

@@ -18,7 +18,7 @@ import re
 import ml_collections
 import pytest
 
-from sebulba import envs, train
+from sebulba import envs, evaluate, train
 from sebulba.agents.networks import check_network_fits
 from sebulba.config import base_config
 from sebulba.errors import ConfigError
@@ -218,3 +218,8 @@ def test_metaworld_mt10_trains_its_ten_tasks_jointly(tmp_path):
     assert tuple(config.env.ids) == module.MT10 and len(module.MT10) == 10
     summary = _train_two_updates(config, str(tmp_path / "run"), num_envs=10)
     assert summary["updates"] == 2 and sorted(summary["tasks"]) == sorted(module.MT10)
+    # Evaluation reports Meta-World's success rate per task and its mean over the tasks.
+    result = evaluate.evaluate(str(tmp_path / "run"), episodes=2, num_envs=2, max_steps=10)
+    rates = [task["success_rate"] for task in result["tasks"].values()]
+    assert len(rates) == 10 and all(0.0 <= rate <= 1.0 for rate in rates)
+    assert result["success_rate"] == pytest.approx(sum(rates) / 10)

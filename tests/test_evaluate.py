@@ -449,3 +449,43 @@ def test_every_supported_family_can_be_animated(tmp_path):
     assert all(colours >= 3 for _, colours in sizes.values()), sizes  # Drawings, not blanks.
     # ViZDoom's engine keeps its settings in the working directory, as it always does.
     assert set(os.listdir(tmp_path)) == {"_vizdoom.ini", "_vizdoom"}
+
+
+class _ScriptedSuccessEnvs:
+    """Two envs whose episodes last 3 and 5 steps; env 0 flags success at its step 2
+    only, env 1 after its episode ended (which must not count)."""
+
+    def __init__(self, key):
+        self.key, self.t = key, 0
+
+    def reset(self):
+        self.t = 0
+        return np.zeros((2, 4), np.float32), {}
+
+    def step(self, actions):
+        del actions
+        self.t += 1
+        flags = np.array([self.t == 2, self.t == 4], np.float64)
+        ended = np.array([self.t >= 3, self.t >= 3])
+        info = {self.key: flags} if self.key else {}
+        return np.zeros((2, 4), np.float32), np.ones(2), ended, np.zeros(2, bool), info
+
+    def close(self):
+        pass
+
+
+@pytest.mark.parametrize("key", ["success", "is_success", "solved", None])
+def test_success_counts_a_flag_at_any_step_of_the_episode_and_only_where_the_task_has_one(
+    monkeypatch, key
+):
+    from tests.test_random_streams import cartpole_policy
+
+    monkeypatch.setattr(envs_lib, "make_envs", lambda *args, **kwargs: _ScriptedSuccessEnvs(key))
+    returns, lengths, _, successes = evaluate.run_episodes(
+        cartpole_policy(), episodes=2, seed=0, num_envs=2
+    )
+    assert returns.tolist() == [3.0, 3.0] and lengths.tolist() == [3, 3]
+    if key is None:
+        assert successes is None
+    else:
+        assert successes.tolist() == [True, False]

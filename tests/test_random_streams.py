@@ -86,6 +86,26 @@ def learner_keys(agent_module, make_agent, rollout, monkeypatch):
     return rows
 
 
+def cartpole_policy(seed=0, act=None):
+    """A loaded-policy stand-in on CartPole whose `act` (always action 0 by default) is
+    given: evaluation plays it without a checkpoint."""
+
+    def push_left(params, obs, keys):
+        del params, keys
+        return jax.numpy.zeros(obs.shape[0], jax.numpy.int32), {}
+
+    return Policy(
+        config=base_config(ppo.get_config()),
+        env_spec=EnvSpec("CartPole-v1", ArraySpec((4,), "float32"), Discrete(2)),
+        agent=Agent(init=None, act=act or push_left, update=None, policy_params=None),
+        params=None,
+        restored=types.SimpleNamespace(step=1, path="", meta={}),
+        greedy=False,
+        seed=seed,
+        device=jax.devices()[0],
+    )
+
+
 def inference_keys(seed):
     """Keys a loaded policy hands to `act` while evaluation plays (CartPole)."""
     recorded = []
@@ -94,18 +114,7 @@ def inference_keys(seed):
         jax.debug.callback(lambda data: recorded.append(np.asarray(data)), _key_data(keys))
         return jax.numpy.zeros(obs.shape[0], jax.numpy.int32), {}
 
-    config = base_config(ppo.get_config())
-    policy = Policy(
-        config=config,
-        env_spec=EnvSpec("CartPole-v1", ArraySpec((4,), "float32"), Discrete(2)),
-        agent=Agent(init=None, act=act, update=None, policy_params=None),
-        params=None,
-        restored=types.SimpleNamespace(step=1, path="", meta={}),
-        greedy=False,
-        seed=seed,
-        device=jax.devices()[0],
-    )
-    evaluate.run_episodes(policy, episodes=4, seed=seed, num_envs=4)
+    evaluate.run_episodes(cartpole_policy(seed, act), episodes=4, seed=seed, num_envs=4)
     return set().union(*(_rows(r) for r in recorded))
 
 
