@@ -12,10 +12,10 @@ Deliberate differences:
   * 128 envs instead of 4096: a rollout of 16,384 steps, so 4 minibatches of 4096 per
     epoch instead of 128 (the same samples per gradient step, the same 3 passes).
   * 5M env steps instead of 20M (gymnax-blines trains its MinAtar PPO for 10M): what
-    fits in 30 minutes per game on a shared 2-core CPU, where a run got 40-60% of it
-    at 3,400 (Seaquest) to 8,000 (Asterix) steps/s. `--config.total_timesteps=10_000_000`
-    took 25 minutes on Breakout and 42 on SpaceInvaders there. The step size is held
-    constant, so a longer run repeats a shorter one's updates and continues them.
+    fits in about 30 minutes per game on a 2-core CPU (docs/benchmarks.md, "MinAtar",
+    records each game's steps/s and wall time). The step size is held constant, so a
+    longer run (`--config.total_timesteps=10_000_000`) repeats a shorter one's updates
+    and continues them.
   * The envs are gymnax's MinAtar (minimal action sets, no sticky actions), not pgx's
     own (sticky actions with probability 0.1), so pgx's returns compare only roughly;
     gymnax-blines' curves are on these envs, with an MLP.
@@ -24,10 +24,10 @@ Deliberate differences:
   * Minibatches are shuffled in time within each env column (`time_shuffled`, so that a
     minibatch stays on its device), not over all samples.
 
-Seed 1, mean return of the last 100 episodes: Breakout 14.5 at 5M steps (8.5 minutes)
-and 15.1 at 10M, SpaceInvaders 156 at 10M (132 over update 300's episodes, 4.9M);
-gymnax-blines' MLP PPO reads about 21 and 23 (Breakout), 100 and 130 (SpaceInvaders)
-at 5M and 10M off its curves.
+docs/benchmarks.md ("MinAtar") has each game's recorded return at 5M steps beside
+gymnax-blines' PPO at the same step count. pgx's large batches take few gradient steps
+per env step (12 per 16,384 here, against gymnax-blines' 32 per 8,192), so at 5M steps
+this config is the less sample-efficient of the two; pgx trains for 20M.
 
 `:Breakout` (the default), `:Asterix`, `:Freeway`, `:SpaceInvaders` or `:Seaquest`
 selects the game; `:smoke` is a seconds-long run used by the tests (with a game:
