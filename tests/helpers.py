@@ -5,6 +5,8 @@ import os
 
 import jax
 import numpy as np
+import pytest
+from jax.experimental.compilation_cache import compilation_cache
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from sebulba.agents.api import rollout_partition_specs
@@ -146,3 +148,21 @@ def popart_overrides(num_steps=16):
         "agent__num_minibatches": 2,
         "total_timesteps": 8 * num_steps * 6,
     }
+
+
+@pytest.fixture(scope="module", autouse=True)
+def module_compilation_cache(tmp_path_factory):
+    """A test module's runs share a compilation cache in a temporary directory, as
+    command-line reruns do: a rerun or a resumed segment loads what its first run
+    compiled. Imported by the modules that want it (autouse within them)."""
+    previous = (
+        jax.config.jax_compilation_cache_dir,
+        jax.config.jax_persistent_cache_min_compile_time_secs,
+    )
+    jax.config.update("jax_compilation_cache_dir", str(tmp_path_factory.mktemp("jax-cache")))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    compilation_cache.reset_cache()
+    yield
+    jax.config.update("jax_compilation_cache_dir", previous[0])
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", previous[1])
+    compilation_cache.reset_cache()

@@ -19,7 +19,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.experimental.compilation_cache import compilation_cache
 
 from sebulba import checkpoint, train
 from sebulba.anakin.env_api import JaxEnv, reset_envs, step_envs
@@ -27,7 +26,13 @@ from sebulba.anakin.runner import AnakinRunner
 from sebulba.errors import ConfigError
 from sebulba.spaces import ArraySpec, Discrete, EnvSpec
 from tests import minimal_agent, probe_agent
-from tests.helpers import LSTM_RUN, agent_config, read_metrics, read_summary
+from tests.helpers import (  # noqa: F401 - module_compilation_cache is an autouse fixture.
+    LSTM_RUN,
+    agent_config,
+    module_compilation_cache,
+    read_metrics,
+    read_summary,
+)
 from tests.test_config_variants import load_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -71,22 +76,6 @@ def anakin_config(name="ppo_cartpole_anakin", **overrides):
 def probe_config(**overrides):
     """The probe agent (its parameter is its version) on gymnax's CartPole, 6 updates."""
     return agent_config(probe_agent, env__id=ENV_ID, **overrides)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def shared_compilation_cache(tmp_path_factory):
-    """This module's runs share a compilation cache in a temporary directory."""
-    previous = (
-        jax.config.jax_compilation_cache_dir,
-        jax.config.jax_persistent_cache_min_compile_time_secs,
-    )
-    jax.config.update("jax_compilation_cache_dir", str(tmp_path_factory.mktemp("jax-cache")))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-    compilation_cache.reset_cache()
-    yield
-    jax.config.update("jax_compilation_cache_dir", previous[0])
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", previous[1])
-    compilation_cache.reset_cache()
 
 
 @pytest.fixture(scope="module")

@@ -12,14 +12,17 @@ import signal
 import jax
 import numpy as np
 import pytest
-from jax.experimental.compilation_cache import compilation_cache
 
 from sebulba import checkpoint, evaluate, train
 from sebulba.anakin import suites
 from sebulba.anakin.env_api import JointJaxEnv, reset_envs, step_envs
 from sebulba.errors import ConfigError
 from sebulba.tasks import TaskLayout
-from tests.helpers import read_metrics, read_summary
+from tests.helpers import (  # noqa: F401 - module_compilation_cache is an autouse fixture.
+    module_compilation_cache,
+    read_metrics,
+    read_summary,
+)
 from tests.test_config_variants import load_config
 
 pytest.importorskip("xminigrid")
@@ -39,22 +42,6 @@ def joint_config(num_envs=6, **mesh):
         config.mesh[key] = value
     config.total_timesteps = num_envs * config.agent.num_steps * NUM_UPDATES
     return config
-
-
-@pytest.fixture(scope="module", autouse=True)
-def shared_compilation_cache(tmp_path_factory):
-    """This module's runs share a compilation cache, as command-line reruns do."""
-    previous = (
-        jax.config.jax_compilation_cache_dir,
-        jax.config.jax_persistent_cache_min_compile_time_secs,
-    )
-    jax.config.update("jax_compilation_cache_dir", str(tmp_path_factory.mktemp("jax-cache")))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-    compilation_cache.reset_cache()
-    yield
-    jax.config.update("jax_compilation_cache_dir", previous[0])
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", previous[1])
-    compilation_cache.reset_cache()
 
 
 @pytest.fixture(scope="module")
