@@ -7,8 +7,9 @@ mesh, the envs sharded along its batch axis and the parameters replicated. It sh
 with the Sebulba pipeline (`sebulba.pipeline`) the agents, the `Rollout` contract, the
 mesh, the config sections, checkpoints, metrics and the workdir's outputs:
 
-  env_api   the JAX env protocol (`JaxEnv`) and the batched step with envpool's
-            auto-reset convention, so a JAX env's rollout is a `Rollout` like envpool's
+  env_api   the JAX env protocol (`JaxEnv`), a joint run's tasks (`JointJaxEnv`), and
+            the batched step with envpool's auto-reset convention, so a JAX env's
+            rollout is a `Rollout` like envpool's
   suites/   one adapter per suite (gymnax, XLand-MiniGrid, Jumanji, Brax, Pgx) and the
             registry of `SUITE:TASK` env ids
   runner    the Anakin runner: the jitted act-and-learn step and its host loop
