@@ -6,12 +6,15 @@
         --set agent.core=none --seeds=1
     python benchmarks/default_runs.py --config=ppo_minatar:Asterix --name=ppo_minatar_asterix \
         --seeds=1
+    python benchmarks/default_runs.py --config=ppo_procgen:Starpilot --name=ppo_procgen_starpilot \
+        --set agent.network=nature_cnn --set total_timesteps=1500000 --seeds=1 --levels=train,test
 
 Each seed is the README's command, `python -m sebulba.main --config=configs/NAME.py
 --workdir=DIR --config.seed=S` (TensorBoard off; each `--set KEY=VALUE` added as
 `--config.KEY=VALUE`), in its own process with JAX's default
 devices, then `python -m sebulba.evaluate --workdir=DIR --episodes=20` (the sampled
-policy of the final checkpoint). Prints one line per seed and writes
+policy of the final checkpoint; with `--levels=train,test`, Procgen's training and held-out
+levels, 20 episodes each, and their generalisation gap). Prints one line per seed and writes
 `docs/records/NAME.json` (or `--name`) with each seed's summary: the final mean return (last 100
 episodes), `params_checksum`, steps/s, wall time, and the evaluation's mean and min.
 Returns and checksums do not depend on the machine's load; times do. Then `python
@@ -69,19 +72,38 @@ def _read(workdir: str, name: str) -> dict:
         return json.load(f)
 
 
-def run(config: str, seed: int, eval_episodes: int = 0, overrides: tuple[str, ...] = ()) -> dict:
-    """One seed of the README's command; the summary's figures (and the evaluation's)."""
+def run(
+    config: str,
+    seed: int,
+    eval_episodes: int = 0,
+    overrides: tuple[str, ...] = (),
+    levels: str = "",
+) -> dict:
+    """One seed of the README's command; the summary's figures (and the evaluation's).
+
+    `levels`: evaluate's `--levels` (Procgen's level sets, e.g. "train,test"), or "".
+    """
     with tempfile.TemporaryDirectory() as workdir:
         _python(command(config, seed, workdir, overrides)[1:], f"{config} seed {seed}")
         summary = _read(workdir, "summary.json")
         figures = {key: summary[key] for key in SUMMARY_KEYS}
         if eval_episodes:
             evaluate = ["-m", "sebulba.evaluate", f"--workdir={workdir}"]
-            _python([*evaluate, f"--episodes={eval_episodes}"], f"evaluating {config} {seed}")
+            evaluate.append(f"--episodes={eval_episodes}")
+            if levels:
+                evaluate.append(f"--levels={levels}")
+            _python(evaluate, f"evaluating {config} {seed}")
             evaluation = _read(workdir, "eval.json")
             # A multi-task evaluation reports a mean over tasks and no overall minimum.
             kept = ("episodes", "mean_return", "min_return")
             figures["eval"] = {k: evaluation[k] for k in kept if k in evaluation}
+            if levels:  # Each level set's figures, and train minus test.
+                played = evaluation["levels"].items()
+                figures["eval"]["levels"] = {
+                    name: {k: fields[k] for k in kept} for name, fields in played
+                }
+                if "generalization_gap" in evaluation:
+                    figures["eval"]["generalization_gap"] = evaluation["generalization_gap"]
     return figures
 
 
@@ -95,12 +117,17 @@ def main() -> None:
     parser.add_argument("--seeds", default="1,2,3,4,5")
     parser.add_argument("--parallel", type=int, default=1, help="seeds run at once")
     parser.add_argument("--eval_episodes", type=int, default=20, help="0: no evaluation")
+    parser.add_argument(
+        "--levels", default="", help="evaluate's --levels (Procgen), e.g. train,test"
+    )
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
     started = records.environment()  # The code the runs start on.
     with ThreadPoolExecutor(args.parallel) as pool:
         overrides = tuple(args.set)
-        runs = pool.map(lambda s: run(args.config, s, args.eval_episodes, overrides), seeds)
+        runs = pool.map(
+            lambda s: run(args.config, s, args.eval_episodes, overrides, args.levels), seeds
+        )
         results = dict(zip(seeds, runs, strict=True))
     for seed, result in results.items():
         print(

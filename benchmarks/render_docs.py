@@ -69,7 +69,19 @@ def render(name: str, style: str) -> str:
         for seed, result in seeds.items():
             evaluation = result.get("eval")
             evaluated = "-"
-            if evaluation:
+            if evaluation and "levels" in evaluation:  # Procgen: each level set, then the gap.
+                evaluated = ", ".join(
+                    f"{name} levels {fields['mean_return']:.1f} ({fields['min_return']:.0f})"
+                    # Training levels first, as evaluate prints them.
+                    for name, fields in sorted(
+                        evaluation["levels"].items(), key=lambda item: item[0] != "train"
+                    )
+                )
+                episodes = {fields["episodes"] for fields in evaluation["levels"].values()}
+                evaluated += f" over {'/'.join(map(str, sorted(episodes)))} episodes each"
+                if "generalization_gap" in evaluation:
+                    evaluated += f"; gap {evaluation['generalization_gap']:.1f}"
+            elif evaluation:
                 # A multi-task evaluation has a mean over tasks and no single minimum.
                 minimum = evaluation.get("min_return")
                 lowest = f" ({minimum:.0f})" if minimum is not None else ""
