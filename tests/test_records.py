@@ -126,3 +126,24 @@ def test_a_failing_benchmark_writes_no_record(tmp_path, monkeypatch):
     with pytest.raises(SystemExit, match="exited 3"):
         record_output.run_and_capture(fails)
     assert os.listdir(tmp_path) == []
+
+
+def test_a_procgen_record_shows_training_and_held_out_levels_side_by_side(tmp_path, monkeypatch):
+    # `default_runs.py --levels=train,test` keeps each level set's evaluation and the gap;
+    # the table shows the training levels first, whatever order the record keeps them in.
+    monkeypatch.setattr(records, "RECORDS_DIR", str(tmp_path))
+    level_sets = {
+        "test": {"episodes": 20, "mean_return": 4.3, "min_return": 1.0},
+        "train": {"episodes": 20, "mean_return": 6.5, "min_return": 2.0},
+    }
+    evaluation = {"episodes": 40, "mean_return": 4.3, "min_return": 1.0}
+    evaluation |= {"levels": level_sets, "generalization_gap": 6.5 - 4.3}
+    seed = {"mean_return": 6.0, "sps": 380.0, "wall_time_s": 3900.0, "params_checksum": "ab" * 32}
+    records.write(
+        "procgen", "python -m sebulba.main", {"seeds": {"1": {**seed, "eval": evaluation}}}
+    )
+    row = render_docs.render("procgen", "table").splitlines()[2]
+    assert (
+        "| 1 | 6.0 | train levels 6.5 (2), test levels 4.3 (1) over 20 episodes each; gap 2.2 |"
+        in row
+    )
