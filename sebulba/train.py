@@ -31,10 +31,12 @@ from sebulba.anakin import suites as anakin_suites
 from sebulba.anakin.env_api import BatchOfEnvs
 from sebulba.config import check_run_config
 from sebulba.errors import ConfigError
+from sebulba.lag_schedule import required_policy_version
 from sebulba.mesh import DeviceLayout, build_layout
 from sebulba.metrics import MetricsLogger, params_checksum, truncate_metrics, write_json
-from sebulba.pipeline import Pipeline, UpdateReport, required_policy_version
+from sebulba.pipeline import Pipeline
 from sebulba.sizes import Sizes, derive_sizes
+from sebulba.update_report import UpdateReport
 
 
 @dataclasses.dataclass
