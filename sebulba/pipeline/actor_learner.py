@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from sebulba import envs as envs_lib
-from sebulba import scan_actor, spaces
+from sebulba import spaces
 from sebulba.actor_step import actor_step
 from sebulba.agents.api import (
     Agent,
@@ -46,10 +46,11 @@ from sebulba.agents.api import (
 )
 from sebulba.distributed import EpisodeGatherer
 from sebulba.envs import EpisodeTracker, learning_rewards
-from sebulba.handoff import ParamsStore, RunControl, RunStopped, get_or_stop, put_or_stop
 from sebulba.lag_schedule import required_policy_version
 from sebulba.memory import update_compiler_options
 from sebulba.mesh import DeviceLayout
+from sebulba.pipeline import scan_actor
+from sebulba.pipeline.handoff import ParamsStore, RunControl, RunStopped, get_or_stop, put_or_stop
 from sebulba.sizes import Sizes
 from sebulba.update_report import UpdateReport
 
@@ -266,8 +267,8 @@ class Pipeline:
       transfer_guard: JAX transfer guard level for steady state ("disallow" proves
         every host/device transfer in the loop is explicit).
       actor_loop: "step" (Python enters every env step) or "scan" (each rollout is one
-        XLA program, `sebulba.scan_actor`; the caller has checked that the envs allow
-        it). Both produce the same data.
+        XLA program, `sebulba.pipeline.scan_actor`; the caller has checked that the envs
+        allow it). Both produce the same data.
     """
 
     def __init__(
@@ -410,7 +411,7 @@ class Pipeline:
             )
 
     def _scan_collector(self, groups: list[_EnvGroup], device) -> Callable:
-        """`collect(params, device, control)` of the scan loop (`sebulba.scan_actor`)."""
+        """`collect(params, device, control)` of the scan loop (`scan_actor`)."""
         program, handles = scan_actor.build_rollout_program(
             self._actor_step_fn,
             self.env_spec,
