@@ -126,6 +126,7 @@ def check(config, topology: str) -> dict[str, Any]:
     import numpy as np
 
     from sebulba import memory, pipeline, random_streams, spaces, train
+    from sebulba.actor_step import actor_step
 
     devices, chip = accelerators.devices(topology)
     config = config.copy_and_resolve_references()
@@ -152,7 +153,7 @@ def check(config, topology: str) -> dict[str, Any]:
     except ConfigError as error:
         advice = str(error)
 
-    # One actor thread's policy step on its actor device (`pipeline.actor_step`).
+    # One actor thread's policy step on its actor device (`sebulba.actor_step`).
     actor_device = layout.actor_devices[0]
     on_actor = jax.sharding.SingleDeviceSharding(actor_device)
     n = sizes.envs_per_thread
@@ -167,7 +168,7 @@ def check(config, topology: str) -> dict[str, Any]:
         ),
         on_actor,
     )
-    step = jax.jit(functools.partial(pipeline.actor_step, agent, config.seed))
+    step = jax.jit(functools.partial(actor_step, agent, config.seed))
     actor = analyse(step.lower(params, *step_inputs).compile(), 1, chip)
     # Two parameter versions live on an actor device (the one in use, the one arriving).
     params_bytes = sum(

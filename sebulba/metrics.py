@@ -23,11 +23,11 @@ import jax
 import numpy as np
 
 from sebulba.errors import TrainingDivergedError
-from sebulba.pipeline import UpdateReport
 from sebulba.progress import ConsoleProgress, progress_line
 from sebulba.sizes import Sizes
 from sebulba.task_metrics import TaskEpisodes
 from sebulba.tasks import TaskLayout
+from sebulba.update_report import UpdateReport
 
 # Namespaces of the TensorBoard tags, by metrics.jsonl key (per-task keys such as
 # "episodic_return/Pong-v5" by the part before the slash).

@@ -21,7 +21,7 @@ import ml_collections
 from absl import logging
 
 from sebulba import checkpoint as ckpt_lib
-from sebulba import distributed, memory, random_streams, resume_config, scan_actor, tasks
+from sebulba import distributed, memory, random_streams, resume_config, tasks
 from sebulba import envs as envs_lib
 from sebulba import workdir as workdir_lib
 from sebulba.agents import resolve_agent
@@ -31,10 +31,12 @@ from sebulba.anakin import suites as anakin_suites
 from sebulba.anakin.env_api import BatchOfEnvs
 from sebulba.config import check_run_config
 from sebulba.errors import ConfigError
+from sebulba.lag_schedule import required_policy_version
 from sebulba.mesh import DeviceLayout, build_layout
 from sebulba.metrics import MetricsLogger, params_checksum, truncate_metrics, write_json
-from sebulba.pipeline import Pipeline, UpdateReport, required_policy_version
+from sebulba.pipeline import Pipeline, scan_actor
 from sebulba.sizes import Sizes, derive_sizes
+from sebulba.update_report import UpdateReport
 
 
 @dataclasses.dataclass

@@ -9,7 +9,8 @@ import pytest
 
 from sebulba import train
 from sebulba.agents import impala, ppo
-from sebulba.pipeline import Pipeline, required_policy_version
+from sebulba.lag_schedule import required_policy_version
+from sebulba.pipeline import Pipeline
 from tests import minimal_agent, probe_agent
 from tests.helpers import (
     LSTM_RUN,

@@ -12,13 +12,13 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from sebulba import evaluate, random_streams, train
+from sebulba.actor_step import actor_step
 from sebulba.agents import impala, minibatches, ppo
 from sebulba.agents.api import Agent, ArraySpec, Discrete, EnvSpec
 from sebulba.anakin import episodes as anakin_episodes
 from sebulba.anakin.env_api import JaxEnv
 from sebulba.anakin.runner import AnakinRunner
 from sebulba.config import base_config
-from sebulba.pipeline import actor_step
 from sebulba.policy import Policy
 from tests import test_impala, test_ppo
 

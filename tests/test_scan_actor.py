@@ -12,10 +12,10 @@ import jax
 import numpy as np
 import pytest
 
-from sebulba import envs, scan_actor, spaces, train
+from sebulba import envs, spaces, train
 from sebulba.agents import impala, ppo
 from sebulba.errors import ConfigError
-from sebulba.pipeline import Pipeline
+from sebulba.pipeline import Pipeline, scan_actor
 from tests import minimal_agent
 from tests.helpers import LSTM_RUN, agent_config, normalized_continuous_overrides, read_summary
 

@@ -16,9 +16,9 @@ from sebulba import tasks, train
 from sebulba.atari_scores import human_normalized_score
 from sebulba.errors import ConfigError
 from sebulba.metrics import MetricsLogger, scalar_tag
-from sebulba.pipeline import UpdateReport
 from sebulba.sizes import derive_sizes
 from sebulba.task_metrics import RECENT_EPISODES, TaskEpisodes
+from sebulba.update_report import UpdateReport
 from tests import minimal_agent, probe_agent
 from tests.helpers import agent_config, read_metrics, read_summary
 from tests.test_cli import run_cli

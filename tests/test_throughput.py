@@ -16,10 +16,11 @@ from sebulba.agents.api import Discrete
 from sebulba.agents.networks import has_convolutions, make_network
 from sebulba.config import base_config
 from sebulba.errors import ConfigError
-from sebulba.handoff import RunControl
 from sebulba.metrics import MetricsLogger
-from sebulba.pipeline import Pipeline, UpdateReport
+from sebulba.pipeline import Pipeline
+from sebulba.pipeline.handoff import RunControl
 from sebulba.spaces import ArraySpec
+from sebulba.update_report import UpdateReport
 from tests import minimal_agent, probe_agent
 from tests.helpers import agent_config, read_summary
 from tests.test_cli import run_cli

@@ -10,13 +10,13 @@ holds its rollout and state. One update is one call of one AOT-compiled program:
   2. the agent's unchanged `update` on that rollout (kept sharded along envs, so the
      agents' device-local minibatches stay device-local).
 
-The policy-version schedule is the pipeline's: with `pipeline.policy_lag` 1 rollout k is
-collected with version max(1, k - 1) (the runner carries the previous parameters), with
-0 on-policy with version k. Everything the loop carries between updates (the envs' state,
-observations, episode counters and the agent's carry) is `ActingState`, checkpointed with
-the learner state, so a resumed run continues bit for bit. The host sees only the
-finished episodes and the agent's metrics; `run` has the pipeline's signature, so
-`sebulba.train` drives both the same way.
+The policy-version schedule is the pipeline's (`sebulba.lag_schedule`): with
+`pipeline.policy_lag` 1 rollout k is collected with version max(1, k - 1) (the runner
+carries the previous parameters), with 0 on-policy with version k. Everything the loop
+carries between updates (the envs' state, observations, episode counters and the agent's
+carry) is `ActingState`, checkpointed with the learner state, so a resumed run continues
+bit for bit. The host sees only the finished episodes and the agent's metrics; `run` has
+the pipeline's signature, so `sebulba.train` drives both the same way.
 """
 
 from __future__ import annotations
@@ -32,12 +32,14 @@ import numpy as np
 from jax.sharding import PartitionSpec
 
 from sebulba import random_streams
+from sebulba.actor_step import actor_step
 from sebulba.agents.api import Agent, EnvSpec, Rollout, rollout_partition_specs
 from sebulba.anakin.env_api import BatchedEnvs, BatchOfEnvs, reset_envs, step_envs
+from sebulba.lag_schedule import required_policy_version
 from sebulba.memory import update_compiler_options
 from sebulba.mesh import BATCH_AXIS, DeviceLayout
-from sebulba.pipeline import UpdateReport, actor_step, required_policy_version
 from sebulba.sizes import Sizes
+from sebulba.update_report import UpdateReport
 
 
 @flax.struct.dataclass

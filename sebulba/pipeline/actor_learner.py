@@ -35,26 +35,24 @@ import jax.numpy as jnp
 import numpy as np
 
 from sebulba import envs as envs_lib
-from sebulba import random_streams, scan_actor, spaces
+from sebulba import spaces
+from sebulba.actor_step import actor_step
 from sebulba.agents.api import (
     Agent,
     EnvSpec,
     Rollout,
-    reset_carry,
     rollout_env_axes,
     rollout_partition_specs,
 )
 from sebulba.distributed import EpisodeGatherer
 from sebulba.envs import EpisodeTracker, learning_rewards
-from sebulba.handoff import ParamsStore, RunControl, RunStopped, get_or_stop, put_or_stop
+from sebulba.lag_schedule import required_policy_version
 from sebulba.memory import update_compiler_options
 from sebulba.mesh import DeviceLayout
+from sebulba.pipeline import scan_actor
+from sebulba.pipeline.handoff import ParamsStore, RunControl, RunStopped, get_or_stop, put_or_stop
 from sebulba.sizes import Sizes
-
-
-def required_policy_version(update: int, policy_lag: int) -> int:
-    """Parameter version that must collect rollout `update` (both count from 1)."""
-    return max(1, update - policy_lag)
+from sebulba.update_report import UpdateReport
 
 
 def in_env_order(
@@ -71,19 +69,6 @@ def in_env_order(
         [lengths[i] for i in order],
         [env_ids[i] for i in order],
     )
-
-
-def actor_step(agent: Agent, seed: int, params, carry, obs, starts, env_ids, step_index):
-    """One policy step of an actor: -> (the carry obs was processed with, the next carry,
-    actions, outputs, step_index + 1).
-
-    The step index lives on the device and advances here, so a step transfers only its
-    observations and episode-start flags (one host-to-device copy) and its actions (one
-    copy back); the carry stays on the device.
-    """
-    keys = random_streams.actor_keys(seed, step_index, env_ids)
-    carry = reset_carry(carry, starts, agent.new_carry(env_ids.shape[0]))
-    return carry, *agent.recurrent_act(params, carry, obs, keys), step_index + 1
 
 
 def rollout_struct(
@@ -151,28 +136,6 @@ class ActorRollout:
     episode_lengths: list[int]
     episode_env_ids: list[int]
     params_wait_s: float
-
-
-@dataclasses.dataclass
-class UpdateReport:
-    """What the learner reports after each update (device metrics are not yet fetched).
-
-    The episodes that ended during the update's rollout, over every thread and process,
-    come as three parallel lists (raw return, length in agent steps, global env index),
-    sorted by env index (each env's episodes in the order they ended), so their order
-    does not depend on how the envs are spread over threads and processes.
-    """
-
-    update: int
-    global_step: int
-    actor_policy_version: int
-    learner_policy_version: int
-    rollout_wait_s: float
-    params_wait_s: float
-    episode_returns: list[float]
-    episode_lengths: list[int]
-    episode_env_ids: list[int]
-    agent_metrics: dict[str, jax.Array]
 
 
 @dataclasses.dataclass
@@ -304,8 +267,8 @@ class Pipeline:
       transfer_guard: JAX transfer guard level for steady state ("disallow" proves
         every host/device transfer in the loop is explicit).
       actor_loop: "step" (Python enters every env step) or "scan" (each rollout is one
-        XLA program, `sebulba.scan_actor`; the caller has checked that the envs allow
-        it). Both produce the same data.
+        XLA program, `sebulba.pipeline.scan_actor`; the caller has checked that the envs
+        allow it). Both produce the same data.
     """
 
     def __init__(
@@ -448,7 +411,7 @@ class Pipeline:
             )
 
     def _scan_collector(self, groups: list[_EnvGroup], device) -> Callable:
-        """`collect(params, device, control)` of the scan loop (`sebulba.scan_actor`)."""
+        """`collect(params, device, control)` of the scan loop (`scan_actor`)."""
         program, handles = scan_actor.build_rollout_program(
             self._actor_step_fn,
             self.env_spec,

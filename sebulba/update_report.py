@@ -1,0 +1,34 @@
+"""What a runner (the Sebulba pipeline or the Anakin runner) reports after each update.
+
+`sebulba.train` drives both runners through the same `run(..., on_update, ...)` and
+hands every `UpdateReport` to the metrics (`sebulba.metrics.MetricsLogger`) and the
+checkpoints, so neither needs to know which runner produced it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+
+
+@dataclasses.dataclass
+class UpdateReport:
+    """What the learner reports after each update (device metrics are not yet fetched).
+
+    The episodes that ended during the update's rollout, over every thread and process,
+    come as three parallel lists (raw return, length in agent steps, global env index),
+    sorted by env index (each env's episodes in the order they ended), so their order
+    does not depend on how the envs are spread over threads and processes.
+    """
+
+    update: int
+    global_step: int
+    actor_policy_version: int
+    learner_policy_version: int
+    rollout_wait_s: float
+    params_wait_s: float
+    episode_returns: list[float]
+    episode_lengths: list[int]
+    episode_env_ids: list[int]
+    agent_metrics: dict[str, jax.Array]
