@@ -63,7 +63,7 @@ import numpy as np  # noqa: E402
 from sebulba import envs as envs_lib  # noqa: E402
 from sebulba import random_streams, spaces, train  # noqa: E402
 from sebulba.pipeline import Pipeline, scan_actor  # noqa: E402
-from sebulba.pipeline.handoff import RunControl  # noqa: E402
+from sebulba.pipeline.handoff import RunControl, StartGate  # noqa: E402
 from sebulba.sizes import derive_sizes  # noqa: E402
 
 
@@ -231,10 +231,11 @@ def actor_only_sps(setup, config, seconds: float, actor_loop: str):
     store = _FixedParams([jax.device_put(params, device) for device in setup.layout.actor_devices])
     control = RunControl()
     handoffs = [queue.Queue(maxsize=1) for _ in setup.envs_per_thread]
+    gate = StartGate(len(setup.envs_per_thread), control)
     threads = [
         threading.Thread(
             target=pipeline._run_actor,
-            args=(t, envs, store, handoffs[t], 1, control),
+            args=(t, envs, store, handoffs[t], 1, gate, control),
             daemon=True,
         )
         for t, envs in enumerate(setup.envs_per_thread)

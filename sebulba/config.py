@@ -105,6 +105,8 @@ def base_config(agent: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     config.debug.actor_delay_s = 0.0  # Sleep before each rollout (reproducibility tests).
     config.debug.transfer_guard = "disallow"  # jax.transfer_guard level in the loop.
     config.debug.skip_memory_check = False  # Train even if the update seems not to fit.
+    # On GPUs: deterministic kernels, no timing-based autotuning (same seed, same checksum).
+    config.debug.deterministic_gpu = True  # False: XLA may pick faster, varying kernels.
     return config
 
 

@@ -10,3 +10,11 @@ class TrainingDivergedError(FloatingPointError):
 
     The run stops before saving a checkpoint, so the last checkpoint holds finite values.
     """
+
+
+class NonFiniteRolloutError(FloatingPointError):
+    """An actor thread collected NaN or infinite values; the message names the thread, its
+    actor loop and device, the rollout and the fields with their first bad step.
+
+    Raised before the handoff, so the learner never updates from the rollout.
+    """

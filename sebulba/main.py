@@ -26,10 +26,10 @@ import sys
 
 from absl import app, flags, logging
 
-from sebulba import config_flag, distributed
+from sebulba import config_flag, distributed, gpu_determinism
 from sebulba.agents.defaults import check_builtin_ranges
 from sebulba.config import check_run_config
-from sebulba.errors import ConfigError, TrainingDivergedError
+from sebulba.errors import ConfigError, NonFiniteRolloutError, TrainingDivergedError
 from sebulba.sizes import derive_sizes
 from sebulba.stop_signals import StopSignals
 from sebulba.workdir import check_workdir
@@ -145,6 +145,8 @@ def _run(signals: StopSignals) -> None:
             check_builtin_ranges(config_flag.CONFIG.value.agent)
             check_workdir(_WORKDIR.value)
         seeds = _parse_seeds(_SEEDS.value)
+        # XLA reads its flags when JAX starts a backend, which initialize may do.
+        gpu_determinism.configure(config_flag.CONFIG.value.debug.deterministic_gpu)
         source = distributed.initialize(options)
     except ConfigError as error:
         config_flag.config_error(str(error))
@@ -184,11 +186,12 @@ def _run(signals: StopSignals) -> None:
         if monitor is None:
             config_flag.config_error(str(error))
         _fail_multi_process(monitor, 2, f"config error: {error}")
-    except TrainingDivergedError as error:
+    except (TrainingDivergedError, NonFiniteRolloutError) as error:
+        what = "training diverged" if isinstance(error, TrainingDivergedError) else "bad data"
         if monitor is None:
-            print(f"sebulba: training diverged: {error}", file=sys.stderr, flush=True)
+            print(f"sebulba: {what}: {error}", file=sys.stderr, flush=True)
             sys.exit(distributed.EXIT_FAILURE)
-        _fail_multi_process(monitor, distributed.EXIT_FAILURE, f"training diverged: {error}")
+        _fail_multi_process(monitor, distributed.EXIT_FAILURE, f"{what}: {error}")
     except Exception as error:
         if monitor is None:
             raise

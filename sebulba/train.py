@@ -21,7 +21,7 @@ import ml_collections
 from absl import logging
 
 from sebulba import checkpoint as ckpt_lib
-from sebulba import distributed, memory, random_streams, resume_config, tasks
+from sebulba import distributed, gpu_determinism, memory, random_streams, resume_config, tasks
 from sebulba import envs as envs_lib
 from sebulba import workdir as workdir_lib
 from sebulba.agents import resolve_agent
@@ -409,6 +409,8 @@ def _summary_extra(config, layout, actor_loop: str) -> dict[str, Any]:
         "actor_loop": actor_loop,
         "layout": layout.describe(),
         "jax_version": jax.__version__,
+        "backend": jax.default_backend(),
+        "gpu_determinism": gpu_determinism.describe(config.debug.deterministic_gpu),
         "agent": config.agent.name,
         "env_id": tasks.task_ids(config.env)[0],
     }
@@ -462,6 +464,8 @@ def train(
     # and so does a resume with a config the stored run did not use.
     workdir_lib.check_workdir(workdir)
     resume_config.check(config, workdir)
+    # For library callers; a no-op after sebulba.main, which did it before JAX started.
+    gpu_determinism.configure(config.debug.deterministic_gpu)
     # Entered here even when the caller entered it already: JAX's distributed runtime
     # may have installed its own SIGTERM handler since.
     with stop_signals or ckpt_lib.StopSignals() as signals:

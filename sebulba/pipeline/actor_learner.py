@@ -46,11 +46,19 @@ from sebulba.agents.api import (
 )
 from sebulba.distributed import EpisodeGatherer
 from sebulba.envs import EpisodeTracker, learning_rewards
+from sebulba.errors import NonFiniteRolloutError
 from sebulba.lag_schedule import required_policy_version
 from sebulba.memory import update_compiler_options
 from sebulba.mesh import DeviceLayout
-from sebulba.pipeline import scan_actor
-from sebulba.pipeline.handoff import ParamsStore, RunControl, RunStopped, get_or_stop, put_or_stop
+from sebulba.pipeline import rollout_check, scan_actor
+from sebulba.pipeline.handoff import (
+    ParamsStore,
+    RunControl,
+    RunStopped,
+    StartGate,
+    get_or_stop,
+    put_or_stop,
+)
 from sebulba.sizes import Sizes
 from sebulba.update_report import UpdateReport
 
@@ -378,7 +386,7 @@ class Pipeline:
             raise ValueError(f"the thread's pools hold {start} envs, not env.num_envs")
         return groups
 
-    def _actor_loop(self, thread_index, envs, store, handoff, first_update, control):
+    def _actor_loop(self, thread_index, envs, store, handoff, first_update, gate, control):
         device_index = thread_index % len(self.layout.actor_devices)
         device = self.layout.actor_devices[device_index]
         groups = self._actor_groups(thread_index, envs, device, first_update)
@@ -386,6 +394,9 @@ class Pipeline:
         collect = functools.partial(self._collect, groups, env_ids)
         if self.actor_loop == "scan":
             collect = self._scan_collector(groups, device)
+            first_version = required_policy_version(first_update, self.policy_lag)
+            collect.compile(store.get(first_version, device_index))
+        gate.arrive_and_wait()
         for update in range(first_update, self.sizes.num_updates + 1):
             version = required_policy_version(update, self.policy_lag)
             wait_start = time.perf_counter()
@@ -396,6 +407,13 @@ class Pipeline:
             with jax.transfer_guard(self.transfer_guard):
                 rollout = collect(params, device, control)
                 pieces = self._to_learner_devices(rollout)
+                problem = rollout_check.non_finite_fields(pieces)
+            if problem is not None:
+                raise NonFiniteRolloutError(
+                    f"actor thread {thread_index} ({self.actor_loop} loop, {device.platform} "
+                    f"device {device.id}) collected a non-finite rollout {update} with policy "
+                    f"version {version}: {problem}; the learner never saw it"
+                )
             put_or_stop(
                 handoff,
                 ActorRollout(
@@ -433,6 +451,9 @@ class Pipeline:
             for group, group_handles in zip(groups, handles, strict=True)
         ]
 
+        def compile_program(params) -> None:
+            program.compile(params, states)
+
         def collect(params, device, control) -> _ScanRollout:
             nonlocal states
             control.raise_if_stopped()
@@ -453,6 +474,7 @@ class Pipeline:
                     )
             return rollout
 
+        collect.compile = compile_program
         return collect
 
     def _collect(self, groups: list[_EnvGroup], env_ids, params, device, control) -> _HostRollout:
@@ -638,10 +660,11 @@ class Pipeline:
                 )
             self._publish(store, first_update - 1, previous_params)
         self._publish(store, first_update, self.agent.policy_params(state))
+        gate = StartGate(len(self.envs_per_thread), control)
         threads = [
             threading.Thread(
                 target=self._run_actor,
-                args=(t, envs, store, handoffs[t], first_update, control),
+                args=(t, envs, store, handoffs[t], first_update, gate, control),
                 name=f"sebulba-actor-{t}",
                 daemon=True,
             )

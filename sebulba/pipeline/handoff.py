@@ -45,6 +45,29 @@ class RunControl:
             raise RunStopped()
 
 
+class StartGate:
+    """Holds every actor thread until all of them are ready (their programs compiled).
+
+    On a GPU, XLA's compiler runs candidate kernels on the device while it autotunes; a
+    rollout program already running there would share the device with it. The gate keeps
+    compiling and running apart. Waits poll the stop flag, so a thread that fails while
+    compiling stops the others instead of leaving them waiting.
+    """
+
+    def __init__(self, parties: int, control: RunControl):
+        self._waiting = parties
+        self._cond = threading.Condition()
+        self._control = control
+
+    def arrive_and_wait(self) -> None:
+        with self._cond:
+            self._waiting -= 1
+            self._cond.notify_all()
+            while self._waiting > 0:
+                self._control.raise_if_stopped()
+                self._cond.wait(_POLL_S)
+
+
 class ParamsStore:
     """The two newest parameter versions, one copy per actor device."""
 

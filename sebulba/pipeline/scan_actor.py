@@ -118,11 +118,40 @@ def choose_actor_loop(
         for groups, device in zip(groups_per_thread, devices_per_thread, strict=True)
     )
     reason = next((r for r in reasons if r is not None), None)
-    if reason is None:
+    if reason is not None:
+        if requested == "scan":
+            raise ValueError(f"pipeline.actor_loop is 'scan', but {reason}; use 'auto' or 'step'")
+        return "step", reason
+    unverified = unverified_reason(devices_per_thread)
+    if unverified is None:
         return "scan", "envpool's XLA interface steps the envs inside each rollout's program"
     if requested == "scan":
-        raise ValueError(f"pipeline.actor_loop is 'scan', but {reason}; use 'auto' or 'step'")
-    return "step", reason
+        return "scan", f"requested, although {unverified}"
+    return "step", f"{unverified}; pipeline.actor_loop='scan' runs it anyway"
+
+
+# How many actor threads may share one actor device in scan rollouts, per platform, as far
+# as a test has shown the data equal to the step loop's (None: any number). CPU: the
+# suite (tests/test_scan_actor.py). GPU: one thread per device, on an H100; two threads
+# sharing one H100 handed the learner non-finite data (docs/architecture.md, "The actor
+# loop on GPUs"), and until tests/gpu shows the fix there, `auto` does not choose it.
+VERIFIED_SCAN_THREADS_PER_DEVICE: dict[str, int | None] = {"cpu": None, "gpu": 1}
+
+
+def unverified_reason(devices_per_thread: Sequence[jax.Device]) -> str | None:
+    """Why scan rollouts on these devices are not verified to give the step loop's data."""
+    threads_on: dict[tuple[str, int], int] = {}
+    for device in devices_per_thread:
+        key = (device.platform, device.id)
+        threads_on[key] = threads_on.get(key, 0) + 1
+    for (platform, _), threads in threads_on.items():
+        verified = VERIFIED_SCAN_THREADS_PER_DEVICE.get(platform, 0)
+        if verified is not None and threads > verified:
+            return (
+                f"scan rollouts of {threads} actor threads sharing one {platform} device "
+                f"are not verified (verified: {verified or 'none'})"
+            )
+    return None
 
 
 def env_actions(action_spec: spaces.ActionSpec, actions: jax.Array) -> jax.Array:
@@ -211,8 +240,8 @@ def build_rollout_program(
     *,
     clip_rewards: bool,
     num_slices: int,
-) -> tuple[Callable, list[tuple]]:
-    """The jitted rollout of one actor thread, and the envpool handles it starts from.
+) -> tuple[RolloutProgram, list[tuple]]:
+    """The rollout program of one actor thread, and the envpool handles it starts from.
 
     `actor_step(params, carry, obs, starts, env_ids, step_index)` is the step loop's
     policy step (-> carry it used, next carry, actions, outputs, step_index + 1). The
@@ -338,11 +367,26 @@ def build_rollout_program(
         episode_fields = (raw_rewards, rollout.terminations, rollout.truncations)
         return next_states, episode_fields, split_envs(rollout, num_slices)
 
-    jitted = jax.jit(rollout_program)
-
-    def run(params, states: list[GroupState]):
-        with _not_persistently_cached():
-            return jitted(params, states)
-
     handles = [tuple(handle for handle, *_ in fns) for fns in xla_fns]
-    return run, handles
+    return RolloutProgram(jax.jit(rollout_program)), handles
+
+
+class RolloutProgram:
+    """An actor thread's rollout program, compiled ahead of time by `compile`.
+
+    Calling it runs the compiled program (compiling first if `compile` was not called);
+    the arguments keep their shapes from rollout to rollout, so it never recompiles.
+    """
+
+    def __init__(self, jitted: Callable):
+        self._jitted = jitted
+        self._compiled = None
+
+    def compile(self, params, states: list[GroupState]) -> None:
+        with _not_persistently_cached():
+            self._compiled = self._jitted.lower(params, states).compile()
+
+    def __call__(self, params, states: list[GroupState]):
+        if self._compiled is None:
+            self.compile(params, states)
+        return self._compiled(params, states)
