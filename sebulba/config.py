@@ -105,8 +105,8 @@ def base_config(agent: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     config.debug.actor_delay_s = 0.0  # Sleep before each rollout (reproducibility tests).
     config.debug.transfer_guard = "disallow"  # jax.transfer_guard level in the loop.
     config.debug.skip_memory_check = False  # Train even if the update seems not to fit.
-    # On GPUs: deterministic kernels, no timing-based autotuning (same seed, same checksum).
-    config.debug.deterministic_gpu = True  # False: XLA may pick faster, varying kernels.
+    # XLA's deterministic GPU kernels and autotuning (docs/architecture.md); no-op on CPU/TPU.
+    config.debug.deterministic_gpu = True  # GPU: same seed, same checksum (False: may vary).
     return config
 
 
