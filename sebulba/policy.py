@@ -47,6 +47,7 @@ from sebulba.agents import resolve_agent
 from sebulba.agents.api import Agent, EnvSpec, Params, reset_carry
 from sebulba.anakin import suites as anakin_suites
 from sebulba.anakin.env_api import JaxEnv
+from sebulba.anakin.host_envs import HostJaxEnvs
 from sebulba.config import base_config
 from sebulba.errors import ConfigError
 from sebulba.random_streams import inference_keys
@@ -159,16 +160,14 @@ class Policy:
             single-task run needs none.
           render: enable `envs.render(env_ids)` (see `sebulba.envs.make_envs`).
 
+        For a run on a JAX env (Anakin) the envs are `sebulba.anakin.host_envs.HostJaxEnvs`
+        on the policy's device, stepped from Python with the same loop (`render` is
+        envpool's only).
+
         Raises:
-          PolicyError: a joint run without `task`, a task it did not train on, or a run
-            on a JAX env (which envpool cannot build).
+          PolicyError: a joint run without `task`, a task it did not train on, or
+            `render` for a JAX env.
         """
-        if self.jax_env is not None:
-            raise PolicyError(
-                f"{self.jax_env.spec.env_id} is a JAX env, not an envpool task: step "
-                "policy.jax_env (reset(key), step(state, action, key)), e.g. with "
-                "sebulba.anakin.env_api.reset_envs and step_envs"
-            )
         if task is None and len(self.task_ids) > 1:
             raise PolicyError(
                 f"this run trained on {len(self.task_ids)} tasks: pass task= one of "
@@ -179,6 +178,13 @@ class Policy:
                 f"task {task!r} is not one this run trained on: {', '.join(self.task_ids)}"
             )
         env_config = tasks.task_env_config(self.config.env, task or self.task_ids[0])
+        if envs_lib.is_jax_env(env_config.id):
+            if render:
+                raise PolicyError(
+                    f"{env_config.id} is a JAX env: render=True draws envpool envs only"
+                )
+            jax_env = anakin_suites.make_env(env_config.id)
+            return HostJaxEnvs(jax_env, num_envs, seed=seed, device=self.device)
         try:
             return envs_lib.make_envs(env_config, num_envs, seed=seed, render=render)
         except (ConfigError, envs_lib.RenderingError) as error:

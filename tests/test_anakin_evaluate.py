@@ -85,8 +85,8 @@ def test_load_policy_acts_on_a_batch_of_the_envs_observations(smoke):
     assert ((0 <= actions) & (actions < 2)).all()
     greedy = load_policy(smoke, greedy=True)
     assert (greedy(obs) == greedy(obs)).all()  # The most likely action: no keys.
-    with pytest.raises(PolicyError, match="is a JAX env, not an envpool task") as error:
-        policy.make_envs(2)
+    with pytest.raises(PolicyError, match="render=True draws envpool envs only") as error:
+        policy.make_envs(2, render=True)
     assert "\n" not in str(error.value)
     with pytest.raises(PolicyError, match="is not a batch"):
         policy(np.zeros((5, 3), np.float32))
@@ -97,3 +97,32 @@ def test_a_trained_policy_balances_the_pole(tmp_path):
     train.train(anakin_config(), workdir)  # About 10 s on a CPU.
     result = evaluate.evaluate(workdir, episodes=20, greedy=True)
     assert result["episodes"] == 20 and result["mean_return"] >= 475, result["returns"]
+
+
+def test_the_readmes_policy_loop_runs_on_an_anakin_workdir(smoke):
+    """README, "Use a trained policy": make_envs, reset, then policy actions step the envs."""
+
+    def play(seed):
+        policy = load_policy(smoke, greedy=True)
+        envs = policy.make_envs(3, seed=seed)
+        obs, _ = envs.reset()
+        observed, ended, returns = [obs], 0, []
+        for _ in range(200):
+            actions = policy(obs)
+            obs, rewards, terminations, truncations, info = envs.step(
+                policy.env_spec.action.to_env(actions)
+            )
+            assert obs.shape == (3, 4) and rewards.shape == (3,) and rewards.dtype == np.float32
+            done = terminations | truncations
+            ended += int(done.sum())
+            returns += list(info["episode_return"][done])
+            observed.append(obs)
+        return np.stack(observed), ended, returns
+
+    observed, ended, returns = play(seed=0)
+    # An untrained greedy policy drops the pole within 200 steps; each episode's return is
+    # its length in CartPole, and the next step is envpool's reset.
+    assert ended >= 3 and all(1 <= r <= 200 for r in returns)
+    again, _, _ = play(seed=0)
+    assert (again == observed).all()  # Same seed, same episodes.
+    assert not (play(seed=1)[0] == observed).all()

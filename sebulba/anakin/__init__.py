@@ -13,6 +13,8 @@ mesh, the config sections, checkpoints, metrics and the workdir's outputs:
   suites/   one adapter per suite (gymnax, XLand-MiniGrid, Jumanji, Brax, Pgx) and the
             registry of `SUITE:TASK` env ids
   runner    the Anakin runner: the jitted act-and-learn step and its host loop
+  host_envs a batch of JAX envs stepped from Python like an envpool pool, for a loaded
+            policy (`load_policy(...).make_envs`)
 
 docs/anakin.md describes the design and its guarantees.
 """
