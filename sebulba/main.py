@@ -116,6 +116,11 @@ def _parse_seeds(values: list[str] | None) -> tuple[int, ...] | None:
         raise ConfigError(f"--seeds must be comma-separated integers, got {values!r}") from None
     if not seeds or len(set(seeds)) != len(seeds):
         raise ConfigError(f"--seeds must be distinct integers, got {values!r}")
+    if any(arg.split("=")[0] == "--config.seed" for arg in sys.argv[1:]):
+        raise ConfigError(
+            "--config.seed and --seeds both name seeds: --seeds trains each of its seeds "
+            "(config.seed is not used), so drop --config.seed"
+        )
     return seeds
 
 

@@ -35,7 +35,7 @@ import sys
 import numpy as np
 
 from sebulba.atari_scores import human_normalized_score
-from sebulba.workdir import check_writable_dir
+from sebulba.workdir import check_writable_dir, runs_inside
 
 # Config sections that change how a run is logged or saved, not what it learns.
 _NOT_EXPERIMENT_KEYS = ("seed", "log", "ckpt")
@@ -135,13 +135,19 @@ def group_by_config(runs: list[Run]) -> dict[str, list[Run]]:
 
 
 def load_runs(paths: list[str]) -> list[Run]:
-    """Loads run directories; a sweep directory (with sweep.json) stands for its runs.
+    """Loads run directories; a sweep directory (with sweep.json) stands for its runs, and
+    so does a `--seeds` directory (its `seed=<seed>` workdirs, one curve).
 
     A sweep's runs are labelled `<sweep directory name>/<setting>`; its runs that have
     not started, or not finished an episode, yet are skipped with a note on stderr.
     """
     runs = []
     for path in paths:
+        seed_runs = [] if os.path.exists(os.path.join(path, "config.json")) else runs_inside(path)
+        if seed_runs and not os.path.exists(os.path.join(path, "sweep.json")):
+            # A --seeds directory (WORKDIR/seed=<seed>): its seeds make one curve.
+            runs += [load_run(run_dir) for run_dir in seed_runs]
+            continue
         if not os.path.exists(os.path.join(path, "sweep.json")):
             runs.append(load_run(path))
             continue

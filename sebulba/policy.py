@@ -43,6 +43,7 @@ import numpy as np
 from sebulba import checkpoint as ckpt_lib
 from sebulba import envs as envs_lib
 from sebulba import spaces, tasks
+from sebulba import workdir as workdir_lib
 from sebulba.agents import resolve_agent
 from sebulba.agents.api import Agent, EnvSpec, Params, reset_carry
 from sebulba.anakin import suites as anakin_suites
@@ -66,7 +67,8 @@ def load_run_config(workdir: str) -> ml_collections.ConfigDict:
     """
     path = os.path.join(workdir, "config.json")
     if not os.path.exists(path):
-        raise PolicyError(f"{path} not found: {workdir} is not a sebulba workdir")
+        hint = workdir_lib.not_a_workdir_hint(workdir)
+        raise PolicyError(f"{path} not found: {workdir} is not a sebulba workdir{hint}")
     with open(path, encoding="utf-8") as f:
         config = with_current_defaults(json.load(f))
     config.mesh.actor_device_ids = (0,)

@@ -416,7 +416,7 @@ def _summary_extra(config, layout, actor_loop: str) -> dict[str, Any]:
     }
 
 
-def _final_report(summary: dict[str, Any]) -> str:
+def _final_report(summary: dict[str, Any], label: str = "") -> str:
     mean_return, episodes = summary["mean_return"], min(summary["episodes"], 100)
     bottleneck = summary["bottleneck"]
     if mean_return is None or episodes == 0:
@@ -425,7 +425,8 @@ def _final_report(summary: dict[str, Any]) -> str:
         counted = "the episode" if episodes == 1 else f"the last {episodes} episodes"
         returns = f"mean return of {counted} {mean_return:.1f}"
     return (
-        f"sebulba: done, {summary['global_step']:,} steps in {summary['wall_time_s']:.0f}s "
+        f"sebulba: done{f' ({label})' if label else ''}, {summary['global_step']:,} steps in "
+        f"{summary['wall_time_s']:.0f}s "
         f"({summary['sps']:,.0f} sps after update 1, {summary['sps_including_compile']:,.0f} "
         f"including start-up), {returns}\n"
         f"sebulba: throughput limited by: {bottleneck['limited_by']} ({bottleneck['detail']})"
@@ -612,9 +613,11 @@ def finish_run(
     checkpoints: RunCheckpoints,
     state,
     signals: ckpt_lib.StopSignals,
+    label: str = "",
 ) -> dict[str, Any] | None:
     """Reports a run that stopped early, or writes the summary of a finished one.
 
+    `label` names the run in its final line where several finish together (`--seeds`).
     Returns the summary (None for a run that stopped early).
     """
     config, sizes, layout = setup.config, setup.sizes, setup.layout
@@ -641,5 +644,5 @@ def finish_run(
     if is_main_process:
         write_json(os.path.join(workdir, "summary.json"), summary)
         logging.info("finished: %s; checkpoint %s", summary, checkpoints.saved_path)
-        print(_final_report(summary), flush=True)
+        print(_final_report(summary, label), flush=True)
     return summary

@@ -71,3 +71,24 @@ def check_workdir(workdir: str) -> None:
             "multi-host runs one on storage every host mounts, e.g. NFS or Filestore)"
         )
     check_writable_dir(workdir, "workdir")
+
+
+def runs_inside(path: str) -> list[str]:
+    """The run workdirs directly inside `path` (those holding a `config.json`), sorted.
+
+    A `--seeds` run writes `WORKDIR/seed=<seed>`, one workdir per seed: the tools that read
+    a workdir name these when given the parent instead.
+    """
+    if not os.path.isdir(path):
+        return []
+    children = (os.path.join(path, name) for name in sorted(os.listdir(path)))
+    return [child for child in children if os.path.isfile(os.path.join(child, "config.json"))]
+
+
+def not_a_workdir_hint(path: str) -> str:
+    """What to pass instead of `path`, a directory of runs rather than a run ("" if none)."""
+    runs = runs_inside(path)
+    if not runs:
+        return ""
+    names = ", ".join(os.path.basename(run) for run in runs)
+    return f"; it holds the runs {names} (a --seeds directory): pass one, e.g. {runs[0]}"

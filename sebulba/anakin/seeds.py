@@ -263,5 +263,13 @@ def train_seeds(
                 saver.saver.close()
     finals = [_take(states, i) for i in range(len(seeds))]
     for i, setup in enumerate(setups):
-        train_lib.finish_run(setup, workdirs[i], outputs[i], checkpoints[i], finals[i], signals)
+        train_lib.finish_run(
+            setup,
+            workdirs[i],
+            outputs[i],
+            checkpoints[i],
+            finals[i],
+            signals,
+            label=f"seed {seeds[i]}, {workdirs[i]}",
+        )
     return finals
