@@ -18,6 +18,7 @@ adapter.
 
 from __future__ import annotations
 
+import difflib
 import re
 import sys
 
@@ -111,9 +112,12 @@ def _print_tasks(argv: list[str]) -> int:
         return _print_suite(argv[0])
     family = family_named(argv[0]) if len(argv) == 1 else None
     if family is None:
-        names = ", ".join(repr(f) for f in by_family)
+        names = ", ".join(repr(f) for f in [*by_family, *suites.SUITES])
+        close = difflib.get_close_matches(argv[0], [*by_family, *suites.SUITES], n=1)
+        hint = f" (did you mean {close[0]!r}?)" if len(argv) == 1 and close else ""
         print(
-            f"sebulba.envs: usage: python -m sebulba.envs [FAMILY], FAMILY one of {names}",
+            f"sebulba.envs: usage: python -m sebulba.envs [FAMILY or JAX SUITE], one of "
+            f"{names}{hint}",
             file=sys.stderr,
         )
         return 2

@@ -312,12 +312,19 @@ def check_env_id(env_id: str, field: str = "env.id") -> None:
             f"{field} {env_id!r} belongs to envpool's {family} family, which is not supported: "
             f"use a task of {', '.join(SUPPORTED_FAMILIES.values())}"
         )
-    close = difflib.get_close_matches(env_id, supported_env_ids(), n=3, cutoff=0.6)
-    advice = f"did you mean {' or '.join(map(repr, close))}?" if close else "see README.md"
-    if ":" in env_id and not close:
+    if ":" in env_id:  # No envpool id has one: a JAX env id with a misspelt suite.
         from sebulba.anakin import suites
 
-        advice = f"a JAX env id is SUITE:TASK with SUITE one of {', '.join(suites.SUITES)}"
+        suite, task = env_id.split(":", 1)
+        close = difflib.get_close_matches(suite, list(suites.SUITES), n=1, cutoff=0.6)
+        advice = (
+            f"did you mean '{close[0]}:{task}'?"
+            if close
+            else f"a JAX env id is SUITE:TASK with SUITE one of {', '.join(suites.SUITES)}"
+        )
+        raise ConfigError(f"{field} {env_id!r}: {suite!r} is not a JAX env suite; {advice}")
+    close = difflib.get_close_matches(env_id, supported_env_ids(), n=3, cutoff=0.6)
+    advice = f"did you mean {' or '.join(map(repr, close))}?" if close else "see README.md"
     raise ConfigError(f"{field} {env_id!r} is not an envpool task: {advice}")
 
 

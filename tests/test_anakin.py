@@ -445,9 +445,14 @@ def _cli(workdir, *overrides):
             "env.id=gymnax:CartPol-v1",
             "env.id 'gymnax:CartPol-v1' is not a task of gymnax: did you mean 'gymnax:CartPole-v1'",
         ),
-        ("env.id=foo:Bar", "env.id 'foo:Bar' is not an envpool task"),
+        ("env.id=foo:Bar", "env.id 'foo:Bar': 'foo' is not a JAX env suite; a JAX env id is"),
+        (
+            "env.id=gymnaz:CartPole-v1",
+            "env.id 'gymnaz:CartPole-v1': 'gymnaz' is not a JAX env suite; did you mean "
+            "'gymnax:CartPole-v1'?",
+        ),
     ],
-    ids=["actor-threads", "actor-delay", "misspelt-task", "unknown-suite"],
+    ids=["actor-threads", "actor-delay", "misspelt-task", "unknown-suite", "misspelt-suite"],
 )
 def test_what_anakin_cannot_do_is_one_line_before_any_work(tmp_path, override, expected):
     workdir = tmp_path / "run"

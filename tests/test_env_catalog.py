@@ -59,6 +59,10 @@ def test_an_unknown_family_fails_in_one_line_naming_the_families():
     result = run_listing("nosuchfamily")
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.count("\n") == 1 and "'MiniGrid/BabyAI'" in result.stderr
+    # JAX suites are listed too, and a near miss of one is named.
+    result = run_listing("gymnaxx")
+    assert result.returncode == 2 and "'gymnax'" in result.stderr
+    assert "(did you mean 'gymnax'?)" in result.stderr and result.stderr.count("\n") == 1
 
 
 @pytest.mark.parametrize(
