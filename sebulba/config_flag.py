@@ -126,6 +126,13 @@ def _config_flag_hint(argv: list[str], error: BaseException) -> str | None:
 def _bad_override_value(argv: list[str], error: BaseException) -> str | None:
     """`--config.KEY=VALUE` whose VALUE does not parse: names the field and its type."""
     match = re.match(r"flag --(?:no)?config\.([^=]+)=", str(error))
+    if match and match.group(1) == _DICT_KEY:
+        given = next((a for a in argv if a.startswith(f"--config.{_DICT_KEY}=")), _DICT_KEY)
+        return (
+            f"{given}: {_DICT_KEY} takes a dict literal, e.g. "
+            f"--config.{_DICT_KEY}=\"{{'num_levels': 200}}\" (or --config.{_DICT_KEY}.KEY=VALUE "
+            "for a key the config file sets)"
+        )
     config = _load_config(argv) if match else None
     if config is None:
         return None

@@ -560,6 +560,13 @@ def _check_kwarg_type(key: str, value, default, env_id: str) -> None:
             f"env.kwargs.{key} must be {kind} (envpool's default for {env_id}: "
             f"{default!r}), got {value!r}"
         )
+    # A count or an index (levels, steps, threads) whose default is not negative: envpool
+    # would take a negative one silently, or fail far inside its C++ code.
+    if kind in ("an integer", "a number") and default >= 0 and value < 0:
+        raise ConfigError(
+            f"env.kwargs.{key} must be >= 0 (envpool's default for {env_id}: {default!r}), "
+            f"got {value!r}"
+        )
 
 
 def check_rendering(env_id: str) -> None:

@@ -13,8 +13,10 @@ from sebulba import config_flag, envs, evaluate, resume_config, sweep_plan, trai
 from sebulba.config import base_config, check_run_config
 from sebulba.errors import ConfigError
 from tests import minimal_agent
+from tests.test_cli import run_cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROCGEN = os.path.join(ROOT, "configs", "ppo_procgen.py:Starpilot")
 
 
 def load_config(name, arg=None):
@@ -79,6 +81,10 @@ def test_an_unknown_setting_is_one_line_naming_it_with_close_matches():
     assert "did you mean 'num_levels'" in message and "start_level" in message
     message = one_line_error(envs.check_env_kwargs, env_section("BigfishEasy-v0", num_levels="9"))
     assert message.startswith("env.kwargs.num_levels must be an integer")
+    message = one_line_error(envs.check_env_kwargs, env_section("BigfishEasy-v0", num_levels=-5))
+    assert message == (
+        "env.kwargs.num_levels must be >= 0 (envpool's default for BigfishEasy-v0: 0), got -5"
+    )
 
 
 def test_settings_sebulba_makes_are_refused_naming_the_key_to_use():
@@ -116,6 +122,16 @@ def test_a_missing_qt_runtime_is_one_line_naming_the_packages(monkeypatch):
     with pytest.raises(ConfigError, match="libqt5gui5"):
         envs.task_spaces("BigfishEasy-v0")
     envs.check_env_id("CartPole-v1")  # Other families do not need Qt.
+
+
+def test_a_setting_given_as_key_value_says_to_write_a_dict(tmp_path):
+    result = run_cli(tmp_path / "run", "--config.env.kwargs=num_levels=200", config=PROCGEN)
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "sebulba: config error: --config.env.kwargs=num_levels=200: env.kwargs takes a dict "
+        "literal, e.g. --config.env.kwargs=\"{'num_levels': 200}\" (or "
+        "--config.env.kwargs.KEY=VALUE for a key the config file sets)"
+    )
 
 
 def test_env_kwargs_on_the_command_line():
