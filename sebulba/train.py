@@ -479,6 +479,16 @@ def train(
             config.pipeline.actor_loop,
             setup.actor_loop_reason,
         )
+        if sizes.global_steps != config.total_timesteps:
+            logging.info(
+                "total_timesteps %s is %s updates of %s env steps: the run trains %s steps "
+                "(the remaining %s make no whole update)",
+                f"{config.total_timesteps:,}",
+                f"{sizes.num_updates:,}",
+                f"{sizes.steps_per_update:,}",
+                f"{sizes.global_steps:,}",
+                f"{config.total_timesteps - sizes.global_steps:,}",
+            )
         is_main_process = jax.process_index() == 0
         distributed.check_workdir_shared(workdir, shared_workdir_timeout_s)
         runner = None

@@ -42,8 +42,13 @@ def test_run_leaves_the_documented_workdir(tmp_path):
         "--config.seed=2",
         "--config.log.tensorboard=True",
         "--config.mesh.learner_device_ids=(0,1)",
+        "--config.total_timesteps=800",  # 6 updates of 8 envs x 16 steps, 32 steps over.
     )
     assert result.returncode == 0, result.stderr[-2000:]
+    assert (
+        "total_timesteps 800 is 6 updates of 128 env steps: the run trains 768 steps "
+        "(the remaining 32 make no whole update)"
+    ) in result.stderr
     config = json.loads((workdir / "config.json").read_text())
     assert config["seed"] == 2 and config["mesh"]["learner_device_ids"] == [0, 1]
     lines = [json.loads(x) for x in (workdir / "metrics.jsonl").read_text().splitlines()]
