@@ -14,6 +14,13 @@ and the totals are
 * collectives: each all-reduce, all-gather, reduce-scatter, all-to-all and
   collective-permute, with the bytes it sends from each device and its group size.
 
+Each computation is costed once and counted as often as it runs: the entry once, a
+`while` body its trip count times, a `call`'s callee once per call, all of it multiplied
+by the runs of the computation that holds the instruction (a computation called from k
+places counts once per place). A `conditional` runs one branch per execution; it is
+counted as its most expensive branch (most FLOPs, then most traffic), so the prediction
+is the slowest path's. FLOPs are kept by the element type the products multiply.
+
 Trip counts come from XLA's `known_trip_count` annotation where the backend writes one
 (CPU, GPU), else from the loop itself: an induction variable set from a constant,
 stepped by a constant and compared with a constant (the form `lax.scan` compiles to on
@@ -88,6 +95,9 @@ class ProgramCost:
     bytes_accessed: float
     collectives: tuple[Collective, ...]
     unknown_loops: int  # `while` loops whose trip count could not be read (counted once).
+    # FLOPs by the element type the products multiply ("f32", "bf16", ...): GPUs run
+    # float32 products as TF32, at a different rate than bf16 (`sebulba.accelerators`).
+    flops_by_type: dict[str, float] = dataclasses.field(default_factory=dict)
 
     @property
     def collective_bytes(self) -> int:
@@ -271,37 +281,109 @@ def trip_count(
     return -(-distance // step)
 
 
-def _multiplicities(
-    computations: dict[str, list[Instruction]], entry: str, by_name: dict[str, Instruction]
-) -> tuple[dict[str, int], set[str], int]:
-    """-> (runs per program run of each computation, the fused computations, unknown loops)."""
-    runs: dict[str, int] = {entry: 1}
-    fused: set[str] = set()
-    unknown = 0
-    pending = [entry]
-    while pending:
-        name = pending.pop()
-        for instruction in computations.get(name, []):
-            called = _CALLED.findall(instruction.attributes)
-            branches = _BRANCHES.search(instruction.attributes)
-            if branches:
-                called += [("branch", b) for b in _NAME.findall(branches.group(1))]
-            if not called:
-                continue
-            times = 1
-            if instruction.op == "while":
-                count = trip_count(instruction, computations, by_name)
-                if count is None:
-                    unknown += 1
-                times = 1 if count is None else count
-            for kind, callee in called:
-                if kind == "to_apply" or callee not in computations:
-                    continue  # A reduction's scalar function: no data of its own.
-                if instruction.op == "fusion":
-                    fused.add(callee)
-                runs[callee] = runs.get(callee, 0) + runs[name] * times
-                pending.append(callee)
-    return runs, fused, unknown
+@dataclasses.dataclass
+class _Totals:
+    """What one run of a computation costs (FLOPs by element type, traffic, collectives)."""
+
+    flops: dict[str, float] = dataclasses.field(default_factory=dict)
+    traffic: float = 0.0
+    # Collective instruction name -> (its collective, executions per run).
+    collectives: dict[str, tuple[Collective, int]] = dataclasses.field(default_factory=dict)
+
+    def add(self, other: _Totals, times: int) -> None:
+        for dtype, flops in other.flops.items():
+            self.flops[dtype] = self.flops.get(dtype, 0.0) + times * flops
+        self.traffic += times * other.traffic
+        for name, (collective, count) in other.collectives.items():
+            previous = self.collectives.get(name, (collective, 0))[1]
+            self.collectives[name] = (collective, previous + times * count)
+
+    @property
+    def total_flops(self) -> float:
+        return sum(self.flops.values())
+
+
+# Ops whose `to_apply` is a scalar function applied element by element (a reduction's
+# `add`): its instructions touch no device memory and do no matrix work of their own.
+_SCALAR_APPLY = {"reduce", "reduce-window", "all-reduce", "all-reduce-start", "reduce-scatter",
+                 "scatter", "select-and-scatter", "sort", "map"}  # fmt: skip
+
+
+class _Walker:
+    """Costs computations bottom-up, each once (memoised), so a computation called from
+    k places is priced once and counted k times, never re-walked per call site."""
+
+    def __init__(self, computations, by_name, num_devices: int):
+        self.computations, self.by_name, self.num_devices = computations, by_name, num_devices
+        self.memo: dict[tuple[str, bool], _Totals] = {}
+        self.unknown_loops: set[str] = set()
+
+    def cost(self, name: str, fused: bool) -> _Totals:
+        """One run of computation `name`; `fused` where it is the body of a fusion."""
+        key = (name, fused)
+        if key not in self.memo:
+            self.memo[key] = self._walk(name, fused)
+        return self.memo[key]
+
+    def _walk(self, name: str, fused: bool) -> _Totals:
+        totals = _Totals()
+        for instruction in self.computations.get(name, []):
+            op = instruction.op
+            if op in ("dot", "convolution"):
+                dtype = _element_type(instruction, self.by_name)
+                flops = _matrix_flops(instruction, self.by_name)
+                totals.flops[dtype] = totals.flops.get(dtype, 0.0) + flops
+            kind = op.removesuffix("-start")
+            if kind in COLLECTIVES:
+                payload = sum(
+                    shape_bytes(self.by_name[o].shape)
+                    for o in instruction.operands
+                    if o in self.by_name
+                )
+                size = group_size(instruction.attributes, self.num_devices)
+                totals.collectives[instruction.name] = (Collective(kind, payload, size, 1), 1)
+            elif not (fused or op in _NO_TRAFFIC or op.endswith("-done")):
+                totals.traffic += _traffic(instruction, self.computations, self.by_name)
+            self._add_callees(instruction, fused, totals)
+        return totals
+
+    def _add_callees(self, instruction: Instruction, fused: bool, totals: _Totals) -> None:
+        op = instruction.op
+        if op.endswith(("-done", "-update")):
+            return  # An async op's computation is counted at its start.
+        called = dict(_CALLED.findall(instruction.attributes))
+        branches = [name for kind, name in _CALLED.findall(instruction.attributes)
+                    if kind in ("true_computation", "false_computation")]  # fmt: skip
+        listed = _BRANCHES.search(instruction.attributes)
+        if listed:
+            branches += _NAME.findall(listed.group(1))
+        if op == "conditional" and branches:
+            # One branch runs per execution: count the one with the most FLOPs (then
+            # traffic), so the time predicted is the slowest path's.
+            costs = [self.cost(branch, fused) for branch in branches]
+            totals.add(max(costs, key=lambda c: (c.total_flops, c.traffic)), 1)
+            return
+        if op == "while":
+            count = trip_count(instruction, self.computations, self.by_name)
+            if count is None:
+                self.unknown_loops.add(instruction.name)
+                count = 1
+            if "body" in called:
+                totals.add(self.cost(called["body"], fused), count)
+            if "condition" in called:  # Tested once more than the body runs.
+                totals.add(self.cost(called["condition"], fused), count + 1)
+            return
+        if "calls" in called:  # fusion, async-start and custom calls' callees.
+            totals.add(self.cost(called["calls"], fused or op == "fusion"), 1)
+        if "to_apply" in called and op not in _SCALAR_APPLY:
+            totals.add(self.cost(called["to_apply"], fused), 1)  # `call`: runs once.
+
+
+def _element_type(instruction: Instruction, by_name: dict[str, Instruction]) -> str:
+    """The element type a dot or convolution multiplies (its first operand's)."""
+    operand = by_name.get(instruction.operands[0]) if instruction.operands else None
+    match = _ARRAY.search(operand.shape if operand is not None else instruction.shape)
+    return match.group(1) if match else "f32"
 
 
 def _matrix_flops(instruction: Instruction, by_name: dict[str, Instruction]) -> float:
@@ -352,30 +434,19 @@ def program_cost(hlo_text: str, num_devices: int) -> ProgramCost:
         spans them all).
     """
     computations, entry, by_name = parse(hlo_text)
-    runs, fused, unknown = _multiplicities(computations, entry, by_name)
-    flops = 0.0
-    traffic = 0.0
-    collectives = []
-    for name, instructions in computations.items():
-        times = runs.get(name, 0)
-        if not times:
-            continue
-        for instruction in instructions:
-            op = instruction.op
-            if op in ("dot", "convolution"):
-                flops += times * _matrix_flops(instruction, by_name)
-            kind = op.removesuffix("-start")
-            if kind in COLLECTIVES:
-                payload = sum(
-                    shape_bytes(by_name[o].shape) for o in instruction.operands if o in by_name
-                )
-                size = group_size(instruction.attributes, num_devices)
-                collectives.append(Collective(kind, payload, size, times))
-                continue
-            if name in fused or op in _NO_TRAFFIC or op.endswith("-done"):
-                continue
-            traffic += times * _traffic(instruction, computations, by_name)
-    return ProgramCost(flops, traffic, tuple(collectives), unknown)
+    walker = _Walker(computations, by_name, num_devices)
+    totals = walker.cost(entry, fused=False)
+    collectives = tuple(
+        dataclasses.replace(collective, count=count)
+        for collective, count in totals.collectives.values()
+    )
+    return ProgramCost(
+        totals.total_flops,
+        totals.traffic,
+        collectives,
+        len(walker.unknown_loops),
+        dict(totals.flops),
+    )
 
 
 _SLICING = ("dynamic-slice", "slice", "gather")

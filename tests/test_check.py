@@ -86,6 +86,134 @@ def test_an_unreadable_loop_counts_once_and_says_so():
     assert cost.flops == FLOPS_PER_STEP / 2
 
 
+# Hand-written HLO: one [2,3] x [3,4] product is 2 x 8 outputs x 3 summed = 48 FLOPs.
+PRODUCT_FLOPS = 48
+_STATE = "(s32[], f32[2,3]{1,0}, f32[3,4]{1,0})"
+_CONTRACT = "lhs_contracting_dims={1}, rhs_contracting_dims={0}"
+
+
+def _product(name: str, dtype: str = "f32") -> str:
+    """A computation of one [2,3] x [3,4] product of `dtype`, as XLA prints it."""
+    return f"""
+%{name} (x: {dtype}[2,3], y: {dtype}[3,4]) -> {dtype}[2,4] {{
+  %{name}.x = {dtype}[2,3]{{1,0}} parameter(0)
+  %{name}.y = {dtype}[3,4]{{1,0}} parameter(1)
+  ROOT %{name}.dot = {dtype}[2,4]{{1,0}} dot(%{name}.x, %{name}.y), {_CONTRACT}
+}}
+"""
+
+
+def _entry(*body_lines: str) -> str:
+    lines = "\n".join(f"  {line}" for line in body_lines)
+    return f"""
+ENTRY %main (a: f32[2,3], b: f32[3,4]) -> f32[2,3] {{
+  %a = f32[2,3]{{1,0}} parameter(0)
+  %b = f32[3,4]{{1,0}} parameter(1)
+{lines}
+  ROOT %out = f32[2,3]{{1,0}} copy(%a)
+}}
+"""
+
+
+def test_a_computation_called_from_two_loops_counts_once_per_run_of_each():
+    # Two loops (3 and 5 trips) share one body, whose fusion calls the product: 8 runs,
+    # not the 3 + 5 + 8 a re-walk per call site would give its callee.
+    hlo = (
+        _product("product")
+        + f"""
+%body (s: {_STATE}) -> {_STATE} {{
+  %s = {_STATE} parameter(0)
+  %i = s32[] get-tuple-element(%s), index=0
+  %x = f32[2,3]{{1,0}} get-tuple-element(%s), index=1
+  %y = f32[3,4]{{1,0}} get-tuple-element(%s), index=2
+  %fused = f32[2,4]{{1,0}} fusion(%x, %y), kind=kOutput, calls=%product
+  ROOT %next = {_STATE} tuple(%i, %x, %y)
+}}
+
+%condition (c: {_STATE}) -> pred[] {{
+  %c = {_STATE} parameter(0)
+  ROOT %go = pred[] constant(true)
+}}
+"""
+        + _entry(
+            "%zero = s32[] constant(0)",
+            f"%init = {_STATE} tuple(%zero, %a, %b)",
+            f"%three = {_STATE} while(%init), condition=%condition, body=%body, "
+            'backend_config={"known_trip_count":{"n":"3"}}',
+            f"%five = {_STATE} while(%init), condition=%condition, body=%body, "
+            'backend_config={"known_trip_count":{"n":"5"}}',
+        )
+    )
+    cost = hlo_cost.program_cost(hlo, num_devices=1)
+    assert cost.flops == 8 * PRODUCT_FLOPS
+    assert cost.unknown_loops == 0
+
+
+def test_a_called_computation_counts_once_per_call():
+    # main calls `twice` twice; `twice` calls the product twice: 4 products.
+    hlo = (
+        _product("product")
+        + """
+%twice (x: f32[2,3], y: f32[3,4]) -> f32[2,4] {
+  %twice.x = f32[2,3]{1,0} parameter(0)
+  %twice.y = f32[3,4]{1,0} parameter(1)
+  %first = f32[2,4]{1,0} call(%twice.x, %twice.y), to_apply=%product
+  ROOT %second = f32[2,4]{1,0} call(%twice.x, %twice.y), to_apply=%product
+}
+"""
+        + _entry(
+            "%one = f32[2,4]{1,0} call(%a, %b), to_apply=%twice",
+            "%two = f32[2,4]{1,0} call(%a, %b), to_apply=%twice",
+        )
+    )
+    assert hlo_cost.program_cost(hlo, num_devices=1).flops == 4 * PRODUCT_FLOPS
+
+
+def _two_products(name: str) -> str:
+    return f"""
+%{name} (x: f32[2,3], y: f32[3,4]) -> f32[2,4] {{
+  %{name}.x = f32[2,3]{{1,0}} parameter(0)
+  %{name}.y = f32[3,4]{{1,0}} parameter(1)
+  %{name}.first = f32[2,4]{{1,0}} dot(%{name}.x, %{name}.y), {_CONTRACT}
+  ROOT %{name}.second = f32[2,4]{{1,0}} dot(%{name}.x, %{name}.y), {_CONTRACT}
+}}
+"""
+
+
+@pytest.mark.parametrize(
+    "branches",
+    [
+        "true_computation=%heavy, false_computation=%light",
+        "branch_computations={%light, %heavy}",
+    ],
+)
+def test_a_conditional_counts_its_most_expensive_branch_only(branches):
+    hlo = (
+        _product("light")
+        + _two_products("heavy")
+        + _entry(
+            "%flag = pred[] constant(true)",
+            f"%chosen = f32[2,4]{{1,0}} conditional(%flag, %a, %b), {branches}",
+        )
+    )
+    assert hlo_cost.program_cost(hlo, num_devices=1).flops == 2 * PRODUCT_FLOPS
+
+
+def test_flops_are_kept_by_the_element_type_multiplied():
+    hlo = (
+        _product("single")
+        + _product("half", "bf16")
+        + _entry(
+            "%one = f32[2,4]{1,0} call(%a, %b), to_apply=%single",
+            "%a16 = bf16[2,3]{1,0} convert(%a)",
+            "%b16 = bf16[3,4]{1,0} convert(%b)",
+            "%two = bf16[2,4]{1,0} call(%a16, %b16), to_apply=%half",
+        )
+    )
+    cost = hlo_cost.program_cost(hlo, num_devices=1)
+    assert cost.flops_by_type == {"f32": PRODUCT_FLOPS, "bf16": PRODUCT_FLOPS}
+
+
 @pytest.mark.parametrize(
     ("attributes", "size"),
     [
