@@ -368,6 +368,73 @@ def test_the_command_line_refuses_a_bad_topology_in_one_line():
     ]
 
 
+needs_libtpu = pytest.mark.skipif(
+    importlib.util.find_spec("libtpu") is None,
+    reason='libtpu is not installed (pip install -e ".[tpu-check]"): no TPU compile',
+)
+
+
+@needs_libtpu
+@pytest.mark.parametrize(
+    ("topology", "chips", "hosts"),
+    [
+        # Cloud TPU's tables: v4 and v5p hosts hold 4 chips (2x2x1).
+        ("v4:2x2x1", 4, 1),
+        ("v4-16", 8, 2),
+        ("v5p:2x2x2", 8, 2),
+        ("v5p-32", 16, 4),
+        # v5e and v6e: 1x1, 2x2 and 2x4 are one host; larger slices have 8 chips a host.
+        ("v5litepod-1", 1, 1),
+        ("v5e:2x2", 4, 1),
+        ("v5litepod-8", 8, 1),
+        ("v5e:4x4", 16, 2),
+        ("v5e:8x8", 64, 8),
+        ("v6e:2x4", 8, 1),
+        ("v6e-16", 16, 2),
+    ],
+)
+def test_slices_have_the_hosts_cloud_tpu_rents(topology, chips, hosts):
+    check.quiet_libtpu(topology)
+    devices, _ = accelerators.devices(topology)
+    assert (len(devices), len({d.process_index for d in devices})) == (chips, hosts)
+
+
+@needs_libtpu
+@pytest.mark.parametrize(
+    ("topology", "error"),
+    [
+        ("v5e:2x3", "--topology=v5e:2x3: Cloud TPU rents v5e slices as 1x1, 2x2, 2x4, "),
+        ("v6e:4x2", "--topology=v6e:4x2: Cloud TPU rents v6e slices as"),
+        ("v4:2x3x1", "--topology=v4:2x3x1: a v4 slice is XxYxZ chips made of hosts of 2x2x1"),
+        ("v5p:2x2", "--topology=v5p:2x2: a v5p slice is XxYxZ chips"),
+    ],
+)
+def test_a_slice_cloud_tpu_does_not_rent_is_refused_in_one_line(topology, error):
+    with pytest.raises(ConfigError, match=re.escape(error)):
+        accelerators.devices(topology)
+
+
+@needs_libtpu
+def test_a_config_the_tpu_compiler_refuses_for_memory_gets_the_does_not_fit_verdict():
+    # One v5e host of 8 chips: learner devices 2..7 exist, as on the real slice.
+    result = _run_check(
+        "--config=configs/ppo_atari.py",
+        "--topology=v5litepod-8",
+        "--config.mesh.actor_device_ids=(0,)",
+        "--config.mesh.learner_device_ids=(2,3,4,5,6,7)",
+        "--config.env.num_envs=96",
+        "--config.agent.num_steps=16384",
+        "--config.total_timesteps=100000000",
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+    text = result.stdout
+    assert "8 x TPU v5e, 1 host(s) of 8" in text
+    (verdict,) = [line for line in text.splitlines() if "does not fit:" in line]
+    assert re.search(r"needs [0-9.,]+ GiB per device, a TPU v5e device has 1[0-9.]+ GiB", verdict)
+    assert "idle chips: 1 of 8 per host" in text  # Chip 1 is in neither list.
+
+
 @pytest.mark.skipif(
     importlib.util.find_spec("libtpu") is None,
     reason='libtpu is not installed (pip install -e ".[tpu-check]"): no TPU compile',
