@@ -4,17 +4,21 @@
 
 * a Cloud TPU slice by its topology name (`v5e:2x4`, `v4:2x2x2`, `v5p:2x2x2`,
   `v6e:2x2`), from the `libtpu` wheel (`pip install -e ".[tpu-check]"`): XLA compiles
-  for those chips for real, on any machine;
+  for those chips for real, on any machine, split into hosts as Cloud TPU rents them
+  (`host_shape`; a shape it does not rent is refused in one line);
 * one GPU node, `h100:8` or `a100:4`, as that many virtual CPU devices: the program is
   partitioned and its collectives placed as on GPUs, but it is compiled by XLA:CPU, so
   its memory and operation counts are a proxy for the GPU's.
 
-`chip(device_kind)` gives the published figures each prediction uses; every one names
-its source. All-reduce bandwidth per chip is what Google publishes per pod divided by
-the pod's chips (v4, v5e, v6e) or half the bidirectional ICI bandwidth per chip (v5p,
-for which no per-pod figure is published; the two agree for v5e and v6e). No per-hop
-ICI or NVLink latency is published; `hop_latency_s` is an assumption and is labelled so
-in every report.
+`CHIPS` holds the published figures each prediction uses; every one names its source.
+GPUs price float32 products at their TF32 rate, hold what JAX's allocator takes of the
+card (75% by default) and run at `GPU_ACHIEVED_FRACTION` of their peaks, calibrated
+against a measurement (docs/scaling.md); TPUs are priced at their published peaks.
+All-reduce bandwidth per chip is what Google publishes per pod divided by the pod's
+chips (v4, v5e, v6e) or half the bidirectional ICI bandwidth per chip (v5p, for which no
+per-pod figure is published; the two agree for v5e and v6e). No per-hop ICI or NVLink
+latency is published; `hop_latency_s` is an assumption and is labelled so in every
+report.
 """
 
 from __future__ import annotations
@@ -87,10 +91,11 @@ _ASSUMED_HOP_LATENCY_S = 5e-6
 # without preallocation (XLA_PYTHON_CLIENT_PREALLOCATE=false), unless
 # XLA_PYTHON_CLIENT_MEM_FRACTION (XLA_CLIENT_MEM_FRACTION in newer JAX) says otherwise.
 GPU_ALLOCATOR_FRACTION = 0.75
-# The GPU proxy's programs are XLA:CPU's, priced at NVIDIA's peaks; a GPU reaches neither.
-# Calibrated against one measurement (docs/scaling.md: ppo_atari's learner update on one
-# H100, 910 ms): memory-bound fusions and cuDNN convolutions of 16 to 32 channels run at
-# about 70% of the datasheet's HBM bandwidth and of the tensor cores' peak.
+# A GPU reaches neither its datasheet's HBM bandwidth nor its tensor cores' peak, least
+# of all in memory-bound kernels and convolutions of few channels, and the proxy's
+# traffic is XLA:CPU's, not the GPU's fusions. The share is calibrated on one
+# measurement (docs/scaling.md: ppo_atari's learner update on one H100, 910 ms, of which
+# its traffic at full bandwidth explains 68%).
 GPU_ACHIEVED_FRACTION = 0.7
 
 

@@ -39,8 +39,7 @@ from absl import app, flags, logging
 
 from sebulba import accelerators, config_flag
 from sebulba.check_report import format_bytes as _bytes
-from sebulba.check_report import format_report
-from sebulba.check_report import format_seconds as _seconds
+from sebulba.check_report import format_report, verdicts
 from sebulba.errors import ConfigError
 
 _TOPOLOGY = flags.DEFINE_string(
@@ -341,36 +340,6 @@ def _assumptions(chip: accelerators.Chip) -> dict[str, Any]:
         "interconnect": chip.interconnect,
         "not_modelled": "env steps on the hosts' CPUs, host-device copies, Python",
     }
-
-
-def verdicts(report: dict[str, Any], layout) -> list[str]:
-    """What a person about to rent the slice should know beyond the figures, one line each."""
-    lines = []
-    if not report["fits"]:
-        has = report.get("compiler_available_bytes", report["hbm_usable_bytes"])
-        lines.append(
-            f"does not fit: needs {_bytes(report['hbm_needed_bytes'])} per device, a "
-            f"{report['chip']} device has {_bytes(has)}"
-        )
-    used = {d.id for d in layout.actor_devices} | {d.id for d in layout.local_learner_devices}
-    idle = report["devices_per_process"] - len(used)
-    if report["architecture"] == "anakin":
-        idle = report["devices_per_process"] - len(layout.local_learner_devices)
-    if idle > 0:
-        lines.append(
-            f"idle chips: {idle} of {report['devices_per_process']} per host are in neither "
-            "mesh.actor_device_ids nor mesh.learner_device_ids (paid for, unused)"
-        )
-    learner = report.get("learner")
-    if learner and report["learner_devices"] > 1:
-        busiest = max(learner["compute_s"], learner["memory_s"])
-        if learner["collective_s"] >= busiest:
-            lines.append(
-                f"collective-bound: the update's collectives ({_seconds(learner['collective_s'])})"
-                f" outlast its compute and memory traffic ({_seconds(busiest)}); fewer learner "
-                "devices may be as fast"
-            )
-    return lines
 
 
 def _program_dict(program: ProgramReport, needed) -> dict[str, Any]:

@@ -148,3 +148,38 @@ def _learner_lines(report: dict[str, Any], learner: dict[str, Any], anakin: bool
             )
         )
     return lines
+
+
+def verdicts(report: dict[str, Any], layout) -> list[str]:
+    """What a person about to rent the slice should know beyond the figures, one line each.
+
+    Args:
+      report: `sebulba.check.check`'s report so far (memory, learner program).
+      layout: the run's `DeviceLayout` on host 0.
+    """
+    lines = []
+    if not report["fits"]:
+        has = report.get("compiler_available_bytes", report["hbm_usable_bytes"])
+        lines.append(
+            f"does not fit: needs {format_bytes(report['hbm_needed_bytes'])} per device, a "
+            f"{report['chip']} device has {format_bytes(has)}"
+        )
+    used = {d.id for d in layout.actor_devices} | {d.id for d in layout.local_learner_devices}
+    idle = report["devices_per_process"] - len(used)
+    if report["architecture"] == "anakin":
+        idle = report["devices_per_process"] - len(layout.local_learner_devices)
+    if idle > 0:
+        lines.append(
+            f"idle chips: {idle} of {report['devices_per_process']} per host are in neither "
+            "mesh.actor_device_ids nor mesh.learner_device_ids (paid for, unused)"
+        )
+    learner = report.get("learner")
+    if learner and report["learner_devices"] > 1:
+        busiest = max(learner["compute_s"], learner["memory_s"])
+        if learner["collective_s"] >= busiest:
+            lines.append(
+                "collective-bound: the update's collectives "
+                f"({format_seconds(learner['collective_s'])}) outlast its compute and memory "
+                f"traffic ({format_seconds(busiest)}); fewer learner devices may be as fast"
+            )
+    return lines

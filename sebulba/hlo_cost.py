@@ -22,9 +22,8 @@ counted as its most expensive branch (most FLOPs, then most traffic), so the pre
 is the slowest path's. FLOPs are kept by the element type the products multiply.
 
 Trip counts come from XLA's `known_trip_count` annotation where the backend writes one
-(CPU, GPU), else from the loop itself: an induction variable set from a constant,
-stepped by a constant and compared with a constant (the form `lax.scan` compiles to on
-TPU). A loop that matches neither counts once and is reported in `unknown_loops`.
+(CPU, GPU), else from the loop itself (`sebulba.hlo_text.trip_count`). A loop whose count
+cannot be read counts once and is reported in `unknown_loops`.
 """
 
 from __future__ import annotations
@@ -33,21 +32,18 @@ import dataclasses
 import math
 import re
 
-# Bytes per element of XLA's primitive types.
-_ITEMSIZE = {
-    "pred": 1, "s4": 0.5, "u4": 0.5, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "s32": 4,
-    "u32": 4, "s64": 8, "u64": 8, "f16": 2, "bf16": 2, "f32": 4, "f64": 8, "c64": 8,
-    "c128": 16, "f8e4m3fn": 1, "f8e5m2": 1, "f8e4m3fnuz": 1, "f8e5m2fnuz": 1,
-    "f8e4m3b11fnuz": 1, "token": 0,
-}  # fmt: skip
-_ARRAY = re.compile(r"\b([a-z]+[0-9]*[a-z0-9]*)\[([0-9,]*)\]")
-_COMPUTATION = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\s*\(.*\)\s*->\s*.*\{\s*$")
-_NAME = re.compile(r"%([\w.\-]+)")
-_CALLED = re.compile(
-    r"\b(calls|body|condition|to_apply|true_computation|false_computation)=%([\w.\-]+)"
+from sebulba.hlo_text import (
+    ARRAY,
+    BRANCHES,
+    CALLED,
+    NAME,
+    Instruction,
+    array_dims,
+    parse,
+    root_of,
+    shape_bytes,
+    trip_count,
 )
-_BRANCHES = re.compile(r"branch_computations=\{([^}]*)\}")
-_TRIP = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
 
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
 # Instructions that move no data of their own through device memory.
@@ -57,17 +53,6 @@ _NO_TRAFFIC = {
     "copy-done", "custom-call", "send", "send-done", "recv", "recv-done", "async-done",
     "async-update",
 }  # fmt: skip
-
-
-@dataclasses.dataclass(frozen=True)
-class Instruction:
-    name: str
-    shape: str  # XLA's shape text: an array, or a tuple of them.
-    op: str
-    operands: tuple[str, ...]  # Names of the operand instructions.
-    operand_text: str  # What stands between the op's parentheses (a constant's literal).
-    attributes: str
-    computation: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,182 +88,6 @@ class ProgramCost:
     def collective_bytes(self) -> int:
         """Bytes each device contributes to collectives per execution."""
         return sum(c.payload_bytes * c.count for c in self.collectives)
-
-
-def shape_bytes(shape: str) -> int:
-    """Bytes of an XLA shape text (a tuple's elements summed)."""
-    total = 0.0
-    for dtype, dims in _ARRAY.findall(shape):
-        if dtype not in _ITEMSIZE:
-            continue
-        total += _ITEMSIZE[dtype] * math.prod(int(d) for d in dims.split(",") if d)
-    return int(total)
-
-
-def _dims(shape: str) -> list[int]:
-    match = _ARRAY.search(shape)
-    return [int(d) for d in match.group(2).split(",") if d] if match else []
-
-
-def _split_shape(text: str) -> tuple[str, str]:
-    """'(a, b) op(...)' or 'f32[2]{0} op(...)' -> (shape, the rest)."""
-    if text.startswith("("):
-        depth = 0
-        for i, char in enumerate(text):
-            depth += {"(": 1, ")": -1}.get(char, 0)
-            if depth == 0:
-                return text[: i + 1], text[i + 1 :].lstrip()
-    shape, _, rest = text.partition(" ")
-    return shape, rest
-
-
-def _split_call(text: str) -> tuple[str, str, str]:
-    """'op(operands), attributes' -> (op, operands, attributes)."""
-    op, _, rest = text.partition("(")
-    depth = 1
-    for i, char in enumerate(rest):
-        depth += {"(": 1, ")": -1}.get(char, 0)
-        if depth == 0:
-            return op.strip(), rest[:i], rest[i + 1 :]
-    return op.strip(), rest, ""
-
-
-def parse(hlo_text: str) -> tuple[dict[str, list[Instruction]], str, dict[str, Instruction]]:
-    """-> (instructions per computation, the entry computation, instructions by name)."""
-    computations: dict[str, list[Instruction]] = {}
-    by_name: dict[str, Instruction] = {}
-    entry = ""
-    current = None
-    for line in hlo_text.splitlines():
-        stripped = line.strip()
-        header = _COMPUTATION.match(stripped)
-        if header and "=" not in stripped.split("(")[0]:
-            current = header.group(2)
-            computations[current] = []
-            if header.group(1):
-                entry = current
-            continue
-        if current is None or stripped in ("}", "") or "=" not in stripped:
-            continue
-        left, _, right = stripped.partition("=")
-        name = left.replace("ROOT", "").strip().lstrip("%")
-        shape, rest = _split_shape(right.strip())
-        op, operands, attributes = _split_call(rest)
-        instruction = Instruction(
-            name, shape, op, tuple(_NAME.findall(operands)), operands, attributes, current
-        )
-        computations[current].append(instruction)
-        by_name[name] = instruction
-    return computations, entry, by_name
-
-
-def _source(name: str, by_name: dict[str, Instruction]) -> Instruction | None:
-    """The instruction behind `name`, through copies, conversions and bitcasts."""
-    instruction = by_name.get(name)
-    for _ in range(8):
-        if instruction is None or instruction.op not in ("copy", "convert", "bitcast"):
-            return instruction
-        instruction = by_name.get(instruction.operands[0]) if instruction.operands else None
-    return None
-
-
-def _integer(name: str, by_name: dict[str, Instruction]) -> int | None:
-    """The integer a scalar holds, where it is a constant."""
-    source = _source(name, by_name)
-    if source is None or source.op != "constant":
-        return None
-    try:
-        return int(source.operand_text)
-    except ValueError:
-        return None
-
-
-def _tuple_index(name: str, by_name: dict[str, Instruction]) -> int | None:
-    """i where `name` is element i of the loop state (a get-tuple-element)."""
-    source = _source(name, by_name)
-    if source is None or source.op != "get-tuple-element":
-        return None
-    match = re.search(r"index=(\d+)", source.attributes)
-    return int(match.group(1)) if match else None
-
-
-def _root(computation: list[Instruction]) -> Instruction | None:
-    return computation[-1] if computation else None
-
-
-def _unwrapped(
-    instruction: Instruction | None,
-    computations: dict[str, list[Instruction]],
-    by_name: dict[str, Instruction],
-) -> Instruction | None:
-    """A fusion that wraps a single op (XLA:CPU's `wrapped_add`) as that op on the
-    fusion's own operands; any other instruction as it is."""
-    if instruction is None or instruction.op != "fusion":
-        return instruction
-    called = dict(_CALLED.findall(instruction.attributes))
-    root = _root(computations.get(called.get("calls", ""), []))
-    if root is None:
-        return instruction
-    operands = []
-    for name in root.operands:
-        parameter = by_name.get(name)
-        if parameter is None or parameter.op != "parameter":
-            return instruction
-        index = int(parameter.operand_text)
-        if index >= len(instruction.operands):
-            return instruction
-        operands.append(instruction.operands[index])
-    return dataclasses.replace(root, operands=tuple(operands))
-
-
-def trip_count(
-    loop: Instruction, computations: dict[str, list[Instruction]], by_name: dict[str, Instruction]
-) -> int | None:
-    """How many times a `while` instruction runs its body; None where it cannot be read."""
-    known = _TRIP.search(loop.attributes)
-    if known:
-        return int(known.group(1))
-    called = dict((kind, name) for kind, name in _CALLED.findall(loop.attributes))
-    condition = _root(computations.get(called.get("condition", ""), []))
-    condition = _unwrapped(condition, computations, by_name)
-    body = _root(computations.get(called.get("body", ""), []))
-    state = by_name.get(loop.operands[0]) if loop.operands else None
-    if condition is None or body is None or state is None or condition.op != "compare":
-        return None
-    if state.op != "tuple" or body.op != "tuple" or len(condition.operands) != 2:
-        return None
-    direction = re.search(r"direction=(\w+)", condition.attributes)
-    left, right = condition.operands
-    index, limit = _tuple_index(left, by_name), _integer(right, by_name)
-    if index is None or limit is None:  # The comparison may be written the other way round.
-        index, limit = _tuple_index(right, by_name), _integer(left, by_name)
-        flipped = {"LT": "GT", "LE": "GE", "GT": "LT", "GE": "LE"}
-        direction_name = flipped.get(direction.group(1), "") if direction else ""
-    else:
-        direction_name = direction.group(1) if direction else ""
-    if index is None or limit is None or index >= len(state.operands):
-        return None
-    start = _integer(state.operands[index], by_name)
-    update = _source(body.operands[index], by_name) if index < len(body.operands) else None
-    update = _unwrapped(update, computations, by_name)
-    if start is None or update is None or update.op not in ("add", "subtract"):
-        return None
-    steps = [_integer(operand, by_name) for operand in update.operands]
-    step = next((value for value in steps if value is not None), None)
-    if step is None or step == 0:
-        return None
-    step = -step if update.op == "subtract" else step
-    distance = {"LT": limit - start, "LE": limit - start + 1, "GT": start - limit,
-                "GE": start - limit + 1, "NE": limit - start}.get(direction_name)  # fmt: skip
-    if distance is None:
-        return None
-    if direction_name in ("GT", "GE"):
-        step = -step
-    if distance <= 0:
-        return 0
-    if step < 0:
-        return None
-    return -(-distance // step)
 
 
 @dataclasses.dataclass
@@ -351,12 +160,12 @@ class _Walker:
         op = instruction.op
         if op.endswith(("-done", "-update")):
             return  # An async op's computation is counted at its start.
-        called = dict(_CALLED.findall(instruction.attributes))
-        branches = [name for kind, name in _CALLED.findall(instruction.attributes)
+        called = dict(CALLED.findall(instruction.attributes))
+        branches = [name for kind, name in CALLED.findall(instruction.attributes)
                     if kind in ("true_computation", "false_computation")]  # fmt: skip
-        listed = _BRANCHES.search(instruction.attributes)
+        listed = BRANCHES.search(instruction.attributes)
         if listed:
-            branches += _NAME.findall(listed.group(1))
+            branches += NAME.findall(listed.group(1))
         if op == "conditional" and branches:
             # One branch runs per execution: count the one with the most FLOPs (then
             # traffic), so the time predicted is the slowest path's.
@@ -382,26 +191,26 @@ class _Walker:
 def _element_type(instruction: Instruction, by_name: dict[str, Instruction]) -> str:
     """The element type a dot or convolution multiplies (its first operand's)."""
     operand = by_name.get(instruction.operands[0]) if instruction.operands else None
-    match = _ARRAY.search(operand.shape if operand is not None else instruction.shape)
+    match = ARRAY.search(operand.shape if operand is not None else instruction.shape)
     return match.group(1) if match else "f32"
 
 
 def _matrix_flops(instruction: Instruction, by_name: dict[str, Instruction]) -> float:
     """2 x output elements x the elements each output sums over, for a dot or convolution."""
-    outputs = math.prod(_dims(instruction.shape))
+    outputs = math.prod(array_dims(instruction.shape))
     if instruction.op == "dot":
         lhs = by_name.get(instruction.operands[0]) if instruction.operands else None
         contracting = re.search(r"lhs_contracting_dims=\{([0-9,]*)\}", instruction.attributes)
         if lhs is None or contracting is None:
             return 0.0
-        dims = _dims(lhs.shape)
+        dims = array_dims(lhs.shape)
         summed = math.prod(dims[int(d)] for d in contracting.group(1).split(",") if d)
         return 2.0 * outputs * summed
     rhs = by_name.get(instruction.operands[1]) if len(instruction.operands) > 1 else None
     labels = re.search(r"dim_labels=[^_]*_([^-]*)->", instruction.attributes)
     if rhs is None or labels is None:
         return 0.0
-    kernel, kernel_labels = _dims(rhs.shape), labels.group(1)
+    kernel, kernel_labels = array_dims(rhs.shape), labels.group(1)
     if len(kernel) != len(kernel_labels):
         return 0.0
     # Each output sums over the kernel's spatial and input-feature extent ('o' excluded).
@@ -476,9 +285,9 @@ def _traffic(
         return 2.0 * size(update)
     if op != "fusion":
         return shape_bytes(instruction.shape) + sum(size(o) for o in instruction.operands)
-    called = dict(_CALLED.findall(instruction.attributes))
+    called = dict(CALLED.findall(instruction.attributes))
     body = computations.get(called.get("calls", ""), [])
-    root = _root(body)
+    root = root_of(body)
     users: dict[str, list[Instruction]] = {}
     parameters: dict[int, str] = {}
     for inner in body:
