@@ -27,7 +27,6 @@ field, exit status 2.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 import os
@@ -41,6 +40,7 @@ from sebulba import accelerators, config_flag
 from sebulba.check_report import format_bytes as _bytes
 from sebulba.check_report import format_report, verdicts
 from sebulba.errors import ConfigError
+from sebulba.program_pricing import ProgramReport, analyse, smaller_layouts
 
 _TOPOLOGY = flags.DEFINE_string(
     "topology",
@@ -50,74 +50,6 @@ _TOPOLOGY = flags.DEFINE_string(
     "devices stand in for the GPUs).",
 )
 _JSON = flags.DEFINE_bool("json", False, "Print the report as one JSON object.")
-
-# Per-device bytes each collective puts on the links, and its ring steps, for a group of
-# n devices and a payload of p bytes per device (bandwidth-optimal ring algorithms).
-_WIRE = {
-    "all-reduce": lambda n, p: (2 * (n - 1) / n * p, 2 * (n - 1)),
-    "all-gather": lambda n, p: ((n - 1) * p, n - 1),
-    "reduce-scatter": lambda n, p: ((n - 1) / n * p, n - 1),
-    "all-to-all": lambda n, p: ((n - 1) / n * p, n - 1),
-    "collective-permute": lambda n, p: (p, 1),
-}
-
-
-@dataclasses.dataclass(frozen=True)
-class ProgramReport:
-    """One compiled program on one device: memory, work and its time band."""
-
-    memory_bytes: dict[str, int]
-    flops: float
-    flops_by_type: dict[str, float]
-    bytes_accessed: float
-    collectives: list[dict[str, Any]]
-    unknown_loops: int
-    compute_s: float
-    memory_s: float
-    collective_s: float
-
-    @property
-    def band_s(self) -> tuple[float, float]:
-        """(everything overlapped at peak, nothing overlapped)."""
-        parts = (self.compute_s, self.memory_s, self.collective_s)
-        return max(parts), sum(parts)
-
-
-def collective_seconds(collectives, chip: accelerators.Chip) -> float:
-    """Time of the collectives on `chip`'s links: ring algorithms, per-step latency."""
-    total = 0.0
-    for collective in collectives:
-        if collective.group_size <= 1:
-            continue
-        wire, steps = _WIRE[collective.kind](collective.group_size, collective.payload_bytes)
-        total += collective.count * (wire / chip.allreduce_bytes_per_s + steps * chip.hop_latency_s)
-    return total
-
-
-def analyse(compiled, num_devices: int, chip: accelerators.Chip) -> ProgramReport:
-    """Memory, FLOPs, traffic and collectives of one compiled program, priced on `chip`:
-    each element type's products at the chip's rate for it (TF32 for float32 on GPUs)."""
-    from sebulba import hlo_cost
-
-    cost = hlo_cost.program_cost(compiled.as_text(), num_devices)
-    stats = compiled.memory_analysis()
-    memory = {
-        "arguments": int(stats.argument_size_in_bytes),
-        "outputs": int(stats.output_size_in_bytes),
-        "temporaries": int(stats.temp_size_in_bytes),
-        "aliased": int(stats.alias_size_in_bytes),
-    }
-    return ProgramReport(
-        memory_bytes=memory,
-        flops=cost.flops,
-        flops_by_type=dict(cost.flops_by_type),
-        bytes_accessed=cost.bytes_accessed,
-        collectives=[dataclasses.asdict(c) for c in cost.collectives],
-        unknown_loops=cost.unknown_loops,
-        compute_s=sum(f / chip.flops_per_s(kind) for kind, f in cost.flops_by_type.items()),
-        memory_s=cost.bytes_accessed / chip.achieved_bytes_per_s,
-        collective_s=collective_seconds(cost.collectives, chip),
-    )
 
 
 def _with_sharding(tree, sharding):
@@ -240,6 +172,7 @@ def check(config, topology: str) -> dict[str, Any]:
             actor_step=None,
             predicted_update_s=None,
             predicted_learner_steps_per_s=None,
+            faster_smaller_layout=None,
         )
         report["verdicts"] = verdicts(report, layout)
         return report
@@ -258,12 +191,23 @@ def check(config, topology: str) -> dict[str, Any]:
     if runner is None:
         actor = _actor_report(config, run, state, chip)
         shared = set(layout.actor_devices) & set(layout.local_learner_devices)
-        actor_bytes = actor["hbm_needed_bytes"]
-        hbm_needed = max(learner_bytes + (actor_bytes if shared else 0), actor_bytes)
+        actor_bytes = actor["hbm_needed_bytes"] if shared else 0
+        hbm_needed = max(learner_bytes + actor_bytes, actor["hbm_needed_bytes"])
     else:
+        actor_bytes = 0
         hbm_needed = learner_bytes
 
     low, high = learner.band_s
+    # A smaller layout (same global batch) predicted faster at both ends of the band, and
+    # fitting with its larger share of the batch (the learner's memory, at most scaled).
+    faster = [
+        (count, band)
+        for count, band in smaller_layouts(learner, num_learner_devices, chip).items()
+        if band[0] < low
+        and band[1] < high
+        and learner_bytes * num_learner_devices / count + actor_bytes <= chip.allocatable_bytes
+    ]
+    best = min(faster, key=lambda item: item[1][1], default=None)
     steps = sizes.steps_per_update
     report.update(
         fits=hbm_needed <= chip.allocatable_bytes,
@@ -277,6 +221,9 @@ def check(config, topology: str) -> dict[str, Any]:
         predicted_learner_steps_per_s=[steps / high, steps / low] if low else None,
         learner=_program_dict(learner, needed),
         actor_step=actor,
+        faster_smaller_layout=None
+        if best is None
+        else {"learner_devices": best[0], "predicted_update_s": list(best[1])},
     )
     report["verdicts"] = verdicts(report, layout)
     return report

@@ -173,8 +173,18 @@ def verdicts(report: dict[str, Any], layout) -> list[str]:
             f"idle chips: {idle} of {report['devices_per_process']} per host are in neither "
             "mesh.actor_device_ids nor mesh.learner_device_ids (paid for, unused)"
         )
-    learner = report.get("learner")
-    if learner and report["learner_devices"] > 1:
+    learner, smaller = report.get("learner"), report.get("faster_smaller_layout")
+    if smaller:
+        low, high = report["predicted_update_s"]
+        faster_low, faster_high = smaller["predicted_update_s"]
+        lines.append(
+            f"slower than a smaller layout: {smaller['learner_devices']} learner device(s) "
+            f"would take at most {format_seconds(faster_low)} to {format_seconds(faster_high)}"
+            f" per update against this layout's {format_seconds(low)} to "
+            f"{format_seconds(high)} (same global batch; the update's collectives cost more "
+            "than the devices save)"
+        )
+    elif learner and report["learner_devices"] > 1:
         busiest = max(learner["compute_s"], learner["memory_s"])
         if learner["collective_s"] >= busiest:
             lines.append(

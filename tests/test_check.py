@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+import types
 
 import jax
 import jax.numpy as jnp
@@ -296,16 +297,39 @@ def test_a_gpu_scan_actor_holds_a_whole_rollout_on_its_device():
     )
 
 
-def test_verdicts_name_idle_chips_and_a_collective_bound_update():
+def test_verdicts_name_idle_chips_and_a_faster_smaller_layout():
     report = check.check(_proxy_config(), "h100:8")
     text = check.format_report(report, "x")
     assert "idle chips: 4 of 8 per host" in text
-    # CartPole's update is tiny: its gradient all-reduces outlast its work.
-    assert any(v.startswith("collective-bound") for v in report["verdicts"])
+    # CartPole's update is tiny: its gradient all-reduces over 4 devices cost more than
+    # the work they split, so one learner device is predicted faster.
+    smaller = report["faster_smaller_layout"]
+    assert smaller["learner_devices"] == 1
+    assert smaller["predicted_update_s"][1] < report["predicted_update_s"][0]
+    assert "slower than a smaller layout: 1 learner device(s)" in text
     # The policy step takes nanoseconds: shown as such, never as 0.0 us.
     assert "predicted 0.0 us" not in text
     low = report["actor_step"]["predicted_s"][0]
     assert 0 < low < 1e-6 and check_report.format_seconds(low).endswith(" ns")
+
+
+def test_a_collective_bound_update_is_flagged_where_no_smaller_layout_is_priced_faster():
+    layout = types.SimpleNamespace(
+        actor_devices=[types.SimpleNamespace(id=0)],
+        local_learner_devices=[types.SimpleNamespace(id=i) for i in range(4)],
+    )
+    report = {
+        "fits": True,
+        "architecture": "sebulba",
+        "devices_per_process": 4,
+        "learner_devices": 4,
+        "faster_smaller_layout": None,
+        "learner": {"compute_s": 1e-3, "memory_s": 2e-3, "collective_s": 3e-3},
+    }
+    (verdict,) = check_report.verdicts(report, layout)
+    assert verdict.startswith("collective-bound: the update's collectives (3 ms) outlast")
+    report["learner"]["collective_s"] = 1e-3
+    assert check_report.verdicts(report, layout) == []
 
 
 def test_an_anakin_config_is_costed_as_the_runner_s_act_and_learn_program():
