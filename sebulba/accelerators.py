@@ -4,17 +4,21 @@
 
 * a Cloud TPU slice by its topology name (`v5e:2x4`, `v4:2x2x2`, `v5p:2x2x2`,
   `v6e:2x2`), from the `libtpu` wheel (`pip install -e ".[tpu-check]"`): XLA compiles
-  for those chips for real, on any machine;
+  for those chips for real, on any machine, split into hosts as Cloud TPU rents them
+  (`host_shape`; a shape it does not rent is refused in one line);
 * one GPU node, `h100:8` or `a100:4`, as that many virtual CPU devices: the program is
   partitioned and its collectives placed as on GPUs, but it is compiled by XLA:CPU, so
   its memory and operation counts are a proxy for the GPU's.
 
-`chip(device_kind)` gives the published figures each prediction uses; every one names
-its source. All-reduce bandwidth per chip is what Google publishes per pod divided by
-the pod's chips (v4, v5e, v6e) or half the bidirectional ICI bandwidth per chip (v5p,
-for which no per-pod figure is published; the two agree for v5e and v6e). No per-hop
-ICI or NVLink latency is published; `hop_latency_s` is an assumption and is labelled so
-in every report.
+`CHIPS` holds the published figures each prediction uses; every one names its source.
+GPUs price float32 products at their TF32 rate, hold what JAX's allocator takes of the
+card (75% by default) and run at `GPU_ACHIEVED_FRACTION` of their peaks, calibrated
+against a measurement (docs/scaling.md); TPUs are priced at their published peaks.
+All-reduce bandwidth per chip is what Google publishes per pod divided by the pod's
+chips (v4, v5e, v6e) or half the bidirectional ICI bandwidth per chip (v5p, for which no
+per-pod figure is published; the two agree for v5e and v6e). No per-hop ICI or NVLink
+latency is published; `hop_latency_s` is an assumption and is labelled so in every
+report.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import re
 
 from sebulba.errors import ConfigError
 
-_GB = 1e9
+_GB = 10**9
 _GIB = 2**30
 
 
@@ -43,6 +47,13 @@ class Chip:
       interconnect: the link it prices collectives with.
       source: where the figures are published.
       proxy: True where the program was compiled for CPU devices standing in for it.
+      tf32_flops: dense FLOP/s of float32 products, which NVIDIA's tensor cores run as
+        TF32 (JAX's default precision on GPUs); None where float32 products run at the
+        bf16 rate (TPUs: XLA's default precision multiplies them in one bf16 pass).
+      allocator_fraction: the part of `hbm_bytes` a JAX process can allocate (JAX's GPU
+        allocator takes 75% of the card unless told otherwise; see `allocatable_bytes`).
+      achieved_fraction: the part of peak FLOP/s and of HBM bandwidth its programs reach
+        (1 for TPUs: libtpu's own program is priced; GPUs: see `GPU_ACHIEVED_FRACTION`).
     """
 
     name: str
@@ -54,9 +65,55 @@ class Chip:
     interconnect: str
     source: str
     proxy: bool = False
+    tf32_flops: float | None = None
+    allocator_fraction: float = 1.0
+    achieved_fraction: float = 1.0
+
+    def flops_per_s(self, element_type: str) -> float:
+        """The rate at which the chip's programs multiply `element_type` products."""
+        peak = self.peak_flops
+        if element_type == "f32" and self.tf32_flops is not None:
+            peak = self.tf32_flops
+        return peak * self.achieved_fraction
+
+    @property
+    def achieved_bytes_per_s(self) -> float:
+        return self.hbm_bytes_per_s * self.achieved_fraction
+
+    @property
+    def allocatable_bytes(self) -> int:
+        """What one device's allocator can hand to a JAX program."""
+        return int(self.hbm_bytes * self.allocator_fraction)
 
 
 _ASSUMED_HOP_LATENCY_S = 5e-6
+# JAX preallocates 75% of a GPU's memory and its allocator stays within that share, with or
+# without preallocation (XLA_PYTHON_CLIENT_PREALLOCATE=false), unless
+# XLA_PYTHON_CLIENT_MEM_FRACTION (XLA_CLIENT_MEM_FRACTION in newer JAX) says otherwise.
+GPU_ALLOCATOR_FRACTION = 0.75
+# A GPU reaches neither its datasheet's HBM bandwidth nor its tensor cores' peak, least
+# of all in memory-bound kernels and convolutions of few channels, and the proxy's
+# traffic is XLA:CPU's, not the GPU's fusions. The share is calibrated on one
+# measurement (docs/scaling.md: ppo_atari's learner update on one H100, 910 ms, of which
+# its traffic at full bandwidth explains 68%).
+GPU_ACHIEVED_FRACTION = 0.7
+
+
+def gpu_allocator_fraction() -> float:
+    """The share of each GPU JAX's allocator takes: XLA_PYTHON_CLIENT_MEM_FRACTION (or
+    XLA_CLIENT_MEM_FRACTION) where set, as the launch on the GPU node would read it."""
+    for name in ("XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION"):
+        value = os.environ.get(name)
+        if value:
+            try:
+                fraction = float(value)
+            except ValueError:
+                raise ConfigError(f"{name}={value!r} is not a fraction of the GPU memory") from None
+            if not 0 < fraction <= 1:
+                raise ConfigError(f"{name}={value} must lie in (0, 1]")
+            return fraction
+    return GPU_ALLOCATOR_FRACTION
+
 
 CHIPS = {
     "TPU v4": Chip(
@@ -68,21 +125,25 @@ CHIPS = {
         "ICI (2D torus)", "https://cloud.google.com/tpu/docs/v5e",
     ),
     "TPU v5": Chip(
-        "TPU v5p", 95 * _GIB, 459e12, 2765 * _GB, 1200 * _GB / 2, _ASSUMED_HOP_LATENCY_S,
+        "TPU v5p", 95 * _GB, 459e12, 2765 * _GB, 1200 * _GB / 2, _ASSUMED_HOP_LATENCY_S,
         "ICI (3D torus)", "https://cloud.google.com/tpu/docs/v5p",
     ),
     "TPU v6 lite": Chip(
         "TPU v6e", 32 * _GB, 918e12, 1638 * _GB, 102.4e12 / 256, _ASSUMED_HOP_LATENCY_S,
         "ICI (2D torus)", "https://cloud.google.com/tpu/docs/v6e",
     ),
+    # Dense (no sparsity) tensor-core peaks: bf16 989 and TF32 494.7 TFLOP/s (H100 SXM),
+    # bf16 312 and TF32 156 TFLOP/s (A100).
     "h100": Chip(
         "NVIDIA H100 SXM", 80 * _GB, 989e12, 3350 * _GB, 900 * _GB / 2, _ASSUMED_HOP_LATENCY_S,
         "NVLink 4", "https://www.nvidia.com/en-us/data-center/h100/ (datasheet, SXM)", True,
+        494.7e12, GPU_ALLOCATOR_FRACTION, GPU_ACHIEVED_FRACTION,
     ),
     "a100": Chip(
         "NVIDIA A100 SXM 80GB", 80 * _GB, 312e12, 2039 * _GB, 600 * _GB / 2,
         _ASSUMED_HOP_LATENCY_S, "NVLink 3",
         "https://www.nvidia.com/en-us/data-center/a100/ (datasheet, SXM)", True,
+        156e12, GPU_ALLOCATOR_FRACTION, GPU_ACHIEVED_FRACTION,
     ),
 }  # fmt: skip
 
@@ -179,17 +240,22 @@ def devices(topology: str) -> tuple[list, Chip]:
                 f"--topology={topology}: needs {count} virtual CPU devices, JAX has "
                 f"{len(cpus)} (call request_virtual_devices before JAX starts)"
             )
-        return cpus[:count], CHIPS[match.group(1)]
+        chip = dataclasses.replace(
+            CHIPS[match.group(1)], allocator_fraction=gpu_allocator_fraction()
+        )
+        return cpus[:count], chip
     topology = topology_name(topology)
     generation, _, shape = topology.partition(":")
     if generation not in TPU_GENERATIONS or not re.fullmatch(r"\d+(x\d+){1,2}", shape):
         raise _usage(topology, "not a topology name")
+    host = host_shape(topology)
     try:
         from jax.experimental import topologies
 
         # Megacore: each v4 or v5p chip's two TensorCores are one JAX device, as on the
         # TPU VMs (docs/multihost.md: "each chip is one JAX device").
-        options = {"chip_config_name": "megacore"} if generation in ("v4", "v5p") else {}
+        options: dict = {"chip_config_name": "megacore"} if generation in ("v4", "v5p") else {}
+        options["chips_per_host_bounds"] = list(host)
         described = topologies.get_topology_desc(platform="tpu", topology_name=topology, **options)
     except Exception as error:  # noqa: BLE001 - libtpu's own message says what is wrong.
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
@@ -205,6 +271,38 @@ def devices(topology: str) -> tuple[list, Chip]:
     return found, per_device(CHIPS[kind], cores)
 
 
+# The slices Cloud TPU rents of the 2D-torus generations (the v5e and v6e pages' tables),
+# and the chips of one host in each: up to 8 chips a slice is one host, larger slices are
+# hosts of 2x4 chips (4x4: 2 hosts, 8x8: 8 hosts, 16x16: 32 hosts).
+RENTED_2D_SHAPES = ("1x1", "2x2", "2x4", "4x4", "4x8", "8x8", "8x16", "16x16")
+_MULTI_HOST_2D = (2, 4, 1)
+# v4 and v5p hosts hold 4 chips, 2x2x1 of the 3D torus (v4-8 and v5p-8 are one host).
+_HOST_3D = (2, 2, 1)
+
+
+def host_shape(topology: str) -> tuple[int, int, int]:
+    """The chips of one host of a TPU slice as Cloud TPU rents it, as (x, y, z).
+
+    Raises:
+      ConfigError: a shape Cloud TPU does not rent for that generation, in one line.
+    """
+    generation, _, shape = topology_name(topology).partition(":")
+    dims = [int(size) for size in shape.split("x")]
+    if generation in ("v5e", "v6e"):
+        if shape not in RENTED_2D_SHAPES:
+            raise ConfigError(
+                f"--topology={topology}: Cloud TPU rents {generation} slices as "
+                f"{', '.join(RENTED_2D_SHAPES)}, not {shape}"
+            )
+        return (dims[0], dims[1], 1) if dims[0] * dims[1] <= 8 else _MULTI_HOST_2D
+    if len(dims) != 3 or any(size % host for size, host in zip(dims, _HOST_3D, strict=True)):
+        raise ConfigError(
+            f"--topology={topology}: a {generation} slice is XxYxZ chips made of hosts of "
+            f"2x2x1 chips (X and Y even, e.g. 2x2x1, 2x2x2, 2x4x4), not {shape}"
+        )
+    return _HOST_3D
+
+
 def per_device(chip: Chip, devices_per_chip: int) -> Chip:
     """The share of `chip` one of its `devices_per_chip` devices gets."""
     if devices_per_chip == 1:
@@ -215,5 +313,6 @@ def per_device(chip: Chip, devices_per_chip: int) -> Chip:
         hbm_bytes=chip.hbm_bytes // devices_per_chip,
         peak_flops=chip.peak_flops / devices_per_chip,
         hbm_bytes_per_s=chip.hbm_bytes_per_s / devices_per_chip,
+        tf32_flops=None if chip.tf32_flops is None else chip.tf32_flops / devices_per_chip,
         allreduce_bytes_per_s=chip.allreduce_bytes_per_s / devices_per_chip,
     )

@@ -6,15 +6,20 @@
 
 The run is built as `python -m sebulba.main` builds it on that slice (same config checks,
 the same actor and learner devices on every host, the same agent, the learner update
-over the same sharded rollouts) and two programs are compiled ahead of time for its
-chips: the learner update and an actor's policy step. Nothing runs. The report gives,
-per device and per update: the memory the update needs against the chip's HBM (with the
-launch's memory advice when it does not fit), the collectives and the bytes each device
-sends (loops counted as often as they run: `sebulba.hlo_cost`), the FLOPs, and the
-update's time as a band: from the slowest of compute, memory traffic and collectives
-(all overlapped, at the chips' peak) to their sum (nothing overlapped). The chips'
-figures and their sources are in `sebulba.accelerators`; docs/scaling.md explains the
-model and what it leaves out (the envs on the hosts' CPUs, above all).
+over the same sharded rollouts) and its programs are compiled ahead of time for its
+chips: the learner update and an actor's policy step, or for an Anakin config (a JAX env)
+the runner's one act-and-learn program, built by the runner as at launch. Nothing runs.
+The report gives, per device and per update: the memory the programs need against what
+the chip's allocator can hand out (with the launch's memory advice when it does not fit;
+a scan actor's whole rollout counted on its actor device), the collectives and the bytes
+each device sends (loops counted as often as they run: `sebulba.hlo_cost`), the FLOPs by
+element type, and the update's time as a band: from the slowest of compute, memory
+traffic and collectives (all overlapped) to their sum (nothing overlapped), each at the
+rate the chip reaches (`sebulba.accelerators`: TPUs at their peaks, GPUs calibrated
+against a measurement, float32 products as TF32). Verdicts follow: a config that does
+not fit (also where the TPU compiler refuses it for want of memory), idle chips, an
+update bound by its collectives. docs/scaling.md explains the model and what it leaves
+out (the envs on the hosts' CPUs, above all).
 
 A config that cannot run on the slice fails as it would at launch: one line naming the
 field, exit status 2.
@@ -22,17 +27,20 @@ field, exit status 2.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 import os
+import re
 import sys
 from typing import Any
 
 from absl import app, flags, logging
 
 from sebulba import accelerators, config_flag
+from sebulba.check_report import format_bytes as _bytes
+from sebulba.check_report import format_report, verdicts
 from sebulba.errors import ConfigError
+from sebulba.program_pricing import ProgramReport, analyse, smaller_layouts
 
 _TOPOLOGY = flags.DEFINE_string(
     "topology",
@@ -43,71 +51,6 @@ _TOPOLOGY = flags.DEFINE_string(
 )
 _JSON = flags.DEFINE_bool("json", False, "Print the report as one JSON object.")
 
-# Per-device bytes each collective puts on the links, and its ring steps, for a group of
-# n devices and a payload of p bytes per device (bandwidth-optimal ring algorithms).
-_WIRE = {
-    "all-reduce": lambda n, p: (2 * (n - 1) / n * p, 2 * (n - 1)),
-    "all-gather": lambda n, p: ((n - 1) * p, n - 1),
-    "reduce-scatter": lambda n, p: ((n - 1) / n * p, n - 1),
-    "all-to-all": lambda n, p: ((n - 1) / n * p, n - 1),
-    "collective-permute": lambda n, p: (p, 1),
-}
-
-
-@dataclasses.dataclass(frozen=True)
-class ProgramReport:
-    """One compiled program on one device: memory, work and its time band."""
-
-    memory_bytes: dict[str, int]
-    flops: float
-    bytes_accessed: float
-    collectives: list[dict[str, Any]]
-    unknown_loops: int
-    compute_s: float
-    memory_s: float
-    collective_s: float
-
-    @property
-    def band_s(self) -> tuple[float, float]:
-        """(everything overlapped at peak, nothing overlapped)."""
-        parts = (self.compute_s, self.memory_s, self.collective_s)
-        return max(parts), sum(parts)
-
-
-def collective_seconds(collectives, chip: accelerators.Chip) -> float:
-    """Time of the collectives on `chip`'s links: ring algorithms, per-step latency."""
-    total = 0.0
-    for collective in collectives:
-        if collective.group_size <= 1:
-            continue
-        wire, steps = _WIRE[collective.kind](collective.group_size, collective.payload_bytes)
-        total += collective.count * (wire / chip.allreduce_bytes_per_s + steps * chip.hop_latency_s)
-    return total
-
-
-def analyse(compiled, num_devices: int, chip: accelerators.Chip) -> ProgramReport:
-    """Memory, FLOPs, traffic and collectives of one compiled program, priced on `chip`."""
-    from sebulba import hlo_cost
-
-    cost = hlo_cost.program_cost(compiled.as_text(), num_devices)
-    stats = compiled.memory_analysis()
-    memory = {
-        "arguments": int(stats.argument_size_in_bytes),
-        "outputs": int(stats.output_size_in_bytes),
-        "temporaries": int(stats.temp_size_in_bytes),
-        "aliased": int(stats.alias_size_in_bytes),
-    }
-    return ProgramReport(
-        memory_bytes=memory,
-        flops=cost.flops,
-        bytes_accessed=cost.bytes_accessed,
-        collectives=[dataclasses.asdict(c) for c in cost.collectives],
-        unknown_loops=cost.unknown_loops,
-        compute_s=cost.flops / chip.peak_flops,
-        memory_s=cost.bytes_accessed / chip.hbm_bytes_per_s,
-        collective_s=collective_seconds(cost.collectives, chip),
-    )
-
 
 def _with_sharding(tree, sharding):
     import jax
@@ -115,18 +58,70 @@ def _with_sharding(tree, sharding):
     return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), tree)
 
 
+def _tree_bytes(tree) -> int:
+    import jax
+    import numpy as np
+
+    return sum(int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize for x in jax.tree.leaves(tree))
+
+
+# What XLA's TPU compiler says when a program's buffers exceed the chip's HBM, e.g.
+# "... HLO temporaries (806.17G) exceeds available HBM (15.75G)" or "Used 20.5G of 15.75G hbm".
+_OUT_OF_MEMORY = re.compile(r"([0-9.]+)([KMGT])\b.*?([0-9.]+)([KMGT])\b")
+_UNITS = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def _compile(lowered) -> tuple[Any, tuple[int, int] | None]:
+    """-> (the compiled program, None), or (None, (bytes needed, bytes available)) where the
+    compiler refused it for want of device memory."""
+    try:
+        return lowered.compile(), None
+    except Exception as error:  # noqa: BLE001 - only an out-of-memory refusal is a verdict.
+        text = str(error)
+        figures = _OUT_OF_MEMORY.search(text.partition("memory")[2])
+        if "RESOURCE_EXHAUSTED" not in text or figures is None:
+            raise
+        needed, unit, available, available_unit = figures.groups()
+        return None, (
+            int(float(needed) * _UNITS[unit]),
+            int(float(available) * _UNITS[available_unit]),
+        )
+
+
+def _learner_program(config, run, state):
+    """The learner's compiled program as the launch compiles it: the pipeline's update, or
+    an Anakin run's act-and-learn program (`sebulba.train` builds its runner the same way)
+    -> (lowered program, rollout struct for the memory check, the Anakin runner or None)."""
+    from sebulba import pipeline, train
+
+    if run.is_anakin:
+        jax_env = train.make_jax_env(config, run.sizes, run.env_spec)
+        runner = train.make_anakin_runner(
+            config, run.agent, run.layout, run.sizes, jax_env, run.env_spec
+        )
+        # Its rollout lives inside the program (in its temporaries), as at launch.
+        return runner.lower_update(state), (), runner
+    rollout = pipeline.rollout_struct(run.agent, run.env_spec, run.sizes, run.layout, state)
+    return pipeline.lower_update(run.agent, run.layout, state, rollout), rollout, None
+
+
+def actor_loop(config, chip: accelerators.Chip) -> str:
+    """The actor loop whose memory is counted: envpool's XLA interface has no TPU kernels
+    (step); on GPUs "auto" is counted as scan, the loop that holds a whole rollout."""
+    requested = config.pipeline.get("actor_loop", "step")
+    return "scan" if chip.proxy and requested in ("scan", "auto") else "step"
+
+
 def check(config, topology: str) -> dict[str, Any]:
-    """Compiles `config`'s learner update and policy step for `topology`; the report.
+    """Compiles `config`'s learner program and policy step for `topology`; the report.
 
     Raises:
       ConfigError: the topology is unknown or unavailable, or the config cannot run on
         it (the launch's own one-line errors).
     """
     import jax
-    import numpy as np
 
-    from sebulba import memory, pipeline, random_streams, spaces, train
-    from sebulba.actor_step import actor_step
+    from sebulba import memory, random_streams, train
 
     devices, chip = accelerators.devices(topology)
     config = config.copy_and_resolve_references()
@@ -141,21 +136,111 @@ def check(config, topology: str) -> dict[str, Any]:
     state = _with_sharding(
         jax.eval_shape(agent.init, random_streams.init_key(config.seed)), layout.replicated
     )
-    rollout = pipeline.rollout_struct(agent, run.env_spec, sizes, layout, state)
-    update = pipeline.lower_update(agent, layout, state, rollout).compile()
+    lowered, rollout, runner = _learner_program(config, run, state)
+    update, refused = _compile(lowered)
+    report = {
+        "topology": topology,
+        "chip": chip.name,
+        "chip_source": chip.source,
+        "proxy": chip.proxy,
+        "architecture": "anakin" if runner is not None else "sebulba",
+        "processes": len({d.process_index for d in devices}),
+        "devices": len(devices),
+        "devices_per_process": sum(d.process_index == 0 for d in devices),
+        "actor_devices_per_process": 0 if runner is not None else len(layout.actor_devices),
+        "learner_devices": num_learner_devices,
+        "num_envs": sizes.num_envs,
+        "steps_per_update": sizes.steps_per_update,
+        "minibatch_loop": config.agent.get("minibatch_loop"),
+        "hbm_bytes": chip.hbm_bytes,
+        "hbm_usable_bytes": chip.allocatable_bytes,
+        "assumptions": _assumptions(chip),
+    }
+    if update is None:
+        needed, available = refused
+        report.update(
+            fits=False,
+            hbm_needed_bytes=needed,
+            compiler_available_bytes=available,
+            memory_advice=(
+                f"the compiler for {chip.name} needs {_bytes(needed)} per device for the "
+                f"learner program and has {_bytes(available)}: lower env.num_envs or "
+                "agent.num_steps, or raise agent.num_minibatches or "
+                "agent.gradient_accumulation_steps"
+            ),
+            learner=None,
+            actor_step=None,
+            predicted_update_s=None,
+            predicted_learner_steps_per_s=None,
+            faster_smaller_layout=None,
+        )
+        report["verdicts"] = verdicts(report, layout)
+        return report
+
     learner = analyse(update, num_learner_devices, chip)
     needed = memory.update_memory(update, rollout)
     advice = None
     try:
         memory.check_update_fits(
-            update, rollout, layout.local_learner_devices, available=chip.hbm_bytes
+            update, rollout, layout.local_learner_devices, available=chip.allocatable_bytes
         )
     except ConfigError as error:
         advice = str(error)
+    learner_bytes = needed.total if needed is not None else 0
+    actor = None
+    if runner is None:
+        actor = _actor_report(config, run, state, chip)
+        shared = set(layout.actor_devices) & set(layout.local_learner_devices)
+        actor_bytes = actor["hbm_needed_bytes"] if shared else 0
+        hbm_needed = max(learner_bytes + actor_bytes, actor["hbm_needed_bytes"])
+    else:
+        actor_bytes = 0
+        hbm_needed = learner_bytes
 
-    # One actor thread's policy step on its actor device (`sebulba.actor_step`).
-    actor_device = layout.actor_devices[0]
-    on_actor = jax.sharding.SingleDeviceSharding(actor_device)
+    low, high = learner.band_s
+    # A smaller layout (same global batch) predicted faster at both ends of the band, and
+    # fitting with its larger share of the batch (the learner's memory, at most scaled).
+    faster = [
+        (count, band)
+        for count, band in smaller_layouts(learner, num_learner_devices, chip).items()
+        if band[0] < low
+        and band[1] < high
+        and learner_bytes * num_learner_devices / count + actor_bytes <= chip.allocatable_bytes
+    ]
+    best = min(faster, key=lambda item: item[1][1], default=None)
+    steps = sizes.steps_per_update
+    report.update(
+        fits=hbm_needed <= chip.allocatable_bytes,
+        hbm_needed_bytes=hbm_needed,
+        memory_advice=advice,
+        flops_per_update=learner.flops * num_learner_devices,
+        collective_bytes_per_update=sum(
+            c["payload_bytes"] * c["count"] for c in learner.collectives
+        ),
+        predicted_update_s=[low, high],
+        predicted_learner_steps_per_s=[steps / high, steps / low] if low else None,
+        learner=_program_dict(learner, needed),
+        actor_step=actor,
+        faster_smaller_layout=None
+        if best is None
+        else {"learner_devices": best[0], "predicted_update_s": list(best[1])},
+    )
+    report["verdicts"] = verdicts(report, layout)
+    return report
+
+
+def _actor_report(config, run, state, chip: accelerators.Chip) -> dict[str, Any]:
+    """One actor thread's policy step on its actor device (`sebulba.actor_step`), and the
+    memory of that device: the step's buffers, two parameter versions (the one in use, the
+    one arriving) and, for a scan actor, the whole rollout each of its threads builds."""
+    import jax
+    import numpy as np
+
+    from sebulba import spaces
+    from sebulba.actor_step import actor_step
+
+    layout, sizes, agent = run.layout, run.sizes, run.agent
+    on_actor = jax.sharding.SingleDeviceSharding(layout.actor_devices[0])
     n = sizes.envs_per_thread
     params = _with_sharding(jax.eval_shape(agent.policy_params, state), on_actor)
     step_inputs = _with_sharding(
@@ -170,50 +255,37 @@ def check(config, topology: str) -> dict[str, Any]:
     )
     step = jax.jit(functools.partial(actor_step, agent, config.seed))
     actor = analyse(step.lower(params, *step_inputs).compile(), 1, chip)
-    # Two parameter versions live on an actor device (the one in use, the one arriving).
-    params_bytes = sum(
-        int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize for x in jax.tree.leaves(params)
-    )
-    actor_bytes = sum(actor.memory_bytes[k] for k in ("arguments", "outputs", "temporaries"))
-    actor_bytes += params_bytes - actor.memory_bytes["aliased"]
-    learner_bytes = needed.total if needed is not None else 0
-    shared = set(layout.actor_devices) & set(layout.local_learner_devices)
-    hbm_needed = max(learner_bytes + (actor_bytes if shared else 0), actor_bytes)
+    step_bytes = sum(actor.memory_bytes[k] for k in ("arguments", "outputs", "temporaries"))
+    step_bytes += _tree_bytes(params) - actor.memory_bytes["aliased"]
+    loop = actor_loop(config, chip)
+    rollout_bytes = 0
+    threads_per_device = -(-sizes.num_actor_threads // len(layout.actor_devices))
+    if loop == "scan":
+        from sebulba import pipeline
 
-    low, high = learner.band_s
-    steps = sizes.steps_per_update
+        rollout = pipeline.rollout_struct(agent, run.env_spec, sizes, layout, state)
+        # Every leaf has one entry per env: a thread's rollout is its share of the whole.
+        rollout_bytes = _tree_bytes(rollout) * n // sizes.num_envs
     return {
-        "topology": topology,
-        "chip": chip.name,
-        "chip_source": chip.source,
-        "proxy": chip.proxy,
-        "processes": len({d.process_index for d in devices}),
-        "devices": len(devices),
-        "actor_devices_per_process": len(layout.actor_devices),
-        "learner_devices": num_learner_devices,
-        "num_envs": sizes.num_envs,
-        "steps_per_update": steps,
-        "minibatch_loop": config.agent.get("minibatch_loop"),
-        "fits": hbm_needed <= chip.hbm_bytes,
-        "hbm_bytes": chip.hbm_bytes,
-        "hbm_needed_bytes": hbm_needed,
-        "memory_advice": advice,
-        "flops_per_update": learner.flops * num_learner_devices,
-        "collective_bytes_per_update": sum(
-            c["payload_bytes"] * c["count"] for c in learner.collectives
-        ),
-        "predicted_update_s": [low, high],
-        "predicted_learner_steps_per_s": [steps / high, steps / low] if low else None,
-        "learner": _program_dict(learner, needed),
-        "actor_step": {**_program_dict(actor, None), "hbm_needed_bytes": actor_bytes},
-        "assumptions": {
-            "peak_flops": chip.peak_flops,
-            "hbm_bytes_per_s": chip.hbm_bytes_per_s,
-            "collective_bytes_per_s": chip.allreduce_bytes_per_s,
-            "hop_latency_s": chip.hop_latency_s,
-            "interconnect": chip.interconnect,
-            "not_modelled": "env steps on the hosts' CPUs, host-device copies, Python",
-        },
+        **_program_dict(actor, None),
+        "actor_loop": loop,
+        "threads_per_device": threads_per_device,
+        "rollout_bytes_per_thread": rollout_bytes,
+        "hbm_needed_bytes": step_bytes + threads_per_device * rollout_bytes,
+    }
+
+
+def _assumptions(chip: accelerators.Chip) -> dict[str, Any]:
+    return {
+        "peak_flops": chip.peak_flops,
+        "f32_flops": chip.tf32_flops or chip.peak_flops,
+        "hbm_bytes_per_s": chip.hbm_bytes_per_s,
+        "achieved_fraction": chip.achieved_fraction,
+        "allocator_fraction": chip.allocator_fraction,
+        "collective_bytes_per_s": chip.allreduce_bytes_per_s,
+        "hop_latency_s": chip.hop_latency_s,
+        "interconnect": chip.interconnect,
+        "not_modelled": "env steps on the hosts' CPUs, host-device copies, Python",
     }
 
 
@@ -221,6 +293,7 @@ def _program_dict(program: ProgramReport, needed) -> dict[str, Any]:
     result = {
         "memory_bytes": program.memory_bytes,
         "flops": program.flops,
+        "flops_by_type": program.flops_by_type,
         "bytes_accessed": program.bytes_accessed,
         "collectives": program.collectives,
         "unknown_loops": program.unknown_loops,
@@ -236,82 +309,6 @@ def _program_dict(program: ProgramReport, needed) -> dict[str, Any]:
             "total": needed.total,
         }
     return result
-
-
-def _bytes(n: float) -> str:
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= size:
-            return f"{n / size:,.1f} {unit}"
-    return f"{n:,.0f} B"
-
-
-def _seconds(s: float) -> str:
-    return f"{s * 1e3:,.2f} ms" if s >= 1e-4 else f"{s * 1e6:,.1f} us"
-
-
-def _collectives_line(collectives: list[dict[str, Any]]) -> str:
-    if not collectives:
-        return "none"
-    parts = [
-        f"{c['kind']} of {_bytes(c['payload_bytes'])} over {c['group_size']} devices x {c['count']}"
-        for c in collectives
-    ]
-    return "; ".join(parts)
-
-
-def format_report(report: dict[str, Any], config_name: str) -> str:
-    """The report as the console shows it."""
-    learner, actor = report["learner"], report["actor_step"]
-    how = (
-        "compiled by XLA:CPU on virtual devices standing in for the GPUs: figures are a proxy"
-        if report["proxy"]
-        else "compiled for the chips by libtpu; nothing ran"
-    )
-    low, high = report["predicted_update_s"]
-    verdict = "fits" if report["fits"] else "DOES NOT FIT"
-    lines = [
-        f"sebulba check: {config_name} on {report['topology']}: {report['devices']} x "
-        f"{report['chip']}, {report['processes']} host(s) ({how})",
-        f"layout: {report['actor_devices_per_process']} actor device(s) per host, "
-        f"{report['learner_devices']} learner devices; {report['num_envs']:,} envs, "
-        f"{report['steps_per_update']:,} env steps per update, "
-        f"minibatch loop {report['minibatch_loop']}",
-        f"memory per device: {_bytes(report['hbm_needed_bytes'])} of "
-        f"{_bytes(report['hbm_bytes'])}: {verdict}",
-        f"  learner update: arguments {_bytes(learner['memory_bytes']['arguments'])}, "
-        f"temporaries {_bytes(learner['memory_bytes']['temporaries'])}, rollouts 2 x "
-        f"{_bytes(learner['memory_bytes'].get('next_rollout', 0))}",
-    ]
-    if report["memory_advice"]:
-        lines.append(f"  {report['memory_advice']}")
-    unknown = learner["unknown_loops"]
-    lines += [
-        "learner update, per device and update:",
-        f"  FLOPs {learner['flops']:.3g} ({report['flops_per_update']:.3g} over all learner "
-        f"devices), memory traffic {_bytes(learner['bytes_accessed'])}",
-        f"  collectives: {_collectives_line(learner['collectives'])}",
-        f"  time: compute {_seconds(learner['compute_s'])}, memory "
-        f"{_seconds(learner['memory_s'])}, collectives {_seconds(learner['collective_s'])} "
-        f"-> predicted {_seconds(low)} to {_seconds(high)} per update "
-        "(all overlapped at peak .. nothing overlapped)",
-    ]
-    if unknown:
-        lines.append(f"  {unknown} loop(s) with unreadable trip counts were counted once")
-    if report["predicted_learner_steps_per_s"]:
-        slow, fast = report["predicted_learner_steps_per_s"]
-        lines.append(
-            f"  the learner alone could take {slow:,.0f} to {fast:,.0f} env steps/s "
-            "(envs on the hosts' CPUs and host-device copies are not modelled)"
-        )
-    lines += [
-        f"actor policy step ({report['num_envs'] // max(1, report['processes']):,} envs "
-        "per host over its threads; one thread's step):",
-        f"  FLOPs {actor['flops']:.3g}, memory {_bytes(actor['hbm_needed_bytes'])}, "
-        f"predicted {_seconds(actor['predicted_s'][0])} to {_seconds(actor['predicted_s'][1])}",
-        f"figures: {report['chip_source']}; per-step collective latency "
-        f"{report['assumptions']['hop_latency_s'] * 1e6:.0f} us assumed (none is published)",
-    ]
-    return "\n".join(lines)
 
 
 def quiet_libtpu(topology: str) -> None:

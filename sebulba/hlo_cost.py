@@ -14,10 +14,16 @@ and the totals are
 * collectives: each all-reduce, all-gather, reduce-scatter, all-to-all and
   collective-permute, with the bytes it sends from each device and its group size.
 
+Each computation is costed once and counted as often as it runs: the entry once, a
+`while` body its trip count times, a `call`'s callee once per call, all of it multiplied
+by the runs of the computation that holds the instruction (a computation called from k
+places counts once per place). A `conditional` runs one branch per execution; it is
+counted as its most expensive branch (most FLOPs, then most traffic), so the prediction
+is the slowest path's. FLOPs are kept by the element type the products multiply.
+
 Trip counts come from XLA's `known_trip_count` annotation where the backend writes one
-(CPU, GPU), else from the loop itself: an induction variable set from a constant,
-stepped by a constant and compared with a constant (the form `lax.scan` compiles to on
-TPU). A loop that matches neither counts once and is reported in `unknown_loops`.
+(CPU, GPU), else from the loop itself (`sebulba.hlo_text.trip_count`). A loop whose count
+cannot be read counts once and is reported in `unknown_loops`.
 """
 
 from __future__ import annotations
@@ -26,21 +32,18 @@ import dataclasses
 import math
 import re
 
-# Bytes per element of XLA's primitive types.
-_ITEMSIZE = {
-    "pred": 1, "s4": 0.5, "u4": 0.5, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "s32": 4,
-    "u32": 4, "s64": 8, "u64": 8, "f16": 2, "bf16": 2, "f32": 4, "f64": 8, "c64": 8,
-    "c128": 16, "f8e4m3fn": 1, "f8e5m2": 1, "f8e4m3fnuz": 1, "f8e5m2fnuz": 1,
-    "f8e4m3b11fnuz": 1, "token": 0,
-}  # fmt: skip
-_ARRAY = re.compile(r"\b([a-z]+[0-9]*[a-z0-9]*)\[([0-9,]*)\]")
-_COMPUTATION = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\s*\(.*\)\s*->\s*.*\{\s*$")
-_NAME = re.compile(r"%([\w.\-]+)")
-_CALLED = re.compile(
-    r"\b(calls|body|condition|to_apply|true_computation|false_computation)=%([\w.\-]+)"
+from sebulba.hlo_text import (
+    ARRAY,
+    BRANCHES,
+    CALLED,
+    NAME,
+    Instruction,
+    array_dims,
+    parse,
+    root_of,
+    shape_bytes,
+    trip_count,
 )
-_BRANCHES = re.compile(r"branch_computations=\{([^}]*)\}")
-_TRIP = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
 
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
 # Instructions that move no data of their own through device memory.
@@ -50,17 +53,6 @@ _NO_TRAFFIC = {
     "copy-done", "custom-call", "send", "send-done", "recv", "recv-done", "async-done",
     "async-update",
 }  # fmt: skip
-
-
-@dataclasses.dataclass(frozen=True)
-class Instruction:
-    name: str
-    shape: str  # XLA's shape text: an array, or a tuple of them.
-    op: str
-    operands: tuple[str, ...]  # Names of the operand instructions.
-    operand_text: str  # What stands between the op's parentheses (a constant's literal).
-    attributes: str
-    computation: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,6 +80,9 @@ class ProgramCost:
     bytes_accessed: float
     collectives: tuple[Collective, ...]
     unknown_loops: int  # `while` loops whose trip count could not be read (counted once).
+    # FLOPs by the element type the products multiply ("f32", "bf16", ...): GPUs run
+    # float32 products as TF32, at a different rate than bf16 (`sebulba.accelerators`).
+    flops_by_type: dict[str, float] = dataclasses.field(default_factory=dict)
 
     @property
     def collective_bytes(self) -> int:
@@ -95,231 +90,127 @@ class ProgramCost:
         return sum(c.payload_bytes * c.count for c in self.collectives)
 
 
-def shape_bytes(shape: str) -> int:
-    """Bytes of an XLA shape text (a tuple's elements summed)."""
-    total = 0.0
-    for dtype, dims in _ARRAY.findall(shape):
-        if dtype not in _ITEMSIZE:
-            continue
-        total += _ITEMSIZE[dtype] * math.prod(int(d) for d in dims.split(",") if d)
-    return int(total)
+@dataclasses.dataclass
+class _Totals:
+    """What one run of a computation costs (FLOPs by element type, traffic, collectives)."""
+
+    flops: dict[str, float] = dataclasses.field(default_factory=dict)
+    traffic: float = 0.0
+    # Collective instruction name -> (its collective, executions per run).
+    collectives: dict[str, tuple[Collective, int]] = dataclasses.field(default_factory=dict)
+
+    def add(self, other: _Totals, times: int) -> None:
+        for dtype, flops in other.flops.items():
+            self.flops[dtype] = self.flops.get(dtype, 0.0) + times * flops
+        self.traffic += times * other.traffic
+        for name, (collective, count) in other.collectives.items():
+            previous = self.collectives.get(name, (collective, 0))[1]
+            self.collectives[name] = (collective, previous + times * count)
+
+    @property
+    def total_flops(self) -> float:
+        return sum(self.flops.values())
 
 
-def _dims(shape: str) -> list[int]:
-    match = _ARRAY.search(shape)
-    return [int(d) for d in match.group(2).split(",") if d] if match else []
+# Ops whose `to_apply` is a scalar function applied element by element (a reduction's
+# `add`): its instructions touch no device memory and do no matrix work of their own.
+_SCALAR_APPLY = {"reduce", "reduce-window", "all-reduce", "all-reduce-start", "reduce-scatter",
+                 "scatter", "select-and-scatter", "sort", "map"}  # fmt: skip
 
 
-def _split_shape(text: str) -> tuple[str, str]:
-    """'(a, b) op(...)' or 'f32[2]{0} op(...)' -> (shape, the rest)."""
-    if text.startswith("("):
-        depth = 0
-        for i, char in enumerate(text):
-            depth += {"(": 1, ")": -1}.get(char, 0)
-            if depth == 0:
-                return text[: i + 1], text[i + 1 :].lstrip()
-    shape, _, rest = text.partition(" ")
-    return shape, rest
+class _Walker:
+    """Costs computations bottom-up, each once (memoised), so a computation called from
+    k places is priced once and counted k times, never re-walked per call site."""
+
+    def __init__(self, computations, by_name, num_devices: int):
+        self.computations, self.by_name, self.num_devices = computations, by_name, num_devices
+        self.memo: dict[tuple[str, bool], _Totals] = {}
+        self.unknown_loops: set[str] = set()
+
+    def cost(self, name: str, fused: bool) -> _Totals:
+        """One run of computation `name`; `fused` where it is the body of a fusion."""
+        key = (name, fused)
+        if key not in self.memo:
+            self.memo[key] = self._walk(name, fused)
+        return self.memo[key]
+
+    def _walk(self, name: str, fused: bool) -> _Totals:
+        totals = _Totals()
+        for instruction in self.computations.get(name, []):
+            op = instruction.op
+            if op in ("dot", "convolution"):
+                dtype = _element_type(instruction, self.by_name)
+                flops = _matrix_flops(instruction, self.by_name)
+                totals.flops[dtype] = totals.flops.get(dtype, 0.0) + flops
+            kind = op.removesuffix("-start")
+            if kind in COLLECTIVES:
+                payload = sum(
+                    shape_bytes(self.by_name[o].shape)
+                    for o in instruction.operands
+                    if o in self.by_name
+                )
+                size = group_size(instruction.attributes, self.num_devices)
+                totals.collectives[instruction.name] = (Collective(kind, payload, size, 1), 1)
+            elif not (fused or op in _NO_TRAFFIC or op.endswith("-done")):
+                totals.traffic += _traffic(instruction, self.computations, self.by_name)
+            self._add_callees(instruction, fused, totals)
+        return totals
+
+    def _add_callees(self, instruction: Instruction, fused: bool, totals: _Totals) -> None:
+        op = instruction.op
+        if op.endswith(("-done", "-update")):
+            return  # An async op's computation is counted at its start.
+        called = dict(CALLED.findall(instruction.attributes))
+        branches = [name for kind, name in CALLED.findall(instruction.attributes)
+                    if kind in ("true_computation", "false_computation")]  # fmt: skip
+        listed = BRANCHES.search(instruction.attributes)
+        if listed:
+            branches += NAME.findall(listed.group(1))
+        if op == "conditional" and branches:
+            # One branch runs per execution: count the one with the most FLOPs (then
+            # traffic), so the time predicted is the slowest path's.
+            costs = [self.cost(branch, fused) for branch in branches]
+            totals.add(max(costs, key=lambda c: (c.total_flops, c.traffic)), 1)
+            return
+        if op == "while":
+            count = trip_count(instruction, self.computations, self.by_name)
+            if count is None:
+                self.unknown_loops.add(instruction.name)
+                count = 1
+            if "body" in called:
+                totals.add(self.cost(called["body"], fused), count)
+            if "condition" in called:  # Tested once more than the body runs.
+                totals.add(self.cost(called["condition"], fused), count + 1)
+            return
+        if "calls" in called:  # fusion, async-start and custom calls' callees.
+            totals.add(self.cost(called["calls"], fused or op == "fusion"), 1)
+        if "to_apply" in called and op not in _SCALAR_APPLY:
+            totals.add(self.cost(called["to_apply"], fused), 1)  # `call`: runs once.
 
 
-def _split_call(text: str) -> tuple[str, str, str]:
-    """'op(operands), attributes' -> (op, operands, attributes)."""
-    op, _, rest = text.partition("(")
-    depth = 1
-    for i, char in enumerate(rest):
-        depth += {"(": 1, ")": -1}.get(char, 0)
-        if depth == 0:
-            return op.strip(), rest[:i], rest[i + 1 :]
-    return op.strip(), rest, ""
-
-
-def parse(hlo_text: str) -> tuple[dict[str, list[Instruction]], str, dict[str, Instruction]]:
-    """-> (instructions per computation, the entry computation, instructions by name)."""
-    computations: dict[str, list[Instruction]] = {}
-    by_name: dict[str, Instruction] = {}
-    entry = ""
-    current = None
-    for line in hlo_text.splitlines():
-        stripped = line.strip()
-        header = _COMPUTATION.match(stripped)
-        if header and "=" not in stripped.split("(")[0]:
-            current = header.group(2)
-            computations[current] = []
-            if header.group(1):
-                entry = current
-            continue
-        if current is None or stripped in ("}", "") or "=" not in stripped:
-            continue
-        left, _, right = stripped.partition("=")
-        name = left.replace("ROOT", "").strip().lstrip("%")
-        shape, rest = _split_shape(right.strip())
-        op, operands, attributes = _split_call(rest)
-        instruction = Instruction(
-            name, shape, op, tuple(_NAME.findall(operands)), operands, attributes, current
-        )
-        computations[current].append(instruction)
-        by_name[name] = instruction
-    return computations, entry, by_name
-
-
-def _source(name: str, by_name: dict[str, Instruction]) -> Instruction | None:
-    """The instruction behind `name`, through copies, conversions and bitcasts."""
-    instruction = by_name.get(name)
-    for _ in range(8):
-        if instruction is None or instruction.op not in ("copy", "convert", "bitcast"):
-            return instruction
-        instruction = by_name.get(instruction.operands[0]) if instruction.operands else None
-    return None
-
-
-def _integer(name: str, by_name: dict[str, Instruction]) -> int | None:
-    """The integer a scalar holds, where it is a constant."""
-    source = _source(name, by_name)
-    if source is None or source.op != "constant":
-        return None
-    try:
-        return int(source.operand_text)
-    except ValueError:
-        return None
-
-
-def _tuple_index(name: str, by_name: dict[str, Instruction]) -> int | None:
-    """i where `name` is element i of the loop state (a get-tuple-element)."""
-    source = _source(name, by_name)
-    if source is None or source.op != "get-tuple-element":
-        return None
-    match = re.search(r"index=(\d+)", source.attributes)
-    return int(match.group(1)) if match else None
-
-
-def _root(computation: list[Instruction]) -> Instruction | None:
-    return computation[-1] if computation else None
-
-
-def _unwrapped(
-    instruction: Instruction | None,
-    computations: dict[str, list[Instruction]],
-    by_name: dict[str, Instruction],
-) -> Instruction | None:
-    """A fusion that wraps a single op (XLA:CPU's `wrapped_add`) as that op on the
-    fusion's own operands; any other instruction as it is."""
-    if instruction is None or instruction.op != "fusion":
-        return instruction
-    called = dict(_CALLED.findall(instruction.attributes))
-    root = _root(computations.get(called.get("calls", ""), []))
-    if root is None:
-        return instruction
-    operands = []
-    for name in root.operands:
-        parameter = by_name.get(name)
-        if parameter is None or parameter.op != "parameter":
-            return instruction
-        index = int(parameter.operand_text)
-        if index >= len(instruction.operands):
-            return instruction
-        operands.append(instruction.operands[index])
-    return dataclasses.replace(root, operands=tuple(operands))
-
-
-def trip_count(
-    loop: Instruction, computations: dict[str, list[Instruction]], by_name: dict[str, Instruction]
-) -> int | None:
-    """How many times a `while` instruction runs its body; None where it cannot be read."""
-    known = _TRIP.search(loop.attributes)
-    if known:
-        return int(known.group(1))
-    called = dict((kind, name) for kind, name in _CALLED.findall(loop.attributes))
-    condition = _root(computations.get(called.get("condition", ""), []))
-    condition = _unwrapped(condition, computations, by_name)
-    body = _root(computations.get(called.get("body", ""), []))
-    state = by_name.get(loop.operands[0]) if loop.operands else None
-    if condition is None or body is None or state is None or condition.op != "compare":
-        return None
-    if state.op != "tuple" or body.op != "tuple" or len(condition.operands) != 2:
-        return None
-    direction = re.search(r"direction=(\w+)", condition.attributes)
-    left, right = condition.operands
-    index, limit = _tuple_index(left, by_name), _integer(right, by_name)
-    if index is None or limit is None:  # The comparison may be written the other way round.
-        index, limit = _tuple_index(right, by_name), _integer(left, by_name)
-        flipped = {"LT": "GT", "LE": "GE", "GT": "LT", "GE": "LE"}
-        direction_name = flipped.get(direction.group(1), "") if direction else ""
-    else:
-        direction_name = direction.group(1) if direction else ""
-    if index is None or limit is None or index >= len(state.operands):
-        return None
-    start = _integer(state.operands[index], by_name)
-    update = _source(body.operands[index], by_name) if index < len(body.operands) else None
-    update = _unwrapped(update, computations, by_name)
-    if start is None or update is None or update.op not in ("add", "subtract"):
-        return None
-    steps = [_integer(operand, by_name) for operand in update.operands]
-    step = next((value for value in steps if value is not None), None)
-    if step is None or step == 0:
-        return None
-    step = -step if update.op == "subtract" else step
-    distance = {"LT": limit - start, "LE": limit - start + 1, "GT": start - limit,
-                "GE": start - limit + 1, "NE": limit - start}.get(direction_name)  # fmt: skip
-    if distance is None:
-        return None
-    if direction_name in ("GT", "GE"):
-        step = -step
-    if distance <= 0:
-        return 0
-    if step < 0:
-        return None
-    return -(-distance // step)
-
-
-def _multiplicities(
-    computations: dict[str, list[Instruction]], entry: str, by_name: dict[str, Instruction]
-) -> tuple[dict[str, int], set[str], int]:
-    """-> (runs per program run of each computation, the fused computations, unknown loops)."""
-    runs: dict[str, int] = {entry: 1}
-    fused: set[str] = set()
-    unknown = 0
-    pending = [entry]
-    while pending:
-        name = pending.pop()
-        for instruction in computations.get(name, []):
-            called = _CALLED.findall(instruction.attributes)
-            branches = _BRANCHES.search(instruction.attributes)
-            if branches:
-                called += [("branch", b) for b in _NAME.findall(branches.group(1))]
-            if not called:
-                continue
-            times = 1
-            if instruction.op == "while":
-                count = trip_count(instruction, computations, by_name)
-                if count is None:
-                    unknown += 1
-                times = 1 if count is None else count
-            for kind, callee in called:
-                if kind == "to_apply" or callee not in computations:
-                    continue  # A reduction's scalar function: no data of its own.
-                if instruction.op == "fusion":
-                    fused.add(callee)
-                runs[callee] = runs.get(callee, 0) + runs[name] * times
-                pending.append(callee)
-    return runs, fused, unknown
+def _element_type(instruction: Instruction, by_name: dict[str, Instruction]) -> str:
+    """The element type a dot or convolution multiplies (its first operand's)."""
+    operand = by_name.get(instruction.operands[0]) if instruction.operands else None
+    match = ARRAY.search(operand.shape if operand is not None else instruction.shape)
+    return match.group(1) if match else "f32"
 
 
 def _matrix_flops(instruction: Instruction, by_name: dict[str, Instruction]) -> float:
     """2 x output elements x the elements each output sums over, for a dot or convolution."""
-    outputs = math.prod(_dims(instruction.shape))
+    outputs = math.prod(array_dims(instruction.shape))
     if instruction.op == "dot":
         lhs = by_name.get(instruction.operands[0]) if instruction.operands else None
         contracting = re.search(r"lhs_contracting_dims=\{([0-9,]*)\}", instruction.attributes)
         if lhs is None or contracting is None:
             return 0.0
-        dims = _dims(lhs.shape)
+        dims = array_dims(lhs.shape)
         summed = math.prod(dims[int(d)] for d in contracting.group(1).split(",") if d)
         return 2.0 * outputs * summed
     rhs = by_name.get(instruction.operands[1]) if len(instruction.operands) > 1 else None
     labels = re.search(r"dim_labels=[^_]*_([^-]*)->", instruction.attributes)
     if rhs is None or labels is None:
         return 0.0
-    kernel, kernel_labels = _dims(rhs.shape), labels.group(1)
+    kernel, kernel_labels = array_dims(rhs.shape), labels.group(1)
     if len(kernel) != len(kernel_labels):
         return 0.0
     # Each output sums over the kernel's spatial and input-feature extent ('o' excluded).
@@ -352,30 +243,19 @@ def program_cost(hlo_text: str, num_devices: int) -> ProgramCost:
         spans them all).
     """
     computations, entry, by_name = parse(hlo_text)
-    runs, fused, unknown = _multiplicities(computations, entry, by_name)
-    flops = 0.0
-    traffic = 0.0
-    collectives = []
-    for name, instructions in computations.items():
-        times = runs.get(name, 0)
-        if not times:
-            continue
-        for instruction in instructions:
-            op = instruction.op
-            if op in ("dot", "convolution"):
-                flops += times * _matrix_flops(instruction, by_name)
-            kind = op.removesuffix("-start")
-            if kind in COLLECTIVES:
-                payload = sum(
-                    shape_bytes(by_name[o].shape) for o in instruction.operands if o in by_name
-                )
-                size = group_size(instruction.attributes, num_devices)
-                collectives.append(Collective(kind, payload, size, times))
-                continue
-            if name in fused or op in _NO_TRAFFIC or op.endswith("-done"):
-                continue
-            traffic += times * _traffic(instruction, computations, by_name)
-    return ProgramCost(flops, traffic, tuple(collectives), unknown)
+    walker = _Walker(computations, by_name, num_devices)
+    totals = walker.cost(entry, fused=False)
+    collectives = tuple(
+        dataclasses.replace(collective, count=count)
+        for collective, count in totals.collectives.values()
+    )
+    return ProgramCost(
+        totals.total_flops,
+        totals.traffic,
+        collectives,
+        len(walker.unknown_loops),
+        dict(totals.flops),
+    )
 
 
 _SLICING = ("dynamic-slice", "slice", "gather")
@@ -405,9 +285,9 @@ def _traffic(
         return 2.0 * size(update)
     if op != "fusion":
         return shape_bytes(instruction.shape) + sum(size(o) for o in instruction.operands)
-    called = dict(_CALLED.findall(instruction.attributes))
+    called = dict(CALLED.findall(instruction.attributes))
     body = computations.get(called.get("calls", ""), [])
-    root = _root(body)
+    root = root_of(body)
     users: dict[str, list[Instruction]] = {}
     parameters: dict[int, str] = {}
     for inner in body:

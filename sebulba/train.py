@@ -128,13 +128,39 @@ def prepare(config: ml_collections.ConfigDict) -> RunSetup:
     sizes, layout, env_spec = run.sizes, run.layout, run.env_spec
     if run.is_anakin:
         task_layout = tasks.task_layout(config, sizes.num_envs)
-        jax_env = anakin_suites.make_run_envs(task_layout, env_spec)
+        jax_env = make_jax_env(config, sizes, env_spec)
         field = "env.ids name JAX envs" if task_layout.is_multitask else "env.id names a JAX env"
         why = f"{field}: acting, env steps and learning are one program"
         return RunSetup(config, sizes, layout, [], env_spec, run.agent, "anakin", why, jax_env)
     envs_per_thread = make_env_pools(config, sizes, first_update=1)
     actor_loop, why = choose_actor_loop(config, sizes, layout, envs_per_thread, env_spec)
     return RunSetup(config, sizes, layout, envs_per_thread, env_spec, run.agent, actor_loop, why)
+
+
+def make_jax_env(config: ml_collections.ConfigDict, sizes: Sizes, env_spec: EnvSpec):
+    """An Anakin run's JAX env (a joint run's: one per task, each on its block of envs)."""
+    return anakin_suites.make_run_envs(tasks.task_layout(config, sizes.num_envs), env_spec)
+
+
+def make_anakin_runner(
+    config: ml_collections.ConfigDict,
+    agent: Agent,
+    layout: DeviceLayout,
+    sizes: Sizes,
+    jax_env: BatchOfEnvs,
+    env_spec: EnvSpec,
+) -> anakin_runner.AnakinRunner:
+    """The Anakin runner of a run (`sebulba.check` costs the program it compiles)."""
+    return anakin_runner.AnakinRunner(
+        agent,
+        layout,
+        sizes,
+        jax_env,
+        env_spec,
+        seed=config.seed,
+        policy_lag=config.pipeline.policy_lag,
+        clip_rewards=config.env.clip_rewards,
+    )
 
 
 def choose_actor_loop(
@@ -493,15 +519,8 @@ def train(
         distributed.check_workdir_shared(workdir, shared_workdir_timeout_s)
         runner = None
         if setup.jax_env is not None:
-            runner = anakin_runner.AnakinRunner(
-                setup.agent,
-                layout,
-                sizes,
-                setup.jax_env,
-                setup.env_spec,
-                seed=config.seed,
-                policy_lag=config.pipeline.policy_lag,
-                clip_rewards=config.env.clip_rewards,
+            runner = make_anakin_runner(
+                config, setup.agent, layout, sizes, setup.jax_env, setup.env_spec
             )
         abstract_env_state = None if runner is None else runner.abstract_acting_state()
         start = restore_or_init(setup, workdir, abstract_env_state)

@@ -252,6 +252,12 @@ class AnakinRunner:
         `state` may be the learner state or its shapes; the program's memory is then
         checked against the learner devices', as the pipeline's update is.
         """
+        options = update_compiler_options(self.layout.local_learner_devices)
+        self._compiled = self.lower_update(state).compile(compiler_options=options or None)
+        return self._compiled
+
+    def lower_update(self, state):
+        """`act_and_learn` lowered for the learner mesh (`sebulba.check` compiles this)."""
         replicated = self.layout.replicated
         behaviour_params = None
         if self.policy_lag:
@@ -275,10 +281,7 @@ class AnakinRunner:
             ),
             donate_argnums=(0, 1, 2),
         )
-        lowered = jitted.lower(state, behaviour_params, acting, jnp.zeros((), jnp.int32))
-        options = update_compiler_options(self.layout.local_learner_devices)
-        self._compiled = lowered.compile(compiler_options=options or None)
-        return self._compiled
+        return jitted.lower(state, behaviour_params, acting, jnp.zeros((), jnp.int32))
 
     def rollout_struct(self, state) -> Rollout:
         """Shapes and shardings of one rollout (the memory check's figure of a rollout)."""
