@@ -555,8 +555,9 @@ def main(argv: list[str]) -> None:
             levels=_LEVELS.value or (),
         )
     except EvaluationError as error:
+        # A refusal before any episode, as main's config errors: the same status, 2.
         print(f"sebulba.evaluate: {error}", file=sys.stderr)
-        sys.exit(1)
+        sys.exit(2)
     policy = (
         f"{'greedy' if result['greedy'] else 'sampling'} policy of "
         f"checkpoint {result['checkpoint']} (step {result['global_step']})"

@@ -70,7 +70,7 @@ def test_cli_writes_eval_json_and_is_deterministic_for_a_seed(smoke):
 
 def test_animation_is_refused_in_one_line(smoke, tmp_path):
     result = run_evaluate_cli(f"--workdir={smoke}", f"--animation={tmp_path / 'a.gif'}")
-    assert result.returncode == 1
+    assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "is a JAX env" in lines[0], result.stderr
     assert not os.path.exists(tmp_path / "a.gif")

@@ -146,7 +146,7 @@ def test_evaluate_refuses_a_workdir_without_checkpoints(tmp_path):
     config = agent_config(minimal_agent)
     (workdir / "config.json").write_text(json.dumps(config.to_dict()))
     result = run_evaluate_cli(f"--workdir={workdir}")
-    assert result.returncode != 0
+    assert result.returncode == 2  # Bad input, as sebulba.main reports it.
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert lines == [
         f"sebulba.evaluate: no checkpoint in {workdir}/checkpoints: nothing to evaluate"
@@ -373,7 +373,7 @@ def test_a_machine_that_cannot_render_fails_in_one_line_before_any_work(trained_
         f"--animation={tmp_path / 'clip.gif'}",
         __EGL_VENDOR_LIBRARY_FILENAMES=str(tmp_path / "no_such_vendor.json"),
     )
-    assert result.returncode == 1
+    assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("sebulba.evaluate: cannot render Hopper-v4 on this machine")
