@@ -68,7 +68,7 @@ import numpy as np
 from absl import app, flags
 
 from sebulba import envs as envs_lib
-from sebulba import flag_errors, random_streams, tasks
+from sebulba import flag_errors, platforms, random_streams, tasks
 from sebulba.anakin import episodes as anakin_episodes
 from sebulba.anakin import suites as anakin_suites
 from sebulba.atari_scores import RANDOM_AND_HUMAN_SCORES, human_normalized_score
@@ -628,4 +628,5 @@ if __name__ == "__main__":
     # a TPU; it is noise before the one line of results.
     std_logging.getLogger("jax._src.xla_bridge").setLevel(std_logging.WARNING)
     flags.mark_flag_as_required("workdir")
+    platforms.skip_absent_accelerators()  # Before JAX starts: no libtpu noise on a CPU.
     app.run(main, flags_parser=parse_flags)

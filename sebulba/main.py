@@ -26,7 +26,7 @@ import sys
 
 from absl import app, flags, logging
 
-from sebulba import config_flag, distributed, gpu_determinism
+from sebulba import config_flag, distributed, gpu_determinism, platforms
 from sebulba.agents.defaults import check_builtin_ranges
 from sebulba.config import check_run_config
 from sebulba.errors import ConfigError, NonFiniteRolloutError, TrainingDivergedError
@@ -152,6 +152,7 @@ def _run(signals: StopSignals) -> None:
         seeds = _parse_seeds(_SEEDS.value)
         # XLA reads its flags when JAX starts a backend, which initialize may do.
         gpu_determinism.configure(config_flag.CONFIG.value.debug.deterministic_gpu)
+        platforms.skip_absent_accelerators()
         source = distributed.initialize(options)
     except ConfigError as error:
         config_flag.config_error(str(error))

@@ -1,0 +1,45 @@
+"""No libtpu noise on a machine without accelerators: JAX starts its CPU backend alone."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from sebulba import platforms
+from tests.test_cli import ROOT, TEST_CONFIG
+
+
+def test_the_cpu_alone_is_chosen_only_where_no_accelerator_can_start(monkeypatch):
+    monkeypatch.delenv("JAX_PLATFORMS", raising=False)
+    monkeypatch.setattr(platforms, "only_cpu_present", lambda: False)
+    platforms.skip_absent_accelerators()
+    assert "JAX_PLATFORMS" not in os.environ  # A GPU or TPU may start: JAX decides.
+    monkeypatch.setattr(platforms, "only_cpu_present", lambda: True)
+    monkeypatch.setenv("JAX_PLATFORMS", "cpu,tpu")
+    platforms.skip_absent_accelerators()
+    assert os.environ["JAX_PLATFORMS"] == "cpu,tpu"  # The user's choice stands.
+
+
+def test_a_run_and_an_evaluation_print_no_tpu_errors_on_a_cpu_machine(tmp_path):
+    if not platforms.only_cpu_present():
+        pytest.skip("an accelerator device is present: JAX is left to find its devices")
+    env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    workdir = tmp_path / "run"
+    commands = [
+        ["sebulba.main", f"--config={TEST_CONFIG}", f"--workdir={workdir}"],
+        ["sebulba.evaluate", f"--workdir={workdir}", "--episodes=1"],
+    ]
+    for command in commands:
+        result = subprocess.run(
+            [sys.executable, "-m", *command],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            cwd=ROOT,
+            env=env,
+        )
+        assert result.returncode == 0, result.stderr[-2000:]
+        for noise in ("TPU_ACCELERATOR_TYPE", "TPU_WORKER_HOSTNAMES", "E0000"):
+            assert noise not in result.stderr, result.stderr[-2000:]
