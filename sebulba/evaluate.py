@@ -562,7 +562,7 @@ def main(argv: list[str]) -> None:
         f"{'greedy' if result['greedy'] else 'sampling'} policy of "
         f"checkpoint {result['checkpoint']} (step {result['global_step']})"
     )
-    path = os.path.join(os.path.abspath(_WORKDIR.value), "eval.json")
+    path = os.path.join(_WORKDIR.value, "eval.json")  # As the user named it.
     if "levels" in result:
         print(f"{policy} on {result['env_id']}:")
         _print_levels(result, "  ")
