@@ -23,6 +23,8 @@ Deliberate differences:
     pgx keeps haiku's defaults (truncated normal of variance 1 / fan_in).
   * Minibatches are shuffled in time within each env column (`time_shuffled`, so that a
     minibatch stays on its device), not over all samples.
+  * Episodes end at gymnax's time limit (`max_steps_in_episode`: 1000 steps, 2500 for
+    Freeway), counted as truncations and bootstrapped; pgx's MinAtar has no time limit.
 
 docs/benchmarks.md ("MinAtar") has each game's recorded return at 5M steps beside
 gymnax-blines' PPO at the same step count. pgx's large batches take few gradient steps

@@ -28,6 +28,10 @@ Deliberate differences:
 * envpool's port of Procgen, whose task ids name game and mode (`StarpilotEasy-v0`):
   each env draws its levels from its own seed (the run's seed plus its index), where
   the paper's vectorised env draws them from one generator.
+* Minibatches: each env column shuffles its own 256 steps and minibatch j takes time
+  slots [32j, 32j + 32) of every column (`time_shuffled`, so a minibatch stays on its
+  learner device and is the same on any number of them), where CleanRL draws each
+  minibatch uniformly from all 16,384 samples.
 * Test levels: evaluate's `--levels=test` plays levels from 200 upwards (every level
   the run did not train on); the paper tests on the full distribution, which includes
   the 200 training levels with negligible probability (200 in 2^31).
