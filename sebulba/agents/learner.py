@@ -183,6 +183,7 @@ def minibatch_steps(
     combine: str = "mean",
     stop_after_epoch: Callable | None = None,
     minibatches_per_epoch: int | None = None,
+    last_step_stats: tuple[str, ...] = (),
 ):
     """One optimizer step per minibatch, looped with `lax.scan` (rolled or unrolled).
 
@@ -210,6 +211,8 @@ def minibatch_steps(
         `epochs_run` is added to them.
       minibatches_per_epoch: steps per epoch (N is a multiple); needed with
         `stop_after_epoch`.
+      last_step_stats: with `stop_after_epoch`, stats reported as the last step that ran
+        computed them instead of averaged (CleanRL logs the approx_kl that stopped it).
 
     Returns:
       (params, opt_state, stats averaged over the N minibatches and their micro-batches).
@@ -229,6 +232,7 @@ def minibatch_steps(
         combine=combine,
         stop_after_epoch=stop_after_epoch,
         minibatches_per_epoch=minibatches_per_epoch,
+        last_step_stats=last_step_stats,
     )
     return params, opt_state, stats
 
@@ -248,6 +252,7 @@ def stateful_minibatch_steps(
     combine: str = "mean",
     stop_after_epoch: Callable | None = None,
     minibatches_per_epoch: int | None = None,
+    last_step_stats: tuple[str, ...] = (),
 ):
     """`minibatch_steps` with a state that the loss reads and each minibatch updates first.
 
@@ -308,6 +313,7 @@ def stateful_minibatch_steps(
             unroll,
             stop_after_epoch,
             minibatches_per_epoch,
+            last_step_stats,
         )
         return params, opt_state, stats, state
     (params, opt_state, state), stats = jax.lax.scan(
@@ -317,7 +323,13 @@ def stateful_minibatch_steps(
 
 
 def _early_stopping_steps(
-    step: Callable, carry, batches, unroll: bool, stop_after_epoch: Callable, minibatches_per_epoch
+    step: Callable,
+    carry,
+    batches,
+    unroll: bool,
+    stop_after_epoch: Callable,
+    minibatches_per_epoch,
+    last_step_stats: tuple[str, ...] = (),
 ):
     """The steps of `stateful_minibatch_steps` with early stopping between epochs.
 
@@ -330,7 +342,8 @@ def _early_stopping_steps(
     a conditional's branches included.
 
     Returns:
-      (carry, stats averaged over the steps that ran, with `epochs_run`).
+      (carry, stats averaged over the steps that ran, with `epochs_run`; those named in
+      `last_step_stats` as the last step that ran computed them).
     """
     num_steps = jax.tree.leaves(batches)[0].shape[0]
     if not minibatches_per_epoch or num_steps % minibatches_per_epoch:
@@ -365,6 +378,9 @@ def _early_stopping_steps(
     )
     weight = ran.astype(jnp.float32)
     steps_run = jnp.sum(weight)  # At least one epoch's: the first epoch always runs.
+    # The steps that ran are a prefix: the last of them is the one that stopped the loop.
+    last_ran = {name: stats[name][jnp.sum(ran) - 1] for name in last_step_stats}
     stats = jax.tree.map(lambda s: jnp.sum(s * weight) / steps_run, stats)
+    stats.update(last_ran)
     stats["epochs_run"] = steps_run / minibatches_per_epoch
     return carry, stats

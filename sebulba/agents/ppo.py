@@ -422,6 +422,8 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
             early_stop = dict(
                 stop_after_epoch=lambda stats: stats["approx_kl"] > hp.target_kl,
                 minibatches_per_epoch=hp.num_minibatches,
+                # Logged as CleanRL logs it: the last minibatch's, which stopped the epochs.
+                last_step_stats=("approx_kl",),
             )
         params, opt_state, metrics = learner.minibatch_steps(
             gathered_loss,
