@@ -124,3 +124,17 @@ def test_joint_tasks_must_share_their_spaces():
     config.env.ids = ("xminigrid:MiniGrid-Empty-5x5", "gymnax:CartPole-v1")
     with pytest.raises(ConfigError, match="env.ids: tasks .* have different action spaces"):
         train.plan(config)
+
+
+def test_seeds_of_a_joint_run_hold_uneven_task_blocks_as_the_single_runner(tmp_path):
+    from sebulba.anakin import seeds as seeds_lib
+
+    # Blocks of 3 and 3 envs over two learner devices: replicated, as a single run holds
+    # them (sharding them along the env axis cannot split 3 envs in two).
+    config = joint_config(learner_device_ids=(0, 1))
+    states = seeds_lib.train_seeds(config, str(tmp_path), (1, 2))
+    assert len(states) == 2
+    for seed in (1, 2):
+        summary = read_summary(str(tmp_path / f"seed={seed}"))
+        assert "learner_devices=[0, 1]" in summary["layout"]
+        assert set(summary["tasks"]) == set(TASKS)

@@ -91,7 +91,11 @@ class SeedBatch:
         )
 
     def _acting_sharding(self, leaf) -> jax.sharding.NamedSharding:
-        del leaf
+        # [S, B, ...]: B split over the learner devices as a single run splits it, and a
+        # joint run's task block that does not split evenly held whole by each, as the
+        # single runner holds it (`AnakinRunner._env_sharding`).
+        if leaf.shape[1] % self.setup.layout.learner_mesh.size:
+            return self.setup.layout.replicated
         return self.setup.layout.sharding(PartitionSpec(None, BATCH_AXIS))
 
     def initial_acting_states(self):
