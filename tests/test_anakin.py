@@ -424,7 +424,8 @@ def _cli(workdir, *overrides):
     config = os.path.join(ROOT, "configs", "ppo_cartpole_anakin.py:smoke")
     return subprocess.run(
         [sys.executable, "-m", "sebulba.main", f"--config={config}", f"--workdir={workdir}"]
-        + [f"--config.{override}" for override in overrides],
+        # KEY=VALUE overrides a config key; a --flag passes as it is (e.g. --seeds=1,2).
+        + [o if o.startswith("--") else f"--config.{o}" for o in overrides],
         capture_output=True,
         text=True,
         timeout=120,

@@ -1,36 +1,16 @@
 """`--seeds`: many seeds of an Anakin run as one program, each named in what it prints."""
 
 import os
-import subprocess
-import sys
 
 import pytest
 
 from sebulba import plot
 from sebulba.policy import PolicyError, load_run_config
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _seeds_cli(workdir, *flags):
-    env = dict(os.environ)
-    env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=1"
-    env["JAX_PLATFORMS"] = "cpu"
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    config = os.path.join(ROOT, "configs", "ppo_cartpole_anakin.py:smoke")
-    return subprocess.run(
-        [sys.executable, "-m", "sebulba.main", f"--config={config}", f"--workdir={workdir}"]
-        + list(flags),
-        capture_output=True,
-        text=True,
-        timeout=180,
-        cwd=ROOT,
-        env=env,
-    )
+from tests.test_anakin import _cli
 
 
 def test_each_seeds_final_line_names_its_seed_and_workdir(tmp_path):
-    result = _seeds_cli(tmp_path / "runs", "--seeds=1,2")
+    result = _cli(tmp_path / "runs", "--seeds=1,2")
     assert result.returncode == 0, result.stderr[-2000:]
     done = [line for line in result.stdout.splitlines() if line.startswith("sebulba: done")]
     assert [line.split(",")[0] for line in done] == [
@@ -50,7 +30,7 @@ def test_each_seeds_final_line_names_its_seed_and_workdir(tmp_path):
 
 
 def test_a_config_seed_beside_seeds_is_refused_in_one_line(tmp_path):
-    result = _seeds_cli(tmp_path / "runs", "--config.seed=7", "--seeds=1,2")
+    result = _cli(tmp_path / "runs", "seed=7", "--seeds=1,2")
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "--config.seed and --seeds both name seeds" in lines[0], lines
