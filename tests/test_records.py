@@ -147,3 +147,14 @@ def test_a_procgen_record_shows_training_and_held_out_levels_side_by_side(tmp_pa
         "| 1 | 6.0 | train levels 6.5 (2), test levels 4.3 (1) over 20 episodes each; gap 2.2 |"
         in row
     )
+
+
+def test_a_greedy_evaluation_renders_as_greedy(tmp_path, monkeypatch):
+    monkeypatch.setattr(records, "RECORDS_DIR", str(tmp_path))
+    seed = {"mean_return": 450.0, "sps": 1000.0, "wall_time_s": 20.0, "params_checksum": "ab" * 32}
+    evaluation = {"episodes": 20, "mean_return": 500.0, "min_return": 500.0}
+    for name, extra in (("sampled", {}), ("greedy", {"greedy": True})):
+        seeds = {"1": {**seed, "eval": {**evaluation, **extra}}}
+        records.write(name, "python x.py", {"seeds": seeds})
+    assert "| 500.0 (500) over 20 greedy episodes |" in render_docs.render("greedy", "table")
+    assert "| 500.0 (500) over 20 episodes |" in render_docs.render("sampled", "table")
