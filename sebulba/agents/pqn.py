@@ -74,9 +74,12 @@ def epsilon_schedule(hp: ml_collections.ConfigDict, num_updates: int) -> optax.S
     """Epsilon of the version made by `update_count` updates (purejaxql's per-update
     schedule): linear from `epsilon_start` to `epsilon_finish` over the first
     `exploration_fraction` of the run's updates, then constant."""
-    return optax.linear_schedule(
+    schedule = optax.linear_schedule(
         hp.epsilon_start, hp.epsilon_finish, hp.exploration_fraction * num_updates
     )
+    low, high = sorted((hp.epsilon_start, hp.epsilon_finish))
+    # Within its bounds: optax's float arithmetic can end a few ulps past epsilon_finish.
+    return lambda count: jnp.clip(schedule(count), low, high)
 
 
 def q_lambda_targets(
