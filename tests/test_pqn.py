@@ -1,11 +1,14 @@
 """PQN: Q(lambda) targets, the epsilon schedule and where it travels, LayerNorm Q-networks,
 refusals, layouts, both architectures and learning CartPole."""
 
+import os
+import signal
+
 import jax
 import numpy as np
 import pytest
 
-from sebulba import train
+from sebulba import checkpoint, train
 from sebulba.agents import pqn
 from sebulba.agents.api import ArraySpec, Box, Discrete, EnvSpec
 from sebulba.agents.networks import make_network
@@ -16,6 +19,7 @@ from sebulba.sizes import derive_sizes
 from tests.helpers import (
     assert_update_agrees_across_layouts,
     assert_update_moves_no_rollout_data,
+    module_compilation_cache,  # noqa: F401 (autouse: reruns load what a run compiled)
     read_metrics,
     read_summary,
     small_update_config,
@@ -255,3 +259,34 @@ def test_learns_cartpole(tmp_path):
     config.log.every_updates = 100
     train.train(config, str(tmp_path))
     assert read_summary(str(tmp_path))["mean_return"] >= 200
+
+
+def test_an_interrupted_anakin_run_resumes_with_its_epsilon_bit_identically(tmp_path):
+    # gymnax's CartPole, lag 1, 6 updates; epsilon changes at every one of them.
+    config = load_config("pqn_cartpole", "smoke")
+    config.env.id = "gymnax:CartPole-v1"
+    config.total_timesteps = 8 * 16 * 6
+    config.agent.epsilon_finish = 0.0
+    config.agent.exploration_fraction = 1.0
+    config.log.tensorboard = False
+    reference = train.train(config, str(tmp_path / "reference"))
+    workdir = str(tmp_path / "run")
+
+    def interrupt_after_update_2(report, state):
+        del state
+        if report.update == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    train.train(config, workdir, on_update=interrupt_after_update_2)
+    [stopped] = checkpoint.list_steps(checkpoint.checkpoints_dir(workdir))
+    assert 2 <= stopped < 6 and not os.path.exists(os.path.join(workdir, "summary.json"))
+    resumed = train.train(config, workdir)
+    assert float(resumed.epsilon) == pytest.approx(0.0) and float(reference.epsilon) == 0.0
+    for a, b in zip(jax.tree.leaves(reference), jax.tree.leaves(resumed), strict=True):
+        np.testing.assert_array_equal(jax.device_get(a), jax.device_get(b))
+    summary = read_summary(workdir)
+    assert (
+        summary["params_checksum"] == read_summary(str(tmp_path / "reference"))["params_checksum"]
+    )
+    epsilons = [line["epsilon"] for line in read_metrics(workdir)]
+    np.testing.assert_allclose(epsilons, [5 / 6, 4 / 6, 3 / 6, 2 / 6, 1 / 6, 0.0], atol=1e-6)
