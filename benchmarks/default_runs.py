@@ -8,13 +8,15 @@
         --seeds=1
     python benchmarks/default_runs.py --config=ppo_procgen:Starpilot --name=ppo_procgen_starpilot \
         --set agent.network=nature_cnn --set total_timesteps=1500000 --seeds=1 --levels=train,test
+    python benchmarks/default_runs.py --config=pqn_cartpole --seeds=1,2,3,4,5 --greedy  # ~3 min
 
 Each seed is the README's command, `python -m sebulba.main --config=configs/NAME.py
 --workdir=DIR --config.seed=S` (TensorBoard off; each `--set KEY=VALUE` added as
 `--config.KEY=VALUE`), in its own process with JAX's default
 devices, then `python -m sebulba.evaluate --workdir=DIR --episodes=20` (the sampled
 policy of the final checkpoint; with `--levels=train,test`, Procgen's training and held-out
-levels, 20 episodes each, and their generalisation gap). Prints one line per seed and writes
+levels, 20 episodes each, and their generalisation gap; with `--greedy`, the greedy policy,
+as value-based agents are evaluated). Prints one line per seed and writes
 `docs/records/NAME.json` (or `--name`) with each seed's summary: the final mean return (last 100
 episodes), `params_checksum`, steps/s, wall time, and the evaluation's mean and min.
 Returns and checksums do not depend on the machine's load; times do. Then `python
@@ -78,10 +80,12 @@ def run(
     eval_episodes: int = 0,
     overrides: tuple[str, ...] = (),
     levels: str = "",
+    greedy: bool = False,
 ) -> dict:
     """One seed of the README's command; the summary's figures (and the evaluation's).
 
     `levels`: evaluate's `--levels` (Procgen's level sets, e.g. "train,test"), or "".
+    `greedy`: evaluate the greedy policy (evaluate's `--greedy`) instead of sampling.
     """
     with tempfile.TemporaryDirectory() as workdir:
         _python(command(config, seed, workdir, overrides)[1:], f"{config} seed {seed}")
@@ -92,11 +96,15 @@ def run(
             evaluate.append(f"--episodes={eval_episodes}")
             if levels:
                 evaluate.append(f"--levels={levels}")
+            if greedy:
+                evaluate.append("--greedy")
             _python(evaluate, f"evaluating {config} {seed}")
             evaluation = _read(workdir, "eval.json")
             # A multi-task evaluation reports a mean over tasks and no overall minimum.
             kept = ("episodes", "mean_return", "min_return")
             figures["eval"] = {k: evaluation[k] for k in kept if k in evaluation}
+            if greedy:
+                figures["eval"]["greedy"] = True
             if levels:  # Each level set's figures, and train minus test.
                 played = evaluation["levels"].items()
                 figures["eval"]["levels"] = {
@@ -120,13 +128,17 @@ def main() -> None:
     parser.add_argument(
         "--levels", default="", help="evaluate's --levels (Procgen), e.g. train,test"
     )
+    parser.add_argument(
+        "--greedy", action="store_true", help="evaluate the greedy policy (value-based agents)"
+    )
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
     started = records.environment()  # The code the runs start on.
     with ThreadPoolExecutor(args.parallel) as pool:
         overrides = tuple(args.set)
         runs = pool.map(
-            lambda s: run(args.config, s, args.eval_episodes, overrides, args.levels), seeds
+            lambda s: run(args.config, s, args.eval_episodes, overrides, args.levels, args.greedy),
+            seeds,
         )
         results = dict(zip(seeds, runs, strict=True))
     for seed, result in results.items():

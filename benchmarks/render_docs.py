@@ -86,7 +86,8 @@ def render(name: str, style: str) -> str:
                 minimum = evaluation.get("min_return")
                 lowest = f" ({minimum:.0f})" if minimum is not None else ""
                 mean, episodes = evaluation["mean_return"], evaluation["episodes"]
-                evaluated = f"{mean:.1f}{lowest} over {episodes} episodes"
+                greedy = " greedy" if evaluation.get("greedy") else ""
+                evaluated = f"{mean:.1f}{lowest} over {episodes}{greedy} episodes"
             rows.append(
                 f"| {seed} | {result['mean_return']:.1f} | {evaluated} | {result['sps']:,.0f} | "
                 f"{result['wall_time_s']:.0f} s | `{result['params_checksum'][:12]}` |"

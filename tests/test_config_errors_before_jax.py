@@ -51,6 +51,11 @@ def run_blocked(*args):
         ("ppo_mujoco.py", "ckpt.max_to_keep=0", "ckpt.max_to_keep must be an integer >= 1"),
         ("ppo_cartpole.py", "agent.learning_rate=-1", "agent.learning_rate must be a number > 0"),
         ("impala_atari.py", "agent.rmsprop_decay=1.0", "agent.rmsprop_decay must be a number in"),
+        (
+            "pqn_cartpole.py",
+            "agent.exploration_fraction=0.0",
+            "agent.exploration_fraction must be a number in (0, 1]",
+        ),
         ("ppo_joint.py:smoke", 'env.ids=("A-v0","A-v0")', "env.ids names 'A-v0' twice"),
     ],
 )

@@ -67,6 +67,9 @@ def test_every_config_reads_smoke_through_the_shared_parser(name):
         ("ppo_minigrid", "MiniGrid-Empty-5x5-v0,smoke", "MiniGrid-Empty-5x5-v0"),
         ("ppo_atari", "Pong-v5,smoke", "Pong-v5"),
         ("impala_atari", "lstm,Pong-v5,smoke", "Pong-v5"),
+        ("pqn_atari", "Pong-v5,purejaxql,smoke", "Pong-v5"),
+        ("pqn_minatar", "Asterix,smoke", "gymnax:Asterix-MinAtar"),
+        ("pqn_minatar", "Seaquest", "gymnax:Seaquest-MinAtar"),
     ],
 )
 def test_a_task_shortcut_selects_the_task_and_combines_with_smoke(name, arg, env_id):

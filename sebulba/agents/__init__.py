@@ -15,7 +15,11 @@ from ml_collections import ConfigDict
 
 from sebulba.errors import ConfigError
 
-BUILTIN_AGENTS = {"ppo": "sebulba.agents.ppo", "impala": "sebulba.agents.impala"}
+BUILTIN_AGENTS = {
+    "ppo": "sebulba.agents.ppo",
+    "impala": "sebulba.agents.impala",
+    "pqn": "sebulba.agents.pqn",
+}
 
 
 def resolve_agent(name: str, section: ConfigDict | None = None) -> ModuleType:

@@ -35,6 +35,13 @@ normal of variance 1 / fan_in, which Cleanba's IMPALA ResNet keeps). Biases are 
 Each network declares the observations it accepts (`ObservationKind`), and
 `check_network_fits` refuses a network that does not fit the env before any work.
 
+`norm="layer_norm"` puts a LayerNorm (Ba et al. 2016) after every hidden layer, dense or
+convolutional, before its activation (in the ResNet after every convolution, inside the
+residual blocks too): PQN's networks (Gallici et al. 2024). With `q_head` the network is
+a Q-network instead: no value head, and `policy_head` is a linear Q head (one value per
+discrete action) after one ReLU tower of `hidden` layers (the MLP's and the MinAtar
+network's; the CNNs' torsos end in their dense layer already): obs -> Q-values [B, A].
+
 Built with a recurrent `core` (`sebulba.agents.recurrent`, `agent.core`), a network runs
 the core between its torso (everything up to the embedding) and its heads, and takes and
 returns the core's carry (see `recurrent.through_core`).
@@ -61,6 +68,10 @@ _HIDDEN_GAIN = float(np.sqrt(2))
 _VALUE_GAIN = 1.0
 _EMBEDDING_FEATURES = 16  # Per discrete observation entry ("multi_input").
 _MAX_IMAGE_CHANNELS = 4  # Channels-last images have few channels; frame stacks do not.
+
+# What follows every hidden layer before its activation (`norm`): nothing, or a LayerNorm
+# over the features (the channels of a convolution's output).
+NORMS = ("none", "layer_norm")
 
 CONV_INITS = {
     "orthogonal": nn.initializers.orthogonal(_HIDDEN_GAIN),
@@ -196,6 +207,11 @@ def _conv(init: str, features: int, kernel: int, stride: int = 1, padding="VALID
     )
 
 
+def _normalized(norm: str, x: jax.Array) -> jax.Array:
+    """`x` through a LayerNorm over its last axis for norm "layer_norm"; unchanged for "none"."""
+    return nn.LayerNorm()(x) if norm == "layer_norm" else x
+
+
 def _pixels_to_nhwc(obs: jax.Array, channels_first: bool) -> jax.Array:
     """uint8 [B, C, H, W] (or [B, H, W, C]) -> float32 [B, H, W, C] in [0, 1]."""
     x = obs.astype(jnp.float32) / 255.0
@@ -236,15 +252,39 @@ class _ActorCritic(nn.Module):
     policy_head: nn.Module
     hidden: Sequence[int]
     value_heads: int | None = None
+    norm: str = "none"
 
     @nn.compact
     def __call__(self, x):
         actor, critic = x, x
         for width in self.hidden:
-            actor = nn.tanh(_dense(width, _HIDDEN_GAIN)(actor))
-            critic = nn.tanh(_dense(width, _HIDDEN_GAIN)(critic))
+            actor = nn.tanh(_normalized(self.norm, _dense(width, _HIDDEN_GAIN)(actor)))
+            critic = nn.tanh(_normalized(self.norm, _dense(width, _HIDDEN_GAIN)(critic)))
         value = _value(critic, self.value_heads)
         return self.policy_head(actor), value
+
+
+class _QHead(nn.Module):
+    """A ReLU tower of `hidden` layers, each normalised, then the Q head: [B, D] -> [B, A]."""
+
+    q_head: nn.Module
+    hidden: Sequence[int] = ()
+    norm: str = "none"
+
+    @nn.compact
+    def __call__(self, x):
+        for width in self.hidden:
+            x = nn.relu(_normalized(self.norm, _dense(width, _HIDDEN_GAIN)(x)))
+        return self.q_head(x)
+
+
+def _heads(network: nn.Module, x, hidden: Sequence[int], actor_critic: bool):
+    """A network's heads: Q-values [B, A] (`q_head`), else (policy parameters, value)."""
+    if network.q_head:
+        return _QHead(network.policy_head, hidden, network.norm)(x)
+    if actor_critic:
+        return _ActorCritic(network.policy_head, hidden, network.value_heads, network.norm)(x)
+    return _Heads(network.policy_head, network.value_heads)(x)
 
 
 class MLP(nn.Module):
@@ -255,12 +295,14 @@ class MLP(nn.Module):
     hidden: Sequence[int] = (64, 64)
     core: nn.Module | None = None
     value_heads: int | None = None  # PopArt: one value per task [B, K].
+    norm: str = "none"  # A key of NORMS: what follows every hidden layer.
+    q_head: bool = False  # A Q-network: obs -> Q-values [B, A] (policy_head the Q head).
 
     def torso(self, obs):
         return obs.reshape(obs.shape[0], -1).astype(jnp.float32)
 
     def heads(self, x):
-        return _ActorCritic(self.policy_head, self.hidden, self.value_heads)(x)
+        return _heads(self, x, self.hidden, actor_critic=True)
 
     @nn.compact
     def __call__(self, obs, carry=None, starts=None):
@@ -335,17 +377,19 @@ class NatureCNN(nn.Module):
     channels_first: bool = True
     core: nn.Module | None = None
     value_heads: int | None = None  # PopArt: one value per task [B, K].
+    norm: str = "none"  # A key of NORMS: what follows every hidden layer.
+    q_head: bool = False  # A Q-network: obs -> Q-values [B, A] (policy_head the Q head).
 
     def torso(self, obs):
         x = _pixels_to_nhwc(obs, self.channels_first)
-        x = nn.relu(_conv(self.conv_init, 32, 8, 4)(x))
-        x = nn.relu(_conv(self.conv_init, 64, 4, 2)(x))
-        x = nn.relu(_conv(self.conv_init, 64, 3, 1)(x))
+        x = nn.relu(_normalized(self.norm, _conv(self.conv_init, 32, 8, 4)(x)))
+        x = nn.relu(_normalized(self.norm, _conv(self.conv_init, 64, 4, 2)(x)))
+        x = nn.relu(_normalized(self.norm, _conv(self.conv_init, 64, 3, 1)(x)))
         x = x.reshape(x.shape[0], -1)
-        return nn.relu(_dense(512, _HIDDEN_GAIN)(x))
+        return nn.relu(_normalized(self.norm, _dense(512, _HIDDEN_GAIN)(x)))
 
     def heads(self, x):
-        return _Heads(self.policy_head, self.value_heads)(x)
+        return _heads(self, x, (), actor_critic=False)
 
     @nn.compact
     def __call__(self, obs, carry=None, starts=None):
@@ -355,12 +399,14 @@ class NatureCNN(nn.Module):
 class _ResidualBlock(nn.Module):
     channels: int
     conv_init: str
+    norm: str = "none"
 
     @nn.compact
     def __call__(self, x):
         y = _conv(self.conv_init, self.channels, 3, padding="SAME")(nn.relu(x))
+        y = _normalized(self.norm, y)
         y = _conv(self.conv_init, self.channels, 3, padding="SAME")(nn.relu(y))
-        return x + y
+        return x + _normalized(self.norm, y)
 
 
 class ImpalaResNet(nn.Module):
@@ -376,23 +422,25 @@ class ImpalaResNet(nn.Module):
     channels_first: bool = True
     core: nn.Module | None = None
     value_heads: int | None = None  # PopArt: one value per task [B, K].
+    norm: str = "none"  # A key of NORMS: what follows every convolution and the dense layer.
+    q_head: bool = False  # A Q-network: obs -> Q-values [B, A] (policy_head the Q head).
 
     @nn.compact
     def __call__(self, obs, carry=None, starts=None):
         return recurrent.through_core(self, self.torso, self.heads, obs, carry, starts)
 
     def heads(self, x):
-        return _Heads(self.policy_head, self.value_heads)(x)
+        return _heads(self, x, (), actor_critic=False)
 
     def torso(self, obs):
         x = _pixels_to_nhwc(obs, self.channels_first)
         for channels in self.channels:
-            x = _conv(self.conv_init, channels, 3, padding="SAME")(x)
+            x = _normalized(self.norm, _conv(self.conv_init, channels, 3, padding="SAME")(x))
             x = nn.max_pool(x, (3, 3), (2, 2), padding="SAME")
-            x = _ResidualBlock(channels, self.conv_init)(x)
-            x = _ResidualBlock(channels, self.conv_init)(x)
+            x = _ResidualBlock(channels, self.conv_init, self.norm)(x)
+            x = _ResidualBlock(channels, self.conv_init, self.norm)(x)
         x = nn.relu(x).reshape(x.shape[0], -1)
-        return nn.relu(_dense(256, _HIDDEN_GAIN)(x))
+        return nn.relu(_normalized(self.norm, _dense(256, _HIDDEN_GAIN)(x)))
 
 
 class MinAtarCNN(nn.Module):
@@ -404,22 +452,24 @@ class MinAtarCNN(nn.Module):
     hidden: Sequence[int] = (64, 64)
     core: nn.Module | None = None
     value_heads: int | None = None  # PopArt: one value per task [B, K].
+    norm: str = "none"  # A key of NORMS: what follows every hidden layer.
+    q_head: bool = False  # A Q-network: obs -> Q-values [B, A] (policy_head the Q head).
 
     @nn.compact
     def __call__(self, obs, carry=None, starts=None):
         return recurrent.through_core(self, self.torso, self.heads, obs, carry, starts)
 
     def heads(self, x):
-        return _ActorCritic(self.policy_head, self.hidden, self.value_heads)(x)
+        return _heads(self, x, self.hidden, actor_critic=True)
 
     def torso(self, obs):
         # MinAtar's grids are 0/1 already; uint8 ones would be pixels, scaled like frames.
         scale = 1.0 / 255.0 if obs.dtype == jnp.uint8 else 1.0
         x = obs.astype(jnp.float32) * scale
-        x = nn.relu(_conv(self.conv_init, 32, 2, padding="SAME")(x))
+        x = nn.relu(_normalized(self.norm, _conv(self.conv_init, 32, 2, padding="SAME")(x)))
         x = nn.avg_pool(x, (2, 2), (2, 2), padding="VALID")
         x = x.reshape(x.shape[0], -1)
-        return nn.relu(_dense(64, _HIDDEN_GAIN)(x))
+        return nn.relu(_normalized(self.norm, _dense(64, _HIDDEN_GAIN)(x)))
 
 
 NETWORKS = {
@@ -447,8 +497,11 @@ def make_network(
     core: nn.Module | None = None,
     value_heads: int | None = None,
     policy: distributions.ActionDistribution | None = None,
+    norm: str = "none",
+    q_head: bool = False,
+    hidden: Sequence[int] | None = None,
 ) -> nn.Module:
-    """Returns the actor-critic network `agent.network` names.
+    """Returns the actor-critic network `agent.network` names (or its Q-network).
 
     Args:
       name: a key of `NETWORKS`.
@@ -460,10 +513,23 @@ def make_network(
       policy: the action distribution whose head ends the network; by default the
         action space's (`distributions.for_action_spec`), `distributions.for_env_spec`
         for an env with an action mask.
+      norm: a key of `NORMS`, what follows every hidden layer ("layer_norm": PQN's).
+      q_head: a Q-network (a Discrete `action` only): no value head; the network ends in a
+        linear Q head (orthogonal, gain 1, like the value head) and returns Q-values
+        [B, num_actions]. Networks without the field ("multi_input") refuse it.
+      hidden: the widths of the MLP layers after the torso (networks with `hidden`);
+        None keeps the network's default.
     """
     network_class = _check_name(name)
     check_choice(conv_init, "agent.conv_init", tuple(CONV_INITS))
+    check_choice(norm, "agent.norm", NORMS)
     fields = {field.name for field in dataclasses.fields(network_class)}
+    if (q_head or norm != "none") and "q_head" not in fields:
+        with_norm = sorted(n for n, c in NETWORKS.items() if "norm" in c.__dataclass_fields__)
+        raise ConfigError(
+            f"agent.network {name!r} has no Q head or norm option: use one of "
+            f"{', '.join(with_norm)}"
+        )
     entry_specs = tuple(jax.tree.leaves(observation, is_leaf=is_array_spec))
     options = {
         "conv_init": conv_init,
@@ -471,8 +537,17 @@ def make_network(
         # Read from the spec, so a CNN convolves over height and width whatever the layout.
         "channels_first": image_layout(observation) != "HWC",
     }
+    if q_head:
+        options.update(q_head=True, norm=norm)
+        head = _dense(action.num_actions, _VALUE_GAIN)
+    else:
+        head = (policy or distributions.for_action_spec(action)).head()
+        if norm != "none":
+            options["norm"] = norm
+    if hidden is not None:
+        options["hidden"] = tuple(hidden)
     return network_class(
-        policy_head=(policy or distributions.for_action_spec(action)).head(),
+        policy_head=head,
         core=core,
         value_heads=value_heads,
         **{key: value for key, value in options.items() if key in fields},
