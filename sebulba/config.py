@@ -53,7 +53,7 @@ def base_config(agent: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     config.total_timesteps = 500_000  # Env steps over all envs, threads and processes.
 
     config.env = ml_collections.ConfigDict()
-    config.env.id = "CartPole-v1"  # envpool task id (families: README.md), e.g. Hopper-v4.
+    config.env.id = "CartPole-v1"  # envpool task id (families: docs/guide.md), e.g. Hopper-v4.
     # e.g. ("MiniGrid-Empty-5x5-v0", "MiniGrid-DoorKey-5x5-v0"); docs/multitask.md.
     config.env.ids = ()  # Tasks trained jointly by one policy (): the single task env.id).
     config.env.num_envs = 8  # Envs stepped by each actor thread (one envpool pool).

@@ -324,7 +324,11 @@ def check_env_id(env_id: str, field: str = "env.id") -> None:
         )
         raise ConfigError(f"{field} {env_id!r}: {suite!r} is not a JAX env suite; {advice}")
     close = difflib.get_close_matches(env_id, supported_env_ids(), n=3, cutoff=0.6)
-    advice = f"did you mean {' or '.join(map(repr, close))}?" if close else "see README.md"
+    advice = (
+        f"did you mean {' or '.join(map(repr, close))}?"
+        if close
+        else "python -m sebulba.envs lists every family's tasks"
+    )
     raise ConfigError(f"{field} {env_id!r} is not an envpool task: {advice}")
 
 
