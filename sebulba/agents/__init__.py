@@ -15,7 +15,11 @@ from ml_collections import ConfigDict
 
 from sebulba.errors import ConfigError
 
-BUILTIN_AGENTS = {"ppo": "sebulba.agents.ppo", "impala": "sebulba.agents.impala"}
+BUILTIN_AGENTS = {
+    "ppo": "sebulba.agents.ppo",
+    "impala": "sebulba.agents.impala",
+    "dqn": "sebulba.agents.dqn",
+}
 
 
 def resolve_agent(name: str, section: ConfigDict | None = None) -> ModuleType:

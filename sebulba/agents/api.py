@@ -187,6 +187,13 @@ class Agent:
         new episodes (a resumed run re-creates every env): state tied to the live envs'
         episodes, such as a reward scaler's running returns, starts again with them.
         None: the learner state holds nothing of the kind.
+      state_partition_specs: `state_partition_specs(learner_state) -> pytree of
+        PartitionSpec` over the learner mesh (axis `BATCH_AXIS`), one per state leaf;
+        called on shapes only. A replay buffer of [C, B, ...] leaves, B the global env
+        axis, is `PartitionSpec(None, BATCH_AXIS)`: each learner device keeps the
+        transitions of the envs whose rollout columns it holds. None: every leaf
+        replicated. Every place that places the learner state (init, update, restore,
+        `sebulba.check`, the Anakin runner) goes through `Agent.partition_specs`.
     """
 
     init: Callable[[jax.Array], LearnerState]
@@ -196,6 +203,17 @@ class Agent:
     act_greedy: Callable[..., Any] | None = None
     initial_carry: Callable[[int], Carry] | None = None
     restart_envs: Callable[[LearnerState], LearnerState] | None = None
+    state_partition_specs: Callable[[LearnerState], Any] | None = None
+
+    def partition_specs(self, state: LearnerState) -> Any:
+        """The learner state's PartitionSpecs (a pytree like `state`; default replicated)."""
+        if self.state_partition_specs is None:
+            return jax.tree.map(lambda _: PartitionSpec(), state)
+        return self.state_partition_specs(state)
+
+    def state_shardings(self, state: LearnerState, sharding: Callable[[PartitionSpec], Any]):
+        """The learner state's shardings: `sharding` (`layout.sharding`) maps each spec to one."""
+        return jax.tree.map(sharding, self.partition_specs(state))
 
     @classmethod
     def with_carry(
