@@ -1,6 +1,9 @@
 """DQN and the replay contract: the buffer's add and n-step sample on hand-checked cases,
 its sharding on the learner mesh, learning_starts, layout invariance, resume, refusals."""
 
+import os
+import signal
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -14,6 +17,7 @@ from sebulba.errors import ConfigError
 from sebulba.sizes import derive_sizes
 from tests.helpers import (
     assert_update_moves_no_rollout_data,
+    read_metrics,
     read_summary,
     run_update,
     small_update_config,
@@ -243,3 +247,59 @@ def test_dqn_learns_cartpole_in_a_short_run(tmp_path):
     config.log.every_updates = 100
     train.train(config, str(tmp_path / "run"))
     assert read_summary(str(tmp_path / "run"))["mean_return"] > 60
+
+
+def _anakin_config(**mesh):
+    """configs/dqn_cartpole.py:smoke on gymnax's CartPole (Anakin): 6 updates of 8 x 10."""
+    config = load_config("dqn_cartpole", "smoke")
+    config.env.id = "gymnax:CartPole-v1"
+    config.log.tensorboard = False
+    for key, value in mesh.items():
+        config.mesh[key] = value
+    return config
+
+
+def test_an_interrupted_anakin_run_resumes_with_the_same_checksum(tmp_path):
+    reference = str(tmp_path / "reference")
+    expected = jax.device_get(train.train(_anakin_config(), reference))
+    workdir = str(tmp_path / "run")
+
+    def interrupt(report, state):
+        del state
+        if report.update == 3:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    train.train(_anakin_config(), workdir, on_update=interrupt)
+    assert not os.path.exists(os.path.join(workdir, "summary.json"))
+    state = train.train(_anakin_config(), workdir)  # Resumes after update 3.
+    summary = read_summary(workdir)
+    assert summary["params_checksum"] == read_summary(reference)["params_checksum"]
+    assert int(state.count) == 6 * 10 and float(read_metrics(workdir)[-1]["learning"]) == 1.0
+    for a, b in zip(jax.tree.leaves(expected), jax.tree.leaves(state), strict=True):
+        np.testing.assert_array_equal(a, jax.device_get(b))  # The buffer too.
+
+
+def test_a_sebulba_checkpoint_restores_the_buffer_sharded_with_its_last_step_cut(tmp_path):
+    config = load_config("dqn_cartpole", "smoke")
+    config.log.tensorboard = False
+    saved = jax.device_get(train.train(config, str(tmp_path / "first")))
+    # Resumed onto two learner devices: the buffer is split along envs there.
+    config = load_config("dqn_cartpole", "smoke")
+    config.ckpt.resume_from = str(tmp_path / "first")
+    config.mesh.learner_device_ids = (1, 2)
+    start = train.restore_or_init(train.prepare(config), str(tmp_path / "new"))
+    assert start.first_update == 7
+    for leaf in jax.tree.leaves(start.state.buffer):
+        assert leaf.sharding.spec == PartitionSpec(None, "batch")
+    restored = jax.device_get(start.state)
+    # Every env restarts, so the last stored step (position count - 1) loses its successor.
+    last = (int(saved.count) - 1) % saved.buffer.valid.shape[0]
+    expected_valid = saved.buffer.valid.copy()
+    expected_valid[last] = False
+    np.testing.assert_array_equal(restored.buffer.valid, expected_valid)
+    for a, b in zip(
+        jax.tree.leaves(saved.replace(buffer=saved.buffer.replace(valid=expected_valid))),
+        jax.tree.leaves(restored),
+        strict=True,
+    ):
+        np.testing.assert_array_equal(a, b)
