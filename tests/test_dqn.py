@@ -1,6 +1,7 @@
 """DQN and the replay contract: the buffer's add and n-step sample on hand-checked cases,
 its sharding on the learner mesh, learning_starts, layout invariance, resume, refusals."""
 
+import functools
 import os
 import signal
 
@@ -8,15 +9,23 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.sharding import PartitionSpec
+from jax.sharding import NamedSharding, PartitionSpec
 
-from sebulba import train
+from sebulba import memory, train
 from sebulba.agents import dqn, replay
-from sebulba.agents.api import ArraySpec, Box, Discrete, EnvSpec, Rollout
+from sebulba.agents.api import (
+    ArraySpec,
+    Box,
+    Discrete,
+    EnvSpec,
+    Rollout,
+    rollout_partition_specs,
+)
 from sebulba.errors import ConfigError
 from sebulba.sizes import derive_sizes
 from tests.helpers import (
     assert_update_moves_no_rollout_data,
+    mesh_of,
     read_metrics,
     read_summary,
     run_update,
@@ -303,3 +312,34 @@ def test_a_sebulba_checkpoint_restores_the_buffer_sharded_with_its_last_step_cut
         strict=True,
     ):
         np.testing.assert_array_equal(a, b)
+
+
+def test_the_memory_check_counts_each_devices_buffer_shard_and_names_buffer_size():
+    # A buffer of 4096 steps per env: [4096, 4] float32 observations dominate the state.
+    agent = make_agent(buffer_size=B * 4096)
+    rollout = random_rollout()
+    needs = {}
+    for n in (1, 2):
+        (_, _), step = run_update(agent, n, rollout)
+        place = functools.partial(NamedSharding, mesh_of(n))
+        shapes = jax.eval_shape(agent.init, jax.random.key(0))
+        shardings = agent.state_shardings(shapes, place)
+        state = jax.tree.map(
+            lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), shapes, shardings
+        )
+        rollout_struct = jax.tree.map(
+            lambda x, spec, place=place: jax.ShapeDtypeStruct(
+                x.shape, x.dtype, sharding=place(spec)
+            ),
+            rollout,
+            rollout_partition_specs(rollout),
+        )
+        compiled = step.lower(state, rollout_struct).compile()
+        needs[n] = memory.update_memory(compiled, rollout_struct)
+        buffer_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(shapes.buffer))
+        assert needs[n].arguments >= buffer_bytes // n
+    # Two devices hold half the buffer each (the replicated parameters stay whole).
+    assert needs[1].arguments - needs[2].arguments >= 0.45 * buffer_bytes
+    with pytest.raises(ConfigError) as error:
+        memory.check_update_fits(compiled, rollout_struct, jax.devices()[:2], available=1024)
+    assert "\n" not in str(error.value) and "agent.buffer_size" in str(error.value)
