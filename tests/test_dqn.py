@@ -343,3 +343,17 @@ def test_the_memory_check_counts_each_devices_buffer_shard_and_names_buffer_size
     with pytest.raises(ConfigError) as error:
         memory.check_update_fits(compiled, rollout_struct, jax.devices()[:2], available=1024)
     assert "\n" not in str(error.value) and "agent.buffer_size" in str(error.value)
+
+
+def test_a_sebulba_run_on_one_and_two_learner_devices_agrees(tmp_path):
+    # configs/dqn_cartpole.py:smoke (envpool actors): the same global envs, so the same data.
+    results = []
+    for name, learners in (("one", (1,)), ("two", (1, 2))):
+        config = load_config("dqn_cartpole", "smoke")
+        config.log.tensorboard = False
+        config.mesh.learner_device_ids = learners
+        state = train.train(config, str(tmp_path / name))
+        assert float(read_metrics(str(tmp_path / name))[-1]["learning"]) == 1.0
+        results.append(jax.device_get((state.params, state.target_params, state.buffer)))
+    for a, b in zip(*map(jax.tree.leaves, results), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
