@@ -357,3 +357,16 @@ def test_a_sebulba_run_on_one_and_two_learner_devices_agrees(tmp_path):
         results.append(jax.device_get((state.params, state.target_params, state.buffer)))
     for a, b in zip(*map(jax.tree.leaves, results), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_sebulba_check_reports_the_atari_buffer_and_refuses_one_too_big():
+    from sebulba import check
+
+    config = load_config("dqn_atari")  # 1M transitions of 4 x 84 x 84 frames: ~26 GiB.
+    report = check.check(config, "h100:1")
+    assert report["fits"] is True and report["memory_advice"] is None
+    assert report["hbm_needed_bytes"] > 1_000_000 * 4 * 84 * 84
+    config.agent.buffer_size = 3_000_000
+    report = check.check(config, "h100:1")
+    assert report["fits"] is False
+    assert "agent.buffer_size" in report["memory_advice"]
