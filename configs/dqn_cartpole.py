@@ -16,7 +16,10 @@ Deliberate differences from CleanRL's `dqn_jax.py`:
 * Time-limit truncations bootstrap (CleanRL treats them as terminal).
 * 200k env steps, learning after 10k (CleanRL: 500k steps, learning after 10k).
 
-`:smoke` is a seconds-long run used by the tests.
+Seeds 1, 2, 3 end at 500.0, 253.4 and 243.4 (mean return of the last 100 episodes; about
+20 s of training each on a 2-core CPU; `python -m sebulba.main
+--config=configs/dqn_cartpole.py --workdir=DIR --config.seed=S`). `:smoke` is a
+seconds-long run used by the tests.
 """
 
 from sebulba.agents import defaults
