@@ -370,3 +370,20 @@ def test_sebulba_check_reports_the_atari_buffer_and_refuses_one_too_big():
     report = check.check(config, "h100:1")
     assert report["fits"] is False
     assert "agent.buffer_size" in report["memory_advice"]
+
+
+def test_agents_built_with_carry_keep_their_state_partition_specs():
+    specs = make_agent().state_partition_specs
+    agent = dqn.Agent.with_carry(
+        init=lambda key: None,
+        act=lambda params, carry, obs, keys: (carry, obs, {}),
+        update=lambda state, rollout: (state, {}),
+        policy_params=lambda state: state,
+        act_greedy=None,
+        initial_carry=lambda num_envs: (),
+        state_partition_specs=specs,
+    )
+    assert agent.initial_carry is None and agent.state_partition_specs is specs
+    # The default: every leaf replicated.
+    default = dqn.Agent(*(lambda *_: None for _ in range(4)))
+    assert default.partition_specs({"a": jnp.zeros(3)}) == {"a": PartitionSpec()}

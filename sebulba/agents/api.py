@@ -226,6 +226,7 @@ class Agent:
         act_greedy: Callable[..., Any] | None,
         initial_carry: Callable[[int], Carry],
         restart_envs: Callable[[LearnerState], LearnerState] | None = None,
+        state_partition_specs: Callable[[LearnerState], Any] | None = None,
     ) -> Agent:
         """An agent from recurrent-form functions; an empty carry gives a feed-forward one.
 
@@ -233,7 +234,16 @@ class Agent:
         `()` the returned agent has the feed-forward `act(params, obs, keys)` form.
         """
         if jax.tree.leaves(jax.eval_shape(lambda: initial_carry(1))):
-            return cls(init, act, update, policy_params, act_greedy, initial_carry, restart_envs)
+            return cls(
+                init,
+                act,
+                update,
+                policy_params,
+                act_greedy,
+                initial_carry,
+                restart_envs,
+                state_partition_specs,
+            )
 
         def feed_forward_act(params, obs, keys):
             _, actions, outputs = act(params, (), obs, keys)
@@ -243,7 +253,16 @@ class Agent:
             return act_greedy(params, (), obs)[1]
 
         greedy = None if act_greedy is None else feed_forward_greedy
-        return cls(init, feed_forward_act, update, policy_params, greedy, None, restart_envs)
+        return cls(
+            init,
+            feed_forward_act,
+            update,
+            policy_params,
+            greedy,
+            None,
+            restart_envs,
+            state_partition_specs,
+        )
 
     @property
     def is_recurrent(self) -> bool:
