@@ -387,3 +387,13 @@ def test_agents_built_with_carry_keep_their_state_partition_specs():
     # The default: every leaf replicated.
     default = dqn.Agent(*(lambda *_: None for _ in range(4)))
     assert default.partition_specs({"a": jnp.zeros(3)}) == {"a": PartitionSpec()}
+
+
+def test_an_anakin_run_on_two_learner_devices_splits_the_buffer_and_agrees(tmp_path):
+    one = jax.device_get(train.train(_anakin_config(), str(tmp_path / "one")))
+    two = train.train(_anakin_config(learner_device_ids=(0, 1)), str(tmp_path / "two"))
+    for leaf in jax.tree.leaves(two.buffer):
+        assert leaf.sharding.spec == PartitionSpec(None, "batch")
+        assert leaf.addressable_shards[0].data.shape[1] == 4  # 8 envs over 2 devices.
+    for a, b in zip(jax.tree.leaves(one), jax.tree.leaves(jax.device_get(two)), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
