@@ -162,8 +162,8 @@ class Agent:
     """The four pure functions the pipeline calls, and optional greedy and recurrent parts.
 
     Attributes:
-      init: `init(key) -> learner_state`. The pipeline jits it with every leaf
-        replicated on the learner mesh.
+      init: `init(key) -> learner_state`. The pipeline jits it with every leaf placed on
+        the learner mesh as `partition_specs` says (replicated by default).
       act: `act(params, obs, keys [B]) -> (actions [B, *action.shape], outputs)`, where
         `obs` has [B, ...] leaves shaped like `EnvSpec.observation`, actions have the
         action spec's dtype, and
@@ -173,8 +173,8 @@ class Agent:
         `act(params, carry, obs, keys) -> (carry, actions, outputs)`.
       update: `update(learner_state, rollout) -> (learner_state, metrics)`, one whole
         learner step (all epochs and minibatches). The pipeline jits it with the state
-        replicated and the rollout split along envs; `metrics` is a dict of scalars.
-        Minibatches must only combine data held by one device.
+        placed as `partition_specs` says and the rollout split along envs; `metrics` is
+        a dict of scalars. Minibatches must only combine data held by one device.
       policy_params: `policy_params(learner_state) -> params` that `act` needs.
       act_greedy: `act_greedy(params, obs) -> actions [B, *action.shape]`, the policy's
         most likely action (the mode of the distribution `act` samples from). Only
