@@ -149,15 +149,19 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
                 env_ids=jnp.zeros((num_envs,), jnp.int32),
             )
         )
-        zero = jnp.zeros((), jnp.int32)
+
+        def zero():  # A new array per field: the update donates every one.
+            return jnp.zeros((), jnp.int32)
+
         return DQNState(
             params=params,
-            target_params=params,
+            # A copy: the update donates the state, and one buffer cannot be donated twice.
+            target_params=jax.tree.map(jnp.copy, params),
             opt_state=optimizer.init(params),
             buffer=replay.empty(example, capacity),
-            count=zero,
-            update_count=zero,
-            gradient_steps=zero,
+            count=zero(),
+            update_count=zero(),
+            gradient_steps=zero(),
             epsilon=jnp.asarray(hp.start_e, jnp.float32),
         )
 
