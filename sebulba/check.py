@@ -133,8 +133,12 @@ def check(config, topology: str) -> dict[str, Any]:
     layout, sizes, agent = run.layout, run.sizes, run.agent
     num_learner_devices = layout.learner_mesh.devices.size
 
-    state = _with_sharding(
-        jax.eval_shape(agent.init, random_streams.init_key(config.seed)), layout.replicated
+    shapes = jax.eval_shape(agent.init, random_streams.init_key(config.seed))
+    # Placed as the agent says (a replay buffer sharded along envs), as train places it.
+    state = jax.tree.map(
+        lambda x, sharding: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding),
+        shapes,
+        agent.state_shardings(shapes, layout.sharding),
     )
     lowered, rollout, runner = _learner_program(config, run, state)
     update, refused = _compile(lowered)

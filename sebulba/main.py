@@ -211,8 +211,14 @@ def _run(signals: StopSignals) -> None:
         _fail_multi_process(monitor, distributed.EXIT_FAILURE, f"{name} failed: {message}")
     if monitor is not None:
         monitor.stop()
-        # Equal on every process: the learner state is replicated over all of them.
-        logging.info("finished; learner state checksum %s", params_checksum(state))
+        # Equal on every process: the replicated leaves (all but a replay buffer split
+        # along envs, whose shards differ between processes).
+        replicated = [
+            leaf
+            for leaf in jax.tree.leaves(state)
+            if not isinstance(leaf, jax.Array) or leaf.sharding.is_fully_replicated
+        ]
+        logging.info("finished; learner state checksum %s", params_checksum(replicated))
         # Waits (up to --shutdown_timeout_s) until every process has finished.
         jax.distributed.shutdown()
 

@@ -152,7 +152,9 @@ def check_update_fits(
             f"(temporaries {_size(needed.temporaries)}, rollouts 2 x "
             f"{_size(needed.next_rollout)}) but {kind}{share} is {_size(available)}: "
             "lower env.num_envs or agent.num_steps, or raise agent.num_minibatches or "
-            f"agent.gradient_accumulation_steps{cpu_hint} "
+            f"agent.gradient_accumulation_steps{cpu_hint}; a replay agent's buffer is "
+            "learner state split over the learner devices: lower agent.buffer_size or add "
+            "learner devices "
             "(debug.skip_memory_check=True skips this check)"
         )
     return needed

@@ -211,9 +211,11 @@ def make_env_pools(config: ml_collections.ConfigDict, sizes: Sizes, first_update
 
 
 def init_learner_state(setup: RunSetup):
-    """Creates the learner state already replicated on the learner mesh."""
+    """Creates the learner state already placed on the learner mesh (`Agent.partition_specs`)."""
     key = random_streams.init_key(setup.config.seed)
-    return jax.jit(setup.agent.init, out_shardings=setup.layout.replicated)(key)
+    shapes = jax.eval_shape(setup.agent.init, key)
+    shardings = setup.agent.state_shardings(shapes, setup.layout.sharding)
+    return jax.jit(setup.agent.init, out_shardings=shardings)(key)
 
 
 def _log_compiled(compiled) -> None:
@@ -277,7 +279,11 @@ def restore_or_init(setup: RunSetup, workdir: str, abstract_env_state: Any = Non
     """
     config, layout = setup.config, setup.layout
     shapes = jax.eval_shape(setup.agent.init, random_streams.init_key(config.seed))
-    abstract = ckpt_lib.abstract_replicated(shapes, layout.replicated)
+    abstract = jax.tree.map(
+        lambda x, sharding: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding),
+        shapes,
+        setup.agent.state_shardings(shapes, layout.sharding),
+    )
     abstract_previous = None
     if config.pipeline.policy_lag:
         params = jax.eval_shape(setup.agent.policy_params, shapes)
@@ -308,7 +314,8 @@ def restore_or_init(setup: RunSetup, workdir: str, abstract_env_state: Any = Non
     state = restored.state
     if setup.agent.restart_envs is not None and restored.env_state is None:
         # Every env starts a new episode on resume; what follows live episodes starts too.
-        state = jax.jit(setup.agent.restart_envs, out_shardings=layout.replicated)(state)
+        shardings = setup.agent.state_shardings(shapes, layout.sharding)
+        state = jax.jit(setup.agent.restart_envs, out_shardings=shardings)(state)
     return StartPoint(
         state, restored.step + 1, restored.previous_params, restored.meta, restored.env_state
     )

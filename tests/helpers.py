@@ -94,8 +94,10 @@ def run_update(agent, num_devices, rollout):
     """Jits `agent.update` as the pipeline does; returns (its output, the jitted step)."""
     mesh = mesh_of(num_devices)
     replicated = NamedSharding(mesh, PartitionSpec())
-    state = jax.jit(agent.init, out_shardings=replicated)(jax.random.key(0))
-    state_sharding = jax.tree.map(lambda _: replicated, state)
+    # Placed as the pipeline places it: replicated, or as `Agent.partition_specs` says.
+    shapes = jax.eval_shape(agent.init, jax.random.key(0))
+    state_sharding = agent.state_shardings(shapes, lambda spec: NamedSharding(mesh, spec))
+    state = jax.jit(agent.init, out_shardings=state_sharding)(jax.random.key(0))
     rollout_sharding = jax.tree.map(
         lambda spec: NamedSharding(mesh, spec), rollout_partition_specs(rollout)
     )
@@ -126,9 +128,10 @@ def assert_update_agrees_across_layouts(agent, rollout, device_counts=(1, 2, 4))
 def assert_update_moves_no_rollout_data(agent, rollout, num_devices=4):
     """The compiled update all-reduces gradients, and no other data crosses devices."""
     _, step = run_update(agent, num_devices, rollout)
-    state = jax.jit(agent.init, out_shardings=NamedSharding(mesh_of(num_devices), PartitionSpec()))(
-        jax.random.key(0)
-    )
+    mesh = mesh_of(num_devices)
+    shapes = jax.eval_shape(agent.init, jax.random.key(0))
+    shardings = agent.state_shardings(shapes, lambda spec: NamedSharding(mesh, spec))
+    state = jax.jit(agent.init, out_shardings=shardings)(jax.random.key(0))
     hlo = step.lower(state, rollout).compile().as_text()
     assert "all-reduce" in hlo
     for collective in ("all-to-all", "all-gather", "collective-permute"):

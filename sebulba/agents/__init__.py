@@ -19,6 +19,7 @@ BUILTIN_AGENTS = {
     "ppo": "sebulba.agents.ppo",
     "impala": "sebulba.agents.impala",
     "pqn": "sebulba.agents.pqn",
+    "dqn": "sebulba.agents.dqn",
 }
 
 

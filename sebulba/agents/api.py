@@ -162,8 +162,8 @@ class Agent:
     """The four pure functions the pipeline calls, and optional greedy and recurrent parts.
 
     Attributes:
-      init: `init(key) -> learner_state`. The pipeline jits it with every leaf
-        replicated on the learner mesh.
+      init: `init(key) -> learner_state`. The pipeline jits it with every leaf placed on
+        the learner mesh as `partition_specs` says (replicated by default).
       act: `act(params, obs, keys [B]) -> (actions [B, *action.shape], outputs)`, where
         `obs` has [B, ...] leaves shaped like `EnvSpec.observation`, actions have the
         action spec's dtype, and
@@ -173,8 +173,8 @@ class Agent:
         `act(params, carry, obs, keys) -> (carry, actions, outputs)`.
       update: `update(learner_state, rollout) -> (learner_state, metrics)`, one whole
         learner step (all epochs and minibatches). The pipeline jits it with the state
-        replicated and the rollout split along envs; `metrics` is a dict of scalars.
-        Minibatches must only combine data held by one device.
+        placed as `partition_specs` says and the rollout split along envs; `metrics` is
+        a dict of scalars. Minibatches must only combine data held by one device.
       policy_params: `policy_params(learner_state) -> params` that `act` needs.
       act_greedy: `act_greedy(params, obs) -> actions [B, *action.shape]`, the policy's
         most likely action (the mode of the distribution `act` samples from). Only
@@ -187,6 +187,13 @@ class Agent:
         new episodes (a resumed run re-creates every env): state tied to the live envs'
         episodes, such as a reward scaler's running returns, starts again with them.
         None: the learner state holds nothing of the kind.
+      state_partition_specs: `state_partition_specs(learner_state) -> pytree of
+        PartitionSpec` over the learner mesh (axis `BATCH_AXIS`), one per state leaf;
+        called on shapes only. A replay buffer of [C, B, ...] leaves, B the global env
+        axis, is `PartitionSpec(None, BATCH_AXIS)`: each learner device keeps the
+        transitions of the envs whose rollout columns it holds. None: every leaf
+        replicated. Every place that places the learner state (init, update, restore,
+        `sebulba.check`, the Anakin runner) goes through `Agent.partition_specs`.
     """
 
     init: Callable[[jax.Array], LearnerState]
@@ -196,6 +203,17 @@ class Agent:
     act_greedy: Callable[..., Any] | None = None
     initial_carry: Callable[[int], Carry] | None = None
     restart_envs: Callable[[LearnerState], LearnerState] | None = None
+    state_partition_specs: Callable[[LearnerState], Any] | None = None
+
+    def partition_specs(self, state: LearnerState) -> Any:
+        """The learner state's PartitionSpecs (a pytree like `state`; default replicated)."""
+        if self.state_partition_specs is None:
+            return jax.tree.map(lambda _: PartitionSpec(), state)
+        return self.state_partition_specs(state)
+
+    def state_shardings(self, state: LearnerState, sharding: Callable[[PartitionSpec], Any]):
+        """The learner state's shardings: `sharding` (`layout.sharding`) maps each spec to one."""
+        return jax.tree.map(sharding, self.partition_specs(state))
 
     @classmethod
     def with_carry(
@@ -208,6 +226,7 @@ class Agent:
         act_greedy: Callable[..., Any] | None,
         initial_carry: Callable[[int], Carry],
         restart_envs: Callable[[LearnerState], LearnerState] | None = None,
+        state_partition_specs: Callable[[LearnerState], Any] | None = None,
     ) -> Agent:
         """An agent from recurrent-form functions; an empty carry gives a feed-forward one.
 
@@ -215,7 +234,16 @@ class Agent:
         `()` the returned agent has the feed-forward `act(params, obs, keys)` form.
         """
         if jax.tree.leaves(jax.eval_shape(lambda: initial_carry(1))):
-            return cls(init, act, update, policy_params, act_greedy, initial_carry, restart_envs)
+            return cls(
+                init,
+                act,
+                update,
+                policy_params,
+                act_greedy,
+                initial_carry,
+                restart_envs,
+                state_partition_specs,
+            )
 
         def feed_forward_act(params, obs, keys):
             _, actions, outputs = act(params, (), obs, keys)
@@ -225,7 +253,16 @@ class Agent:
             return act_greedy(params, (), obs)[1]
 
         greedy = None if act_greedy is None else feed_forward_greedy
-        return cls(init, feed_forward_act, update, policy_params, greedy, None, restart_envs)
+        return cls(
+            init,
+            feed_forward_act,
+            update,
+            policy_params,
+            greedy,
+            None,
+            restart_envs,
+            state_partition_specs,
+        )
 
     @property
     def is_recurrent(self) -> bool:

@@ -100,7 +100,28 @@ PQN_RANGES = {
     "reward_scale": POSITIVE,
 }
 
-_RANGES = {"ppo": PPO_RANGES, "impala": IMPALA_RANGES, "pqn": PQN_RANGES}
+DQN_RANGES = {
+    "learning_rate": POSITIVE,
+    "gamma": UNIT_INTERVAL,
+    "buffer_size": POSITIVE_INT,
+    "batch_size": POSITIVE_INT,
+    "replay_ratio": POSITIVE,
+    "learning_starts": Range(0, integer=True),
+    "target_network_frequency": POSITIVE_INT,
+    "tau": Range(0, 1, low_open=True),
+    "start_e": UNIT_INTERVAL,
+    "end_e": UNIT_INTERVAL,
+    "exploration_fraction": UNIT_INTERVAL,
+    "n_step": POSITIVE_INT,
+    "double_q": BOOLEAN,
+}
+
+_RANGES = {
+    "ppo": PPO_RANGES,
+    "impala": IMPALA_RANGES,
+    "pqn": PQN_RANGES,
+    "dqn": DQN_RANGES,
+}
 
 
 def check_builtin_ranges(agent: ml_collections.ConfigDict) -> None:
@@ -222,4 +243,29 @@ def pqn_config() -> ml_collections.ConfigDict:
     # auto: unrolled for convolutional networks on CPU learners, where XLA runs conv
     # gradients inside a rolled scan 20-30x slower; rolled lax.scan elsewhere.
     config.minibatch_loop = "auto"  # auto | scan | unrolled.
+    return config
+
+
+def dqn_config() -> ml_collections.ConfigDict:
+    """The `agent` section of a DQN config (CleanRL dqn_jax's CartPole settings, with
+    double Q)."""
+    config = ml_collections.ConfigDict()
+    config.name = "dqn"  # Agent to train: built-in name or dotted module path.
+    config.num_steps = 10  # Steps per env per rollout (T), added to the replay buffer.
+    config.network = "mlp"  # mlp | nature_cnn | impala_resnet | multi_input | minatar.
+    config.conv_init = "lecun_normal"  # CNN kernels: lecun_normal (flax, CleanRL) | orthogonal.
+    config.learning_rate = 2.5e-4  # Adam step size.
+    config.gamma = 0.99  # Discount factor.
+    config.buffer_size = 10_000  # Replay capacity in transitions, over all envs.
+    config.batch_size = 128  # Transitions per gradient step, over all envs.
+    config.replay_ratio = 0.1  # Gradient steps per env step (CleanRL: 1 / train_frequency).
+    config.learning_starts = 10_000  # Env steps before the first gradient step.
+    config.target_network_frequency = 50  # Gradient steps between target-network updates.
+    config.tau = 1.0  # Target update: tau * online + (1 - tau) * target (1: a copy).
+    config.start_e = 1.0  # Epsilon of the first version.
+    config.end_e = 0.05  # Epsilon after the decay.
+    config.exploration_fraction = 0.5  # Fraction of total_timesteps over which epsilon decays.
+    config.n_step = 1  # Steps of discounted rewards before bootstrapping (n-step returns).
+    config.double_q = True  # The online network picks the bootstrap action (van Hasselt 2016).
+    config.loss = "mse"  # mse (CleanRL's squared error) | huber (Mnih et al. 2015's clipping).
     return config

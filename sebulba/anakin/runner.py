@@ -265,7 +265,7 @@ class AnakinRunner:
             behaviour_params = jax.tree.map(
                 lambda p: jax.ShapeDtypeStruct(p.shape, p.dtype, sharding=replicated), params
             )
-        state_shardings = jax.tree.map(lambda _: replicated, state)
+        state_shardings = self.agent.state_shardings(state, self.layout.sharding)
         behaviour_shardings = jax.tree.map(lambda _: replicated, behaviour_params)
         acting = self.abstract_acting_state()
         acting_shardings = jax.tree.map(lambda s: s.sharding, acting)

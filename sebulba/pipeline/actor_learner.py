@@ -110,10 +110,11 @@ def rollout_struct(
 
 
 def lower_update(agent: Agent, layout: DeviceLayout, state, rollout: Rollout):
-    """The learner update lowered for the learner mesh: the state replicated and donated,
-    the rollout sharded along its env axis (`rollout` holds its shapes and shardings)."""
+    """The learner update lowered for the learner mesh: the state placed as the agent's
+    `partition_specs` say (replicated by default) and donated, the rollout sharded along
+    its env axis (`rollout` holds its shapes and shardings)."""
     replicated = layout.replicated
-    state_shardings = jax.tree.map(lambda _: replicated, state)
+    state_shardings = agent.state_shardings(state, layout.sharding)
     jitted = jax.jit(
         agent.update,
         in_shardings=(state_shardings, jax.tree.map(lambda s: s.sharding, rollout)),

@@ -1,0 +1,288 @@
+"""DQN (Mnih et al. 2015) with double Q (van Hasselt et al. 2016) and n-step returns,
+learning from a replay buffer held on the learner devices (`replay.py`).
+
+CleanRL's `dqn_jax.py` / `dqn_atari_jax.py` settings are the configs' starting point
+(configs/dqn_cartpole.py, configs/dqn_atari.py list every difference): Adam, a target
+network copied every `agent.target_network_frequency` gradient steps (`agent.tau` 1: a
+hard copy), epsilon-greedy actions with epsilon decayed linearly from `agent.start_e` to
+`agent.end_e` over `agent.exploration_fraction` of the run, learning after
+`agent.learning_starts` env steps, `agent.replay_ratio` gradient steps per env step on
+minibatches of `agent.batch_size` transitions. The agent's defaults add double Q
+(`agent.double_q`); n-step returns (`agent.n_step`, default 1 as CleanRL) and the Huber
+loss (`agent.loss`, default CleanRL's squared error) are options.
+
+The learner state holds the online and target parameters, the replay buffer (sharded
+along envs: `Agent.state_partition_specs`), and epsilon, which travels to the actors with
+the parameters (`policy_params`), so a rollout's exploration depends only on the version
+that collected it. Each update adds its rollout to the buffer, then takes its gradient
+steps; under the one-step lag the newest rollout was collected by the previous version,
+and the buffer mixes older versions anyway (off-policy learning needs no correction).
+
+The Q-network is the actor-critic network of `networks.py` with its policy head's
+logits read as Q-values (its value head is unused).
+
+Reads top to bottom: config -> state -> act -> loss -> update -> make.
+"""
+
+from __future__ import annotations
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import ml_collections
+import optax
+
+from sebulba import random_streams
+from sebulba.agents import defaults, replay
+from sebulba.agents.api import (
+    Agent,
+    Discrete,
+    EnvSpec,
+    Rollout,
+    check_choice,
+    check_ranges,
+    require_divisible,
+)
+from sebulba.agents.networks import check_network_fits, make_network
+from sebulba.errors import ConfigError
+from sebulba.sizes import Sizes
+
+HYPERPARAMETER_RANGES = defaults.DQN_RANGES
+LOSSES = ("huber", "mse")
+
+get_config = defaults.dqn_config
+
+
+@flax.struct.dataclass
+class DQNState:
+    """The learner state.
+
+    Attributes:
+      params, target_params: online and target Q-network parameters.
+      opt_state: Adam's state.
+      buffer: the replay buffer, leaves [C, B, ...] sharded along B.
+      count: int32, steps per env written to the buffer so far.
+      update_count: int32, updates done (the version is update_count + 1).
+      gradient_steps: int32, gradient steps taken so far (the target copy's clock).
+      epsilon: float32, the exploration rate of this version's behaviour.
+    """
+
+    params: dict
+    target_params: dict
+    opt_state: optax.OptState
+    buffer: replay.Replay
+    count: jax.Array
+    update_count: jax.Array
+    gradient_steps: jax.Array
+    epsilon: jax.Array
+
+
+def linear_schedule(start: float, end: float, duration: float, step: jax.Array) -> jax.Array:
+    """CleanRL's epsilon: start -> end linearly over `duration` env steps, then end."""
+    slope = (end - start) / max(duration, 1.0)
+    return jnp.maximum(slope * step.astype(jnp.float32) + start, end)
+
+
+def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> Agent:
+    """Builds DQN's pure functions for this run.
+
+    Raises:
+      ConfigError: naming the field, for a non-Discrete action space or invalid sizes.
+    """
+    hp = config.agent
+    check_ranges(hp, "agent", HYPERPARAMETER_RANGES)
+    if not isinstance(env_spec.action, Discrete):
+        raise ConfigError(
+            f"agent.name 'dqn' needs a Discrete action space; env.id {env_spec.env_id!r} "
+            f"has {type(env_spec.action).__name__} actions"
+        )
+    check_choice(hp.loss, "agent.loss", LOSSES)
+    check_network_fits(hp.network, env_spec)
+    num_envs, num_steps = sizes.num_envs, sizes.num_steps
+    require_divisible(
+        hp.buffer_size,
+        "agent.buffer_size",
+        num_envs * num_steps,
+        "env steps per update (global envs x agent.num_steps)",
+    )
+    capacity = hp.buffer_size // num_envs
+    if capacity < num_steps + hp.n_step:
+        raise ConfigError(
+            f"agent.buffer_size ({hp.buffer_size}) holds {capacity} steps per env; it needs "
+            f"at least agent.num_steps + agent.n_step = {num_steps + hp.n_step}"
+        )
+    require_divisible(hp.batch_size, "agent.batch_size", num_envs, "the global env count")
+    samples_per_env = hp.batch_size // num_envs
+    gradient_steps = hp.replay_ratio * sizes.steps_per_update
+    if abs(gradient_steps - round(gradient_steps)) > 1e-6 or round(gradient_steps) < 1:
+        raise ConfigError(
+            f"agent.replay_ratio ({hp.replay_ratio}) x env steps per update "
+            f"({sizes.steps_per_update}) = {gradient_steps:g} gradient steps per update; "
+            "it must be a whole number of at least 1"
+        )
+    gradient_steps = int(round(gradient_steps))
+    network = make_network(hp.network, env_spec.action, hp.conv_init, env_spec.observation)
+    optimizer = optax.adam(hp.learning_rate)
+    exploration_steps = hp.exploration_fraction * config.total_timesteps
+    key = random_streams.learner_key(config.seed)
+
+    def q_values(params, obs):
+        logits, _ = network.apply(params, obs)
+        return logits  # [N, A]
+
+    def init(init_key: jax.Array) -> DQNState:
+        from sebulba.agents.api import zero_observation
+
+        params = network.init(init_key, zero_observation(env_spec.observation, 1))
+        example = jax.eval_shape(
+            lambda: Rollout(
+                obs=jax.tree.map(
+                    lambda o: jnp.zeros((num_steps + 1, num_envs, *o.shape[1:]), o.dtype),
+                    zero_observation(env_spec.observation, 1),
+                ),
+                actions=jnp.zeros((num_steps, num_envs), jnp.int32),
+                rewards=jnp.zeros((num_steps, num_envs), jnp.float32),
+                terminations=jnp.zeros((num_steps, num_envs), bool),
+                truncations=jnp.zeros((num_steps, num_envs), bool),
+                valid=jnp.zeros((num_steps, num_envs), bool),
+                policy_outputs={},
+                env_ids=jnp.zeros((num_envs,), jnp.int32),
+            )
+        )
+
+        def zero():  # A new array per field: the update donates every one.
+            return jnp.zeros((), jnp.int32)
+
+        return DQNState(
+            params=params,
+            # A copy: the update donates the state, and one buffer cannot be donated twice.
+            target_params=jax.tree.map(jnp.copy, params),
+            opt_state=optimizer.init(params),
+            buffer=replay.empty(example, capacity),
+            count=zero(),
+            update_count=zero(),
+            gradient_steps=zero(),
+            epsilon=jnp.asarray(hp.start_e, jnp.float32),
+        )
+
+    def state_partition_specs(state: DQNState):
+        replicated = jax.tree.map(lambda _: jax.sharding.PartitionSpec(), state)
+        return replicated.replace(
+            buffer=jax.tree.map(lambda _: replay.PARTITION_SPEC, state.buffer)
+        )
+
+    def policy_params(state: DQNState):
+        return {"q": state.params, "epsilon": state.epsilon}
+
+    def act(params, obs, keys: jax.Array):
+        """obs [B, ...], keys [B] -> epsilon-greedy actions [B], no outputs."""
+        greedy = jnp.argmax(q_values(params["q"], obs), axis=-1).astype(jnp.int32)
+
+        def explore(k):
+            coin = jax.random.uniform(jax.random.fold_in(k, 0))
+            random_action = jax.random.randint(
+                jax.random.fold_in(k, 1), (), 0, env_spec.action.num_actions
+            )
+            return coin < params["epsilon"], random_action
+
+        exploring, random_actions = jax.vmap(explore)(keys)
+        return jnp.where(exploring, random_actions, greedy).astype(jnp.int32), {}
+
+    def act_greedy(params, obs):
+        return jnp.argmax(q_values(params["q"], obs), axis=-1).astype(jnp.int32)
+
+    def env_major(x):
+        # [S, B, ...] -> [B * S, ...] keeping the sharded env axis leading (no data moves).
+        return jnp.swapaxes(x, 0, 1).reshape(-1, *x.shape[2:])
+
+    def loss_fn(params, target_params, batch: replay.Sample):
+        batch = jax.tree.map(env_major, batch)
+        q = q_values(params, batch.obs)
+        q_taken = jnp.take_along_axis(q, batch.actions[:, None], axis=-1)[:, 0]
+        next_target = q_values(target_params, batch.next_obs)
+        if hp.double_q:  # The online network picks, the target network evaluates.
+            best = jnp.argmax(q_values(params, batch.next_obs), axis=-1)
+        else:
+            best = jnp.argmax(next_target, axis=-1)
+        bootstrap = jnp.take_along_axis(next_target, best[:, None], axis=-1)[:, 0]
+        target = jax.lax.stop_gradient(batch.returns + batch.discounts * bootstrap)
+        error = q_taken - target
+        per_sample = optax.huber_loss(error, delta=1.0) if hp.loss == "huber" else error**2
+        weight_sum = jnp.maximum(jnp.sum(batch.weights), 1.0)
+        loss = jnp.sum(per_sample * batch.weights) / weight_sum
+        q_mean = jnp.sum(q_taken * batch.weights) / weight_sum
+        return loss, {"td_loss": loss, "q_values": q_mean}
+
+    def gradient_step(carry, step_key, env_ids, buffer, count):
+        params, target_params, opt_state, steps = carry
+        batch = replay.sample(
+            buffer, count, step_key, env_ids, samples_per_env, hp.n_step, hp.gamma
+        )
+        grads, metrics = jax.grad(loss_fn, has_aux=True)(params, target_params, batch)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        params = optax.apply_updates(params, updates)
+        steps = steps + 1
+        copy = steps % hp.target_network_frequency == 0
+        target_params = jax.tree.map(
+            lambda t, p: jnp.where(copy, hp.tau * p + (1.0 - hp.tau) * t, t),
+            target_params,
+            params,
+        )
+        return (params, target_params, opt_state, steps), metrics
+
+    def update(state: DQNState, rollout: Rollout):
+        buffer = replay.add(state.buffer, rollout, state.count)
+        count = state.count + num_steps
+        env_steps = (state.update_count + 1) * sizes.steps_per_update
+        learning = jnp.logical_and(
+            env_steps >= hp.learning_starts, replay.sampleable(count, hp.n_step)
+        )
+        update_key = jax.random.fold_in(key, state.update_count)
+        step_keys = jax.vmap(lambda i: jax.random.fold_in(update_key, i))(
+            jnp.arange(gradient_steps)
+        )
+        carry = (state.params, state.target_params, state.opt_state, state.gradient_steps)
+
+        def train(carry):
+            def body(carry, step_key):
+                return gradient_step(carry, step_key, rollout.env_ids, buffer, count)
+
+            carry, metrics = jax.lax.scan(body, carry, step_keys)
+            return carry, jax.tree.map(jnp.mean, metrics)
+
+        def wait(carry):
+            zero = jnp.zeros((), jnp.float32)
+            return carry, {"td_loss": zero, "q_values": zero}
+
+        (params, target_params, opt_state, steps), metrics = jax.lax.cond(
+            learning, train, wait, carry
+        )
+        epsilon = linear_schedule(hp.start_e, hp.end_e, exploration_steps, env_steps)
+        metrics["epsilon"] = state.epsilon  # The behaviour's, of the version just consumed.
+        metrics["learning"] = learning.astype(jnp.float32)
+        metrics["gradient_steps"] = steps.astype(jnp.float32)
+        new_state = DQNState(
+            params=params,
+            target_params=target_params,
+            opt_state=opt_state,
+            buffer=buffer,
+            count=count,
+            update_count=state.update_count + 1,
+            gradient_steps=steps,
+            epsilon=epsilon.astype(jnp.float32),
+        )
+        return new_state, metrics
+
+    def restart_envs(state: DQNState) -> DQNState:
+        # The restarted envs' first observations do not follow the last stored step.
+        return state.replace(buffer=replay.invalidate_last(state.buffer, state.count))
+
+    return Agent(
+        init=init,
+        act=act,
+        update=update,
+        policy_params=policy_params,
+        act_greedy=act_greedy,
+        restart_envs=restart_envs,
+        state_partition_specs=state_partition_specs,
+    )

@@ -1,0 +1,194 @@
+"""A replay buffer held on the learner devices, sharded along the env axis.
+
+The buffer keeps every env's transitions in its own column of fixed-capacity ring storage,
+time-major like a `Rollout`: leaves [C, B, ...] with B the *global* env axis, placed with
+`PartitionSpec(None, BATCH_AXIS)` (`PARTITION_SPEC`). The learner mesh splits a rollout
+along the same axis, so each learner device stores the transitions of the envs whose
+rollout columns it holds: adding a rollout moves no data between devices. Sampling draws,
+for every env column, positions keyed by `(learner key, update, gradient step, global env
+id)` and gathers them within the column (device-local, as `minibatches.take_time_steps`):
+a sample holds the same transitions on 1, 2 or N learner devices.
+
+Why not flashbax's buffers: its flat and trajectory buffers sample uniformly over the
+whole buffer, so a sample gathers rows from every device (an all-to-all) and its
+composition follows the number of devices; their storage ([add_batch, time, ...]) and
+`add` would shard, but sampling is the part that must stay per column. The ring here is
+the few lines of that storage, with the write position shared by all envs (every rollout
+adds T steps to every env), which keeps `add` a `dynamic_update_slice`.
+
+Transition at position p of a column: obs[p], actions[p], rewards[p], terminations[p],
+truncations[p], valid[p]; its next observation is obs[p + 1], written by the same rollout
+or, for a rollout's last step, as the next rollout's obs[0]. So position p can start an
+n-step sample once positions p .. p + n are written.
+"""
+
+from __future__ import annotations
+
+import chex
+import flax.struct
+import jax
+import jax.numpy as jnp
+from jax.sharding import PartitionSpec
+
+from sebulba.agents.api import Rollout
+from sebulba.mesh import BATCH_AXIS
+
+# Every buffer leaf is [C, B, ...]: split along B, like the rollout's env axis.
+PARTITION_SPEC = PartitionSpec(None, BATCH_AXIS)
+
+
+@flax.struct.dataclass
+class Replay:
+    """Ring storage of C steps per env, leaves [C, B, ...] (see the module docstring)."""
+
+    obs: chex.ArrayTree
+    actions: chex.Array
+    rewards: chex.Array
+    terminations: chex.Array
+    truncations: chex.Array
+    valid: chex.Array
+
+
+@flax.struct.dataclass
+class Sample:
+    """n-step transitions, leaves [S, B, ...] (S samples per env column).
+
+    Attributes:
+      obs: observations where the transitions start.
+      actions: actions taken there.
+      returns: discounted rewards of the steps taken, sum_j gamma^j r_j (at most n of
+        them, stopped at an episode end).
+      discounts: gamma^m for m steps taken, 0 after a termination.
+      next_obs: observations to bootstrap from, m steps on.
+      weights: 1.0, or 0.0 where the first step is envpool's auto-reset step.
+    """
+
+    obs: chex.ArrayTree
+    actions: chex.Array
+    returns: chex.Array
+    discounts: chex.Array
+    next_obs: chex.ArrayTree
+    weights: chex.Array
+
+
+def empty(rollout: Rollout, capacity: int) -> Replay:
+    """An empty buffer of `capacity` steps per env for rollouts shaped like `rollout`."""
+
+    def zeros(x, steps_axis_from=1):
+        return jnp.zeros((capacity, *x.shape[steps_axis_from:]), x.dtype)
+
+    return Replay(
+        obs=jax.tree.map(zeros, rollout.obs),
+        actions=zeros(rollout.actions),
+        rewards=zeros(rollout.rewards),
+        terminations=zeros(rollout.terminations),
+        truncations=zeros(rollout.truncations),
+        valid=zeros(rollout.valid),
+    )
+
+
+def add(replay: Replay, rollout: Rollout, count: jax.Array) -> Replay:
+    """Writes the rollout's T steps at positions count .. count + T - 1 of every column.
+
+    Args:
+      count: int32 scalar, steps per env written so far; the capacity C must be a
+        multiple of T, so the T slots never wrap within one rollout.
+    """
+    start = count % replay.actions.shape[0]
+
+    def write(store, new):
+        index = (start,) + (0,) * (store.ndim - 1)
+        return jax.lax.dynamic_update_slice(store, new.astype(store.dtype), index)
+
+    steps = rollout.num_steps
+    return Replay(
+        obs=jax.tree.map(lambda s, x: write(s, x[:steps]), replay.obs, rollout.obs),
+        actions=write(replay.actions, rollout.actions),
+        rewards=write(replay.rewards, rollout.rewards),
+        terminations=write(replay.terminations, rollout.terminations),
+        truncations=write(replay.truncations, rollout.truncations),
+        valid=write(replay.valid, rollout.valid),
+    )
+
+
+def sampleable(count: jax.Array, n_step: int) -> jax.Array:
+    """Whether some position can start an n-step sample: count >= n + 1 (bool scalar)."""
+    return count >= n_step + 1
+
+
+def _take(tree, positions: jax.Array, capacity: int):
+    """Gathers positions [S, B] of every column (device-local), leaves [S, B, ...]."""
+    slots = positions % capacity
+
+    def take(x):
+        index = slots.reshape(*slots.shape, *([1] * (x.ndim - 2)))
+        return jnp.take_along_axis(x, index, axis=0)
+
+    return jax.tree.map(take, tree)
+
+
+def sample(
+    replay: Replay,
+    count: jax.Array,
+    key: jax.Array,
+    env_ids: jax.Array,
+    samples_per_env: int,
+    n_step: int,
+    gamma: float,
+) -> Sample:
+    """Draws `samples_per_env` n-step transitions from every env column, uniformly.
+
+    Args:
+      count: int32 scalar, steps per env written so far (at least n + 1).
+      key: this gradient step's key; column b draws with `fold_in(key, env_ids[b])`.
+      env_ids: [B] global env ids, sharded like the buffer's B.
+
+    Returns:
+      A `Sample` with leaves [samples_per_env, B, ...].
+    """
+    capacity = replay.actions.shape[0]
+    low = jnp.maximum(count - capacity, 0)
+    high = count - n_step  # Exclusive: position p needs p + n written.
+    keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, env_ids)
+    starts = jax.vmap(lambda k: jax.random.randint(k, (samples_per_env,), low, high), out_axes=1)(
+        keys
+    )  # [S, B]
+    offsets = jnp.arange(n_step)[:, None, None]
+    steps = starts[None] + offsets  # [n, S, B]
+    flat = steps.reshape(n_step * samples_per_env, -1)
+    gathered = _take(
+        (replay.rewards, replay.terminations, replay.truncations, replay.valid), flat, capacity
+    )
+    rewards, terminations, truncations, valid = (
+        x.reshape(n_step, samples_per_env, -1) for x in gathered
+    )
+    # Step j is taken while no earlier step ended the episode and it is not an invalid
+    # step (envpool's auto-reset step, or a step whose successor a resume lost).
+    ended = jnp.logical_or(terminations, truncations)
+    before_end = jnp.cumprod(
+        jnp.concatenate([jnp.ones_like(ended[:1]), ~ended[:-1]], axis=0).astype(jnp.int32), axis=0
+    )
+    taken = before_end * jnp.cumprod(valid.astype(jnp.int32), axis=0)  # [n, S, B]
+    num_taken = jnp.sum(taken, axis=0)  # [S, B], m
+    powers = gamma ** jnp.arange(n_step, dtype=jnp.float32)[:, None, None]
+    returns = jnp.sum(taken * powers * rewards, axis=0)
+    last = jnp.maximum(num_taken - 1, 0)
+    terminated = jnp.take_along_axis(terminations, last[None], axis=0)[0]
+    discounts = jnp.where(terminated, 0.0, gamma ** num_taken.astype(jnp.float32))
+    obs = _take(replay.obs, starts, capacity)
+    actions = _take(replay.actions, starts, capacity)
+    next_obs = _take(replay.obs, starts + jnp.maximum(num_taken, 1), capacity)
+    weights = (num_taken > 0).astype(jnp.float32)
+    return Sample(obs, actions, returns, discounts, next_obs, weights)
+
+
+def invalidate_last(replay: Replay, count: jax.Array) -> Replay:
+    """Marks the last written step invalid: its successor will not be stored.
+
+    A resumed Sebulba run restarts every env, so the next rollout's obs[0] does not follow
+    the step at position count - 1; no sample may take that step.
+    """
+    capacity = replay.actions.shape[0]
+    slot = (count - 1) % capacity
+    row = jnp.where(count > 0, False, replay.valid[slot])
+    return replay.replace(valid=replay.valid.at[slot].set(row))
