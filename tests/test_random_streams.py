@@ -9,7 +9,7 @@ import types
 
 import jax
 import numpy as np
-from jax.sharding import NamedSharding, PartitionSpec
+from jax.sharding import NamedSharding
 
 from sebulba import evaluate, random_streams, train
 from sebulba.actor_step import actor_step
@@ -38,11 +38,11 @@ def _key_data(keys):
 
 def init_keys(seed):
     """The key `train.init_learner_state` hands to `agent.init`."""
-    replicated = NamedSharding(jax.sharding.Mesh(jax.devices()[:1], ("batch",)), PartitionSpec())
+    mesh = jax.sharding.Mesh(jax.devices()[:1], ("batch",))
     setup = types.SimpleNamespace(
         config=types.SimpleNamespace(seed=seed),
-        agent=types.SimpleNamespace(init=_key_data),
-        layout=types.SimpleNamespace(replicated=replicated),
+        agent=Agent(init=_key_data, act=None, update=None, policy_params=None),
+        layout=types.SimpleNamespace(sharding=lambda spec: NamedSharding(mesh, spec)),
     )
     return _rows(train.init_learner_state(setup))
 
