@@ -397,3 +397,18 @@ def test_an_anakin_run_on_two_learner_devices_splits_the_buffer_and_agrees(tmp_p
         assert leaf.addressable_shards[0].data.shape[1] == 4  # 8 envs over 2 devices.
     for a, b in zip(jax.tree.leaves(one), jax.tree.leaves(jax.device_get(two)), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_seeds_in_one_program_split_each_seeds_buffer_along_envs(tmp_path):
+    from sebulba.anakin import seeds as seeds_lib
+
+    config = _anakin_config(learner_device_ids=(0, 1))
+    states = seeds_lib.train_seeds(config, str(tmp_path / "seeds"), (1, 2))
+    config.seed = 2
+    alone = jax.device_get(train.train(config, str(tmp_path / "alone")))
+    for leaf in jax.tree.leaves(states[1].buffer):
+        assert leaf.addressable_shards[0].data.shape[1] == 4  # 8 envs over 2 devices.
+    for a, b in zip(
+        jax.tree.leaves(alone), jax.tree.leaves(jax.device_get(states[1])), strict=True
+    ):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)

@@ -65,8 +65,10 @@ def _with_seed(config: ml_collections.ConfigDict, seed) -> ml_collections.Config
 class SeedBatch:
     """The act-and-learn step of one config, `vmap`-ed over a leading seed axis.
 
-    Stacked learner states and behaviour parameters are replicated; stacked acting
-    states are [S, B, ...], split along B over the learner mesh like a single run's.
+    Stacked learner states [S, ...] are placed as the agent places one seed's state
+    (`Agent.partition_specs`) with the seed axis in front, so a replay buffer stays split
+    along its env axis; behaviour parameters are replicated; stacked acting states are
+    [S, B, ...], split along B over the learner mesh like a single run's.
     """
 
     def __init__(self, config: ml_collections.ConfigDict, setup, seeds: Sequence[int]):
@@ -109,6 +111,14 @@ class SeedBatch:
         out = jax.tree.map(self._acting_sharding, shapes)
         return jax.jit(jax.vmap(initial), out_shardings=out)(seeds)
 
+    def state_shardings(self, state):
+        """Shardings of the stacked learner states, given one seed's state (or its shapes)."""
+        layout = self.setup.layout
+        return jax.tree.map(
+            lambda spec: layout.sharding(PartitionSpec(None, *spec)),
+            self.setup.agent.partition_specs(state),
+        )
+
     def abstract_acting_state(self):
         """One seed's acting state (shapes and shardings), to restore its checkpoint."""
         return self._runner(self.seeds[0], self.setup.agent).abstract_acting_state()
@@ -122,7 +132,7 @@ class SeedBatch:
         batched = jax.vmap(step, in_axes=(0, 0, 0, None, 0))
         replicated = self.setup.layout.replicated
         shardings = (
-            jax.tree.map(lambda _: replicated, states),
+            self.state_shardings(_one_seed_shapes(states)),
             jax.tree.map(lambda _: replicated, behaviours),
             jax.tree.map(self._acting_sharding, actings),
         )
@@ -138,11 +148,19 @@ class SeedBatch:
         return lowered.compile(compiler_options=options or None)
 
 
-def _stack(trees, sharding_of):
+def _stack(trees, shardings):
+    """The trees stacked along a new leading axis, placed with `shardings`: a tree like
+    the stacked one, or one function of each stacked leaf."""
     if trees[0] is None:
         return None
     stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *trees)
-    return jax.tree.map(lambda x: jax.device_put(x, sharding_of(x)), stacked)
+    if callable(shardings):
+        shardings = jax.tree.map(shardings, stacked)
+    return jax.tree.map(jax.device_put, stacked, shardings)
+
+
+def _one_seed_shapes(stacked):
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), stacked)
 
 
 def _take(tree, index: int):
@@ -203,7 +221,7 @@ def train_seeds(
             return [start.state for start in starts]
         layout = setups[0].layout
         replicated = lambda _: layout.replicated  # noqa: E731 - a sharding chooser.
-        states = _stack([start.state for start in starts], replicated)
+        states = _stack([start.state for start in starts], batch.state_shardings(starts[0].state))
         behaviours = None
         if config.pipeline.policy_lag:
             behaviours = _stack(
