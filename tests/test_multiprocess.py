@@ -557,20 +557,30 @@ def test_normalization_statistics_agree_between_two_processes_and_one(tmp_path):
 
 
 ANAKIN_CONFIG = os.path.join(ROOT, "configs", "ppo_cartpole_anakin.py") + ":smoke"
+# DQN on gymnax's CartPole: a replay buffer split along envs across the two processes.
+ANAKIN_REPLAY = (
+    os.path.join(ROOT, "configs", "dqn_cartpole.py") + ":smoke",
+    ("--config.env.id=gymnax:CartPole-v1",),
+)
 
 
-def test_an_anakin_run_on_two_processes_matches_one_process_with_two_learner_devices(tmp_path):
+@pytest.mark.parametrize(
+    "config, extra", [(ANAKIN_CONFIG, ()), ANAKIN_REPLAY], ids=["ppo", "dqn-replay"]
+)
+def test_an_anakin_run_on_two_processes_matches_one_process_with_two_learner_devices(
+    tmp_path, config, extra
+):
     """JAX envs sharded over a learner mesh that spans two processes (Anakin): the same
     global envs on one process with two learner devices give the same run, and the
-    resumable env state is saved from both processes' shards."""
-    flags = ("--config.mesh.actor_device_ids=(0,)", "--config.log.tensorboard=False")
+    resumable env state (and a replay buffer) is saved from both processes' shards."""
+    flags = ("--config.mesh.actor_device_ids=(0,)", "--config.log.tensorboard=False", *extra)
     two, processes = launch(
         tmp_path,
         "two",
         *flags,
         "--config.mesh.learner_device_ids=(1,)",
         "--config.env.num_envs=4",
-        config=ANAKIN_CONFIG,
+        config=config,
     )
     one, reference = launch(
         tmp_path,
@@ -580,7 +590,7 @@ def test_an_anakin_run_on_two_processes_matches_one_process_with_two_learner_dev
         "--config.env.num_envs=8",
         num_processes=1,
         devices=3,
-        config=ANAKIN_CONFIG,
+        config=config,
     )
     assert_all_succeeded(processes)
     assert_all_succeeded(reference)
