@@ -45,6 +45,11 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.11",
     packages=find_packages(include=["sebulba", "sebulba.*"]),
+    # Packages at the root, said explicitly: an editable install then puts the clone on
+    # sys.path (a .pth file) instead of an import hook, so a script beside a clone named
+    # `sebulba` imports the package, not the clone as an empty namespace package (the
+    # regular package on sys.path wins over the namespace directory found first).
+    package_dir={"": "."},
     install_requires=INSTALL_REQUIRES,
     extras_require={
         # The tests compile for a TPU topology (sebulba.check), so they need libtpu, and
