@@ -25,7 +25,7 @@ Measures, in one process and one run, env steps per second of:
   metrics.jsonl: with `pipeline.policy_lag` 1 for each actor loop, and with lag 0 for
   the loop `auto` chooses.
 
-Where the task cannot run under scan (`sebulba.pipeline.scan_actor.unsupported_reason`,
+Where the task cannot run under scan (`sebulba.actors.scan_actor.unsupported_reason`,
 e.g. MuJoCo's float64 arrays), the scan figures are left out and the reason is printed.
 
 Actor and learner run on two virtual CPU devices (0 and 1) unless the config's mesh says
@@ -62,8 +62,9 @@ import numpy as np  # noqa: E402
 
 from sebulba import envs as envs_lib  # noqa: E402
 from sebulba import random_streams, spaces, train  # noqa: E402
-from sebulba.pipeline import Pipeline, scan_actor  # noqa: E402
-from sebulba.pipeline.handoff import RunControl, StartGate  # noqa: E402
+from sebulba.actors import scan_actor
+from sebulba.actors.handoff import RunControl, StartGate  # noqa: E402
+from sebulba.pipeline import Pipeline  # noqa: E402
 from sebulba.sizes import derive_sizes  # noqa: E402
 
 

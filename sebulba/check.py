@@ -234,14 +234,14 @@ def check(config, topology: str) -> dict[str, Any]:
 
 
 def _actor_report(config, run, state, chip: accelerators.Chip) -> dict[str, Any]:
-    """One actor thread's policy step on its actor device (`sebulba.actor_step`), and the
+    """One actor thread's policy step on its actor device (`sebulba.actors.actor_step`), and the
     memory of that device: the step's buffers, two parameter versions (the one in use, the
     one arriving) and, for a scan actor, the whole rollout each of its threads builds."""
     import jax
     import numpy as np
 
     from sebulba import spaces
-    from sebulba.actor_step import actor_step
+    from sebulba.actors.actor_step import actor_step
 
     layout, sizes, agent = run.layout, run.sizes, run.agent
     on_actor = jax.sharding.SingleDeviceSharding(layout.actor_devices[0])

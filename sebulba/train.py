@@ -24,6 +24,7 @@ from sebulba import checkpoint as ckpt_lib
 from sebulba import distributed, gpu_determinism, memory, random_streams, resume_config, tasks
 from sebulba import envs as envs_lib
 from sebulba import workdir as workdir_lib
+from sebulba.actors import scan_actor
 from sebulba.agents import resolve_agent
 from sebulba.agents.api import Agent, EnvSpec
 from sebulba.anakin import runner as anakin_runner
@@ -34,7 +35,7 @@ from sebulba.errors import ConfigError
 from sebulba.lag_schedule import required_policy_version
 from sebulba.mesh import DeviceLayout, build_layout
 from sebulba.metrics import MetricsLogger, params_checksum, truncate_metrics, write_json
-from sebulba.pipeline import Pipeline, scan_actor
+from sebulba.pipeline import Pipeline
 from sebulba.sizes import Sizes, derive_sizes
 from sebulba.update_report import UpdateReport
 

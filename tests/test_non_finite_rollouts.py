@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from sebulba import spaces, train
+from sebulba.actors import rollout_check, scan_actor
 from sebulba.agents.api import Rollout
 from sebulba.errors import NonFiniteRolloutError
-from sebulba.pipeline import rollout_check, scan_actor
 from tests import non_finite_policy_agent
 from tests.helpers import agent_config, read_metrics
 from tests.test_cli import TEST_CONFIG, run_cli

@@ -12,7 +12,7 @@ import numpy as np
 from jax.sharding import NamedSharding
 
 from sebulba import evaluate, random_streams, train
-from sebulba.actor_step import actor_step
+from sebulba.actors.actor_step import actor_step
 from sebulba.agents import impala, minibatches, ppo
 from sebulba.agents.api import Agent, ArraySpec, Discrete, EnvSpec
 from sebulba.anakin import episodes as anakin_episodes

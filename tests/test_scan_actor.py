@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 
 from sebulba import envs, spaces, train
+from sebulba.actors import scan_actor
 from sebulba.agents import impala, ppo
 from sebulba.errors import ConfigError
-from sebulba.pipeline import Pipeline, scan_actor
+from sebulba.pipeline import Pipeline
 from tests import minimal_agent
 from tests.helpers import LSTM_RUN, agent_config, normalized_continuous_overrides, read_summary
 

@@ -11,6 +11,7 @@ import pytest
 
 from sebulba import compile_cache, random_streams, tasks, train
 from sebulba import envs as envs_lib
+from sebulba.actors.handoff import RunControl
 from sebulba.agents import learner
 from sebulba.agents.api import Discrete
 from sebulba.agents.networks import has_convolutions, make_network
@@ -18,7 +19,6 @@ from sebulba.config import base_config
 from sebulba.errors import ConfigError
 from sebulba.metrics import MetricsLogger
 from sebulba.pipeline import Pipeline
-from sebulba.pipeline.handoff import RunControl
 from sebulba.spaces import ArraySpec
 from sebulba.update_report import UpdateReport
 from tests import minimal_agent, probe_agent

@@ -32,7 +32,7 @@ import numpy as np
 from jax.sharding import PartitionSpec
 
 from sebulba import random_streams
-from sebulba.actor_step import actor_step
+from sebulba.actors.actor_step import actor_step
 from sebulba.agents.api import Agent, EnvSpec, Rollout, rollout_partition_specs
 from sebulba.anakin.env_api import BatchedEnvs, BatchOfEnvs, reset_envs, step_envs
 from sebulba.lag_schedule import required_policy_version

@@ -7,7 +7,7 @@ recv), as one jitted `jax.lax.scan` on its actor device, through the custom call
 envpool registers with XLA (`pool.xla()`), and enters Python once per rollout.
 
 The data are those of the step loop, bit for bit (tests/test_scan_actor.py): the same
-policy function (`sebulba.actor_step`) meets the same observations, carries, start
+policy function (`sebulba.actors.actor_step`) meets the same observations, carries, start
 flags and step counter, one call per env group in the step loop's order; actions reach
 the env converted as the step loop converts them (`env_actions`); the rollout's
 validity flags and episode starts come from the same rule as `envs.EpisodeTracker`'s,

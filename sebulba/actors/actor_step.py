@@ -1,7 +1,7 @@
 """One policy step of a training run's actors, the same for both runners.
 
 The Sebulba pipeline's actor threads (step by step, or inside one program per rollout
-with `sebulba.pipeline.scan_actor`) and the Anakin runner's act-and-learn program all
+with `sebulba.actors.scan_actor`) and the Anakin runner's act-and-learn program all
 act through `actor_step`, so they draw the same sampling keys (the actor stream of
 `sebulba.random_streams`, keyed by step index and global env index) and apply the
 carry's reset rule the same way.

@@ -1,8 +1,18 @@
-"""Actor threads, the learner loop and the double-buffered handoff between them.
+"""Sebulba: actor threads, the learner loop and the double-buffered handoff between them.
 
 Implements the Sebulba architecture of Hessel et al. (2021, "Podracer architectures for
 scalable reinforcement learning") with the deterministic one-step lag of Cleanba (Huang
-et al. 2023): learner update k consumes rollout k and produces parameter version k + 1;
+et al. 2023): actor threads step envpool environments on the host CPUs and run batched
+policy inference on actor devices, and a learner thread runs one jitted update over the
+learner mesh, which spans the learner devices of every process. `Pipeline` runs it;
+`rollout_struct` gives the global rollout's shapes and shardings and `lower_update` the
+update lowered for the learner mesh. What the actor threads are made of (the policy step,
+the scan loop, the rollout check, the handoff's primitives) lives in `sebulba.actors`;
+with the Anakin runner (`sebulba.anakin`) it shares the agents, the `Rollout` contract,
+the mesh, the lag schedule (`sebulba.lag_schedule`), the policy step, the config
+sections, checkpoints, metrics and the workdir's outputs.
+
+The schedule: learner update k consumes rollout k and produces parameter version k + 1;
 rollout k is collected with version `max(1, k - policy_lag)`. Which version produced
 which data is fixed by the schedule, never by timing: an actor waits for exactly the
 version it needs, and the learner checks the version of every rollout it consumes.
@@ -36,7 +46,16 @@ import numpy as np
 
 from sebulba import envs as envs_lib
 from sebulba import spaces
-from sebulba.actor_step import actor_step
+from sebulba.actors import rollout_check, scan_actor
+from sebulba.actors.actor_step import actor_step
+from sebulba.actors.handoff import (
+    ParamsStore,
+    RunControl,
+    RunStopped,
+    StartGate,
+    get_or_stop,
+    put_or_stop,
+)
 from sebulba.agents.api import (
     Agent,
     EnvSpec,
@@ -50,15 +69,6 @@ from sebulba.errors import NonFiniteRolloutError
 from sebulba.lag_schedule import required_policy_version
 from sebulba.memory import update_compiler_options
 from sebulba.mesh import DeviceLayout
-from sebulba.pipeline import rollout_check, scan_actor
-from sebulba.pipeline.handoff import (
-    ParamsStore,
-    RunControl,
-    RunStopped,
-    StartGate,
-    get_or_stop,
-    put_or_stop,
-)
 from sebulba.sizes import Sizes
 from sebulba.update_report import UpdateReport
 
@@ -276,7 +286,7 @@ class Pipeline:
       transfer_guard: JAX transfer guard level for steady state ("disallow" proves
         every host/device transfer in the loop is explicit).
       actor_loop: "step" (Python enters every env step) or "scan" (each rollout is one
-        XLA program, `sebulba.pipeline.scan_actor`; the caller has checked that the envs
+        XLA program, `sebulba.actors.scan_actor`; the caller has checked that the envs
         allow it). Both produce the same data.
     """
 
