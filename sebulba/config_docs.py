@@ -3,8 +3,8 @@
     python -m sebulba.config_docs > docs/configuration.md
 
 Every key of every `configs/*.py` is listed with the value that config gives it and the
-one-line comment written beside the field's definition (in `sebulba/config.py` or the
-agent's `get_config()`). A test regenerates the file and compares.
+one-line comment written beside the field's definition (in `sebulba/config.py`, the env
+section's in `sebulba/env_config.py`, or the agent's `get_config()`). A test regenerates the file and compares.
 """
 
 from __future__ import annotations
@@ -17,10 +17,13 @@ import re
 import sys
 
 from sebulba import config as base_config_module
+from sebulba import env_config
 from sebulba.agents import BUILTIN_AGENTS, resolve_agent
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _FIELD = re.compile(r"^\s*config\.([\w.]+)\s*=\s*.*?#\s*(.+)$")
+# A field of the env section (`env_config.env_section`): `env.KEY = ...  # comment`.
+_ENV_FIELD = re.compile(r"^\s*(env\.[\w.]+)\s*=\s*.*?#\s*(.+)$")
 # Keys whose value is a dict of settings passed on whole (to envpool), listed as one row.
 DICT_VALUED_KEYS = ("env.kwargs",)
 
@@ -32,6 +35,9 @@ def field_comments(agent_name: str) -> dict[str, str]:
     """
     comments = {}
     for match in map(_FIELD.match, inspect.getsource(base_config_module).splitlines()):
+        if match:
+            comments[match.group(1)] = match.group(2).strip()
+    for match in map(_ENV_FIELD.match, inspect.getsource(env_config.env_section).splitlines()):
         if match:
             comments[match.group(1)] = match.group(2).strip()
     if agent_name in BUILTIN_AGENTS:

@@ -62,6 +62,7 @@ import ml_collections
 import numpy as np
 
 from sebulba import spaces
+from sebulba.env_config import SEBULBA_ENV_KWARGS, check_env_kwargs_form, env_kwargs, env_section
 from sebulba.errors import ConfigError
 
 # envpool draws the MuJoCo-based families' scenes with OpenGL through EGL (no display needed).
@@ -146,7 +147,7 @@ _JUMANJI_ASSET_FILES = {
 _PLAYERS = {2: "two-player", 3: "three-player", 4: "four-player"}
 # envpool settings sebulba sets itself for a family's tasks, so `env.kwargs` may not: each
 # with the config key to use instead, or None where the family's protocol fixes it.
-# (`sebulba.config.SEBULBA_ENV_KWARGS` holds those of every family.)
+# (`sebulba.env_config.SEBULBA_ENV_KWARGS` holds those of every family.)
 FAMILY_ENV_KWARGS = {
     _ATARI_FAMILY: {
         "episodic_life": None,
@@ -243,9 +244,7 @@ def envpool_config(env_id: str, env_kwargs: dict | None = None) -> dict:
 
 def _spec_kwargs(env_id: str, env_kwargs: dict | None) -> dict:
     """`envpool.make_spec`'s keywords for a task: the family's settings and `env_kwargs`."""
-    from sebulba.config import base_config  # Its env section: the defaults make_envs uses.
-
-    env_config = base_config(ml_collections.ConfigDict()).env
+    env_config = env_section()  # The defaults make_envs uses.
     env_config.id = env_id
     env_config.kwargs = ml_collections.ConfigDict(dict(env_kwargs or {}))
     check_system_libraries(env_id)
@@ -422,8 +421,6 @@ def _vizdoom_kwargs(env_config: ml_collections.ConfigDict) -> dict:
     Raises:
       ConfigError: `VizdoomCustom-v1` without a scenario (`env.kwargs.cfg_path`).
     """
-    from sebulba.config import env_kwargs
-
     if env_config.id == _VIZDOOM_CUSTOM and not env_kwargs(env_config).get("cfg_path"):
         raise ConfigError(
             f"env.id {_VIZDOOM_CUSTOM!r} plays a scenario of your own: set "
@@ -486,15 +483,13 @@ def check_env_kwargs(env_config: ml_collections.ConfigDict) -> dict:
     """`env.kwargs` checked against the task's envpool spec; returns them as a dict.
 
     Every key must be one of the task's envpool settings (`envpool.make_spec(task).config`),
-    not one sebulba sets itself (`sebulba.config.SEBULBA_ENV_KWARGS`, `FAMILY_ENV_KWARGS`),
+    not one sebulba sets itself (`sebulba.env_config.SEBULBA_ENV_KWARGS`, `FAMILY_ENV_KWARGS`),
     with a value of the type of envpool's default.
 
     Raises:
       ConfigError: one line naming `env.kwargs.<key>` and, for an unknown key, close
         matches among the task's settings.
     """
-    from sebulba.config import SEBULBA_ENV_KWARGS, check_env_kwargs_form, env_kwargs
-
     check_env_kwargs_form(env_config)
     kwargs = env_kwargs(env_config)
     env_id = env_config.id

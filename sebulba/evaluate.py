@@ -72,7 +72,7 @@ from sebulba import flag_errors, platforms, random_streams, tasks
 from sebulba.anakin import episodes as anakin_episodes
 from sebulba.anakin import suites as anakin_suites
 from sebulba.atari_scores import RANDOM_AND_HUMAN_SCORES, human_normalized_score
-from sebulba.config import env_kwargs
+from sebulba.env_config import env_kwargs
 from sebulba.errors import ConfigError
 from sebulba.metrics import write_json
 from sebulba.policy import Policy, PolicyError, load_policy, load_run_config
