@@ -4,7 +4,8 @@
 
 Every key of every `configs/*.py` is listed with the value that config gives it and the
 one-line comment written beside the field's definition (in `sebulba/config.py`, the env
-section's in `sebulba/env_config.py`, or the agent's `get_config()`). A test regenerates the file and compares.
+section's in `sebulba/env_config.py`, or the agent's `get_config()`). A test regenerates
+the file and compares.
 """
 
 from __future__ import annotations
