@@ -22,7 +22,7 @@ INSTALL_REQUIRES = [
     # Atari aggregate metrics in sebulba.plot; arch (under rliable) breaks on pandas 3.
     "rliable>=1.2,<2",
     "pandas>=2.0,<3",
-    # Host memory available to CPU learners (sebulba.memory's pre-training check).
+    # Host memory available to CPU learners (sebulba.preflight.memory's pre-training check).
     "psutil>=5.9",
 ]
 

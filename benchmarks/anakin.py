@@ -63,7 +63,7 @@ from sebulba import random_streams, spaces, train  # noqa: E402
 from sebulba.anakin.env_api import reset_envs, step_envs  # noqa: E402
 from sebulba.anakin.runner import AnakinRunner  # noqa: E402
 from sebulba.anakin.seeds import SeedBatch, seed_workdir, train_seeds  # noqa: E402
-from sebulba.memory import update_compiler_options  # noqa: E402
+from sebulba.preflight.memory import update_compiler_options  # noqa: E402
 
 SECTIONS = ("ceiling", "end_to_end", "seeds")
 DEFAULT_CONFIG = "configs/ppo_cartpole_anakin.py"

@@ -6,7 +6,7 @@
 Compiles PPO's update (IMPALA ResNet on 84x84 frames) for one CPU device and prints,
 per variant, XLA's temporary memory, the compile time and the best of three update
 times, each also as a ratio to the unrolled loop under XLA's default CPU scheduler (the
-behaviour before `sebulba.memory.update_compiler_options`):
+behaviour before `sebulba.preflight.memory.update_compiler_options`):
 
 * scan: the rolled `lax.scan` over minibatches (small, but slow conv gradients on CPU);
 * unrolled, default scheduler: every step's activations alive at once;
@@ -29,7 +29,7 @@ import numpy as np
 from sebulba.agents import ppo
 from sebulba.agents.api import ArraySpec, Discrete, EnvSpec, Rollout
 from sebulba.config import base_config
-from sebulba.memory import update_compiler_options
+from sebulba.preflight.memory import update_compiler_options
 from sebulba.sizes import derive_sizes
 
 PONG = EnvSpec("Pong-v5", ArraySpec((4, 84, 84), "uint8"), Discrete(6), is_atari=True)

@@ -9,7 +9,7 @@ much longer without running faster. This prints both variants of PPO's update fo
 shipped CartPole MLP (`configs/ppo_cartpole.py`: 8 envs x 128 steps, 4 minibatches x 4
 epochs) and for Breakout with the Nature CNN at the throughput benchmark's size (16 envs
 x 32 steps, 4 minibatches x 1 epoch), compiled as the pipeline compiles it (one CPU
-device, `sebulba.memory.update_compiler_options`); update time is the best of three
+device, `sebulba.preflight.memory.update_compiler_options`); update time is the best of three
 after a warm-up call.
 """
 
@@ -27,7 +27,7 @@ import numpy as np  # noqa: E402
 from sebulba.agents import ppo  # noqa: E402
 from sebulba.agents.api import ArraySpec, Discrete, EnvSpec, Rollout  # noqa: E402
 from sebulba.config import base_config  # noqa: E402
-from sebulba.memory import update_compiler_options  # noqa: E402
+from sebulba.preflight.memory import update_compiler_options  # noqa: E402
 from sebulba.sizes import derive_sizes  # noqa: E402
 
 CARTPOLE = EnvSpec("CartPole-v1", ArraySpec((4,), "float32"), Discrete(2))

@@ -10,7 +10,7 @@ memory traffic are fitted as a constant plus a part linear in the per-chip batch
 line through the two compiled points: exact at them, an extrapolation beyond them, since
 XLA tiles different batches differently), and the gradient all-reduce's per-chip payload
 is the one compiled. A slice of n chips is then priced with each generation's published
-figures (`sebulba.accelerators`): compute at peak, memory traffic at HBM bandwidth, and
+figures (`sebulba.preflight.accelerators`): compute at peak, memory traffic at HBM bandwidth, and
 the all-reduce as a ring over the slice's torus (2 x the sum of (side - 1) steps of the
 assumed latency, 2(n - 1)/n of the payload at the per-chip all-reduce bandwidth). The
 band runs from all of it overlapped to none of it overlapped; the tables print its
@@ -67,7 +67,7 @@ def torus_steps(chips: int, generation: str) -> int:
     """Ring steps of an all-reduce over the default slice of `chips` chips."""
     if chips == 1:
         return 0
-    from sebulba import accelerators
+    from sebulba.preflight import accelerators
 
     type_prefix = {"v4": "v4", "v5e": "v5litepod", "v5p": "v5p"}[generation]
     cores = 2 if generation in ("v4", "v5p") else 1
@@ -83,7 +83,7 @@ def fitted(points: list[dict], key: str):
 
 
 def update_band(points, generation: str, chips: int, envs_per_chip: float) -> tuple[float, float]:
-    from sebulba import accelerators
+    from sebulba.preflight import accelerators
 
     chip = accelerators.CHIPS[GENERATIONS[generation]]  # Whole chips (v4: both cores).
     flops = sum(c * x for c, x in zip(fitted(points, "flops"), (1, envs_per_chip), strict=True))

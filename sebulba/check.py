@@ -12,10 +12,10 @@ the runner's one act-and-learn program, built by the runner as at launch. Nothin
 The report gives, per device and per update: the memory the programs need against what
 the chip's allocator can hand out (with the launch's memory advice when it does not fit;
 a scan actor's whole rollout counted on its actor device), the collectives and the bytes
-each device sends (loops counted as often as they run: `sebulba.hlo_cost`), the FLOPs by
+each device sends (loops counted as often as they run: `sebulba.preflight.hlo_cost`), the FLOPs by
 element type, and the update's time as a band: from the slowest of compute, memory
 traffic and collectives (all overlapped) to their sum (nothing overlapped), each at the
-rate the chip reaches (`sebulba.accelerators`: TPUs at their peaks, GPUs calibrated
+rate the chip reaches (`sebulba.preflight.accelerators`: TPUs at their peaks, GPUs calibrated
 against a measurement, float32 products as TF32). Verdicts follow: a config that does
 not fit (also where the TPU compiler refuses it for want of memory), idle chips, an
 update bound by its collectives. docs/scaling.md explains the model and what it leaves
@@ -36,11 +36,12 @@ from typing import Any
 
 from absl import app, flags, logging
 
-from sebulba import accelerators, config_flag
-from sebulba.check_report import format_bytes as _bytes
-from sebulba.check_report import format_report, verdicts
+from sebulba import config_flag
 from sebulba.errors import ConfigError
-from sebulba.program_pricing import ProgramReport, analyse, smaller_layouts
+from sebulba.preflight import accelerators
+from sebulba.preflight.check_report import format_bytes as _bytes
+from sebulba.preflight.check_report import format_report, verdicts
+from sebulba.preflight.program_pricing import ProgramReport, analyse, smaller_layouts
 
 _TOPOLOGY = flags.DEFINE_string(
     "topology",
@@ -121,7 +122,8 @@ def check(config, topology: str) -> dict[str, Any]:
     """
     import jax
 
-    from sebulba import memory, random_streams, train
+    from sebulba import random_streams, train
+    from sebulba.preflight import memory
 
     devices, chip = accelerators.devices(topology)
     config = config.copy_and_resolve_references()

@@ -67,8 +67,8 @@ from sebulba.distributed import EpisodeGatherer
 from sebulba.envs import EpisodeTracker, learning_rewards
 from sebulba.errors import NonFiniteRolloutError
 from sebulba.lag_schedule import required_policy_version
-from sebulba.memory import update_compiler_options
 from sebulba.mesh import DeviceLayout
+from sebulba.preflight.memory import update_compiler_options
 from sebulba.sizes import Sizes
 from sebulba.update_report import UpdateReport
 
@@ -604,7 +604,7 @@ class Pipeline:
         """Compiles the learner update ahead of time; steady state cannot recompile."""
         lowered = lower_update(self.agent, self.layout, state, self.rollout_struct(state))
         # On CPU, XLA's memory-optimised scheduler keeps an unrolled minibatch loop to one
-        # minibatch's activations at a time (see sebulba.memory).
+        # minibatch's activations at a time (see sebulba.preflight.memory).
         options = update_compiler_options(self.layout.local_learner_devices)
         self._compiled_update = lowered.compile(compiler_options=options)
         return self._compiled_update

@@ -21,7 +21,7 @@ import ml_collections
 from absl import logging
 
 from sebulba import checkpoint as ckpt_lib
-from sebulba import distributed, gpu_determinism, memory, random_streams, resume_config, tasks
+from sebulba import distributed, gpu_determinism, random_streams, resume_config, tasks
 from sebulba import envs as envs_lib
 from sebulba import workdir as workdir_lib
 from sebulba.actors import scan_actor
@@ -36,6 +36,7 @@ from sebulba.lag_schedule import required_policy_version
 from sebulba.mesh import DeviceLayout, build_layout
 from sebulba.metrics import MetricsLogger, params_checksum, truncate_metrics, write_json
 from sebulba.pipeline import Pipeline
+from sebulba.preflight import memory
 from sebulba.sizes import Sizes, derive_sizes
 from sebulba.update_report import UpdateReport
 

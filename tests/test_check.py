@@ -20,8 +20,9 @@ import numpy as np
 import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from sebulba import accelerators, check, check_report, hlo_cost
+from sebulba import check
 from sebulba.errors import ConfigError
+from sebulba.preflight import accelerators, check_report, hlo_cost
 from tests.test_config_variants import load_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
-from sebulba import memory, train
+from sebulba import train
 from sebulba.agents import dqn, replay
 from sebulba.agents.api import (
     ArraySpec,
@@ -22,6 +22,7 @@ from sebulba.agents.api import (
     rollout_partition_specs,
 )
 from sebulba.errors import ConfigError
+from sebulba.preflight import memory
 from sebulba.sizes import derive_sizes
 from tests.helpers import (
     assert_update_moves_no_rollout_data,

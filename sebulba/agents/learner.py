@@ -138,7 +138,7 @@ def unrolls_minibatch_loop(minibatch_loop: str, convolutional: bool) -> bool:
     in docs/benchmarks.md), while an unrolled MLP update gains little and compiles for
     many times longer. Everything else keeps the rolled scan (smaller programs, faster
     compiles). An unrolled loop keeps one minibatch's activations alive at a time only
-    when compiled with `sebulba.memory.update_compiler_options` (the pipeline does).
+    when compiled with `sebulba.preflight.memory.update_compiler_options` (the pipeline does).
 
     Args:
       minibatch_loop: the config value, auto | scan | unrolled.

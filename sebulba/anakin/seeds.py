@@ -36,8 +36,8 @@ from sebulba import workdir as workdir_lib
 from sebulba.agents import resolve_agent
 from sebulba.anakin.runner import AnakinRunner, update_report
 from sebulba.errors import ConfigError
-from sebulba.memory import update_compiler_options
 from sebulba.mesh import BATCH_AXIS
+from sebulba.preflight.memory import update_compiler_options
 
 
 def seed_workdir(workdir: str, seed: int) -> str:

@@ -22,7 +22,7 @@ counted as its most expensive branch (most FLOPs, then most traffic), so the pre
 is the slowest path's. FLOPs are kept by the element type the products multiply.
 
 Trip counts come from XLA's `known_trip_count` annotation where the backend writes one
-(CPU, GPU), else from the loop itself (`sebulba.hlo_text.trip_count`). A loop whose count
+(CPU, GPU), else from the loop itself (`sebulba.preflight.hlo_text.trip_count`). A loop whose count
 cannot be read counts once and is reported in `unknown_loops`.
 """
 
@@ -32,7 +32,7 @@ import dataclasses
 import math
 import re
 
-from sebulba.hlo_text import (
+from sebulba.preflight.hlo_text import (
     ARRAY,
     BRANCHES,
     CALLED,
@@ -81,7 +81,7 @@ class ProgramCost:
     collectives: tuple[Collective, ...]
     unknown_loops: int  # `while` loops whose trip count could not be read (counted once).
     # FLOPs by the element type the products multiply ("f32", "bf16", ...): GPUs run
-    # float32 products as TF32, at a different rate than bf16 (`sebulba.accelerators`).
+    # float32 products as TF32, at a different rate than bf16 (`sebulba.preflight.accelerators`).
     flops_by_type: dict[str, float] = dataclasses.field(default_factory=dict)
 
     @property

@@ -5,7 +5,7 @@ op, operands, attributes); `shape_bytes` sizes a shape; `trip_count` reads how m
 times a `while` runs its body: from XLA's `known_trip_count` annotation where the
 backend writes one (CPU, GPU), else from the loop itself, an induction variable set from
 a constant, stepped by a constant and compared with a constant (the form `lax.scan`
-compiles to on TPU). `sebulba.hlo_cost` prices programs with them.
+compiles to on TPU). `sebulba.preflight.hlo_cost` prices programs with them.
 """
 
 from __future__ import annotations

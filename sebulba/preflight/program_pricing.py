@@ -1,7 +1,8 @@
 """A compiled program priced on a chip, and the same learner update on fewer devices.
 
 `analyse` reads a compiled program's memory (XLA's analysis) and its FLOPs, traffic and
-collectives (`sebulba.hlo_cost`) and prices them on a chip (`sebulba.accelerators`):
+collectives (`sebulba.preflight.hlo_cost`) and prices them on a chip
+(`sebulba.preflight.accelerators`):
 products at the rate of their element type, traffic at the chip's HBM bandwidth,
 collectives as bandwidth-optimal rings with a per-step latency. The update's time is a
 band from the slowest of the three (all overlapped) to their sum (nothing overlapped).
@@ -18,8 +19,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from sebulba import accelerators
-from sebulba.hlo_cost import Collective
+from sebulba.preflight import accelerators
+from sebulba.preflight.hlo_cost import Collective
 
 # Per-device bytes each collective puts on the links, and its ring steps, for a group of
 # n devices and a payload of p bytes per device (bandwidth-optimal ring algorithms).
@@ -67,7 +68,7 @@ def collective_seconds(collectives, chip: accelerators.Chip) -> float:
 def analyse(compiled, num_devices: int, chip: accelerators.Chip) -> ProgramReport:
     """Memory, FLOPs, traffic and collectives of one compiled program, priced on `chip`:
     each element type's products at the chip's rate for it (TF32 for float32 on GPUs)."""
-    from sebulba import hlo_cost
+    from sebulba.preflight import hlo_cost
 
     cost = hlo_cost.program_cost(compiled.as_text(), num_devices)
     stats = compiled.memory_analysis()

@@ -1,0 +1,13 @@
+"""The pre-flight: what a run will cost on its target, before it starts (`sebulba.check`).
+
+  accelerators     each accelerator kind's memory, peak FLOP/s and bandwidth, and the
+                   TPU topologies `sebulba.check --topology` compiles for
+  memory           the memory pre-check every run makes before training, and the learner
+                   compiler options that bound its memory
+  hlo_cost         FLOPs and bytes of a compiled program, from its HLO text
+  hlo_text         parsing the HLO text of a compiled program
+  program_pricing  a compiled program's predicted time on a target
+  check_report     `sebulba.check`'s report: tables, verdicts, `check.json`
+
+`python -m sebulba.check` (sebulba/check.py) runs it; docs/scaling.md describes it.
+"""
