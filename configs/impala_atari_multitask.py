@@ -1,7 +1,7 @@
 """Multi-task IMPALA on Atari-57 (Espeholt et al. 2018) with PopArt (Hessel et al. 2019).
 
 One IMPALA agent, one set of weights, trained on the Atari-57 games of
-`sebulba.atari_scores` at once, all with the full 18-action space and 4x84x84
+`sebulba.experiments.atari_scores` at once, all with the full 18-action space and 4x84x84
 observations. envpool (1.2.5) gives Skiing-v5 9 actions even with the full action space,
 so no policy can share its action space with the other games: the set here is the other
 56 games. PopArt normalises the value targets per game (`agent.popart`): without it the
@@ -20,8 +20,8 @@ real hardware: GPUs or TPUs and many CPU cores (docs/multitask.md).
 `:smoke` is a tiny 2-game run (Breakout, Pong) for CPUs and tests.
 """
 
-from sebulba.atari_scores import RANDOM_AND_HUMAN_SCORES
 from sebulba.config import parse_variant, sibling_config
+from sebulba.experiments.atari_scores import RANDOM_AND_HUMAN_SCORES
 
 # envpool's Skiing-v5 has 9 actions with full_action_space=True, every other game 18.
 GAMES = tuple(sorted(set(RANDOM_AND_HUMAN_SCORES) - {"Skiing-v5"}))

@@ -16,7 +16,7 @@ so short episodes are not over-represented.
 Writes `DIR/eval.json` with mean, std (population), min and max return, the episode
 count, the checkpoint and whether actions were greedy; for Atari also the
 human-normalized score (score - random) / (human - random) of Mnih et al. (2015), with
-the Atari-57 reference scores of `sebulba.atari_scores`. `--animation` writes episode 0
+the Atari-57 reference scores of `sebulba.experiments.atari_scores`. `--animation` writes episode 0
 as a GIF of the env's own RGB rendering (the Atari game screen, a drawing for other
 tasks), played at real-time speed. Every supported family renders headless; MuJoCo and
 dm_control through EGL (`sebulba.envs.check_rendering` tries it first, so a machine
@@ -71,9 +71,9 @@ from sebulba import envs as envs_lib
 from sebulba import flag_errors, platforms, random_streams, tasks
 from sebulba.anakin import episodes as anakin_episodes
 from sebulba.anakin import suites as anakin_suites
-from sebulba.atari_scores import RANDOM_AND_HUMAN_SCORES, human_normalized_score
 from sebulba.env_config import env_kwargs
 from sebulba.errors import ConfigError
+from sebulba.experiments.atari_scores import RANDOM_AND_HUMAN_SCORES, human_normalized_score
 from sebulba.metrics import write_json
 from sebulba.policy import Policy, PolicyError, load_policy, load_run_config
 

@@ -34,7 +34,7 @@ import sys
 
 import numpy as np
 
-from sebulba.atari_scores import human_normalized_score
+from sebulba.experiments.atari_scores import human_normalized_score
 from sebulba.workdir import check_writable_dir, runs_inside
 
 # Config sections that change how a run is logged or saved, not what it learns.
@@ -249,7 +249,7 @@ def task_aggregate(run: Run) -> tuple[np.ndarray, np.ndarray, str]:
 
     A task's value at a step is its newest `episodic_return/<task id>` so far. For a set of
     Atari-57 games the aggregate is the median human-normalized score over the games
-    (`sebulba.atari_scores`), otherwise the mean return over the tasks.
+    (`sebulba.experiments.atari_scores`), otherwise the mean return over the tasks.
 
     Returns:
       steps [n], aggregate [n], and what the aggregate is ("median human-normalized score"

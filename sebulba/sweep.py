@@ -7,7 +7,7 @@
     python -m sebulba.sweep ... --report
 
 Every run is `python -m sebulba.main` in its own directory,
-`WORKDIR/<key=value,...>/seed=<s>` (sebulba/sweep_plan.py has the naming rule), with its
+`WORKDIR/<key=value,...>/seed=<s>` (sebulba/experiments/sweep_plan.py has the naming rule), with its
 output in `run.log` there. `--set` values use the syntax of `--config.KEY=VALUE` and are
 separated by commas outside brackets and quotes: `--set mesh.learner_device_ids='(0,),(1,)'`
 gives two values. `--config` may be repeated: the configs are then one more dimension.
@@ -19,7 +19,7 @@ reported (exit status 1 at the end) and the others go on. Ctrl-C, SIGTERM or SIG
 reaches the running runs as SIGTERM: they save a checkpoint and stop, and the sweep
 exits 130 (Ctrl-C) or 0 (otherwise), like sebulba.main. A second signal kills the runs
 unsaved. At the end WORKDIR/sweep.json holds the definition and the per-setting statistics
-(sebulba/sweep_report.py), and the table is printed. A WORKDIR that holds a different
+(sebulba/experiments/sweep_report.py), and the table is printed. A WORKDIR that holds a different
 sweep is refused: one sweep, one directory.
 """
 
@@ -37,9 +37,9 @@ import sys
 import time
 from dataclasses import dataclass
 
-from sebulba import sweep_report
 from sebulba.errors import ConfigError
-from sebulba.sweep_plan import Run, Sweep, check_workdir, parse_sweep, validate
+from sebulba.experiments import sweep_report
+from sebulba.experiments.sweep_plan import Run, Sweep, check_workdir, parse_sweep, validate
 
 _POLL_S = 0.2
 _LOG_NAME = "run.log"

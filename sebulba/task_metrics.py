@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from sebulba.atari_scores import human_normalized_score
 from sebulba.envs import is_atari
+from sebulba.experiments.atari_scores import human_normalized_score
 from sebulba.tasks import TaskLayout
 
 RECENT_EPISODES = 100  # Episodes per task behind summary.json's per-task means.

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from sebulba import atari_scores, evaluate, train
 from sebulba import envs as envs_lib
+from sebulba import evaluate, train
+from sebulba.experiments import atari_scores
 from tests import minimal_agent
 from tests.helpers import agent_config
 

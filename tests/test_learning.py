@@ -186,7 +186,8 @@ def test_joint_ppo_learns_every_task(tmp_path):
 
 
 def test_impala_atari_multitask_config_is_atari_57_with_popart():
-    from sebulba import atari_scores, tasks
+    from sebulba import tasks
+    from sebulba.experiments import atari_scores
 
     config = load_config("impala_atari_multitask")
     # Atari-57 but Skiing-v5, to which envpool gives 9 actions with the full action space.

@@ -9,9 +9,10 @@ import ml_collections
 import numpy as np
 import pytest
 
-from sebulba import config_flag, envs, evaluate, resume_config, sweep_plan, train
+from sebulba import config_flag, envs, evaluate, resume_config, train
 from sebulba.config import base_config, check_run_config
 from sebulba.errors import ConfigError
+from sebulba.experiments import sweep_plan
 from tests import minimal_agent
 from tests.test_cli import run_cli
 

@@ -12,9 +12,10 @@ import time
 import numpy as np
 import pytest
 
-from sebulba import plot, sweep, sweep_report
+from sebulba import plot, sweep
 from sebulba.errors import ConfigError
-from sebulba.sweep_plan import parse_sweep, split_values
+from sebulba.experiments import sweep_report
+from sebulba.experiments.sweep_plan import parse_sweep, split_values
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MINIMAL = "tests/configs/minimal_cartpole.py"  # 6 updates of 128 steps: seconds per run.

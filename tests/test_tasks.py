@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from sebulba import tasks, train
-from sebulba.atari_scores import human_normalized_score
 from sebulba.errors import ConfigError
+from sebulba.experiments.atari_scores import human_normalized_score
 from sebulba.metrics import MetricsLogger, scalar_tag
 from sebulba.sizes import derive_sizes
 from sebulba.task_metrics import RECENT_EPISODES, TaskEpisodes

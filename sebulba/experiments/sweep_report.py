@@ -17,8 +17,8 @@ import os
 
 import numpy as np
 
-from sebulba.atari_scores import human_normalized_score
-from sebulba.sweep_plan import Run, Sweep, config_name
+from sebulba.experiments.atari_scores import human_normalized_score
+from sebulba.experiments.sweep_plan import Run, Sweep, config_name
 
 TASK_KEY = "env.id"  # The swept key whose values are tasks, aggregated over for Atari.
 _BOOTSTRAP_REPS = 2000
