@@ -59,10 +59,11 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from sebulba import random_streams, spaces, train  # noqa: E402
+from sebulba import random_streams, train
 from sebulba.anakin.env_api import reset_envs, step_envs  # noqa: E402
 from sebulba.anakin.runner import AnakinRunner  # noqa: E402
 from sebulba.anakin.seeds import SeedBatch, seed_workdir, train_seeds  # noqa: E402
+from sebulba.environments import spaces  # noqa: E402
 from sebulba.preflight.memory import update_compiler_options  # noqa: E402
 
 SECTIONS = ("ceiling", "end_to_end", "seeds")

@@ -61,9 +61,10 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from sebulba import envs as envs_lib  # noqa: E402
-from sebulba import random_streams, spaces, train  # noqa: E402
+from sebulba import random_streams, train
 from sebulba.actors import scan_actor
 from sebulba.actors.handoff import RunControl, StartGate  # noqa: E402
+from sebulba.environments import spaces  # noqa: E402
 from sebulba.pipeline import Pipeline  # noqa: E402
 from sebulba.sizes import derive_sizes  # noqa: E402
 

@@ -171,7 +171,7 @@ def child_pools(spec: dict) -> dict:
     import ml_collections
 
     from sebulba import envs as envs_lib
-    from sebulba.tasks import TaskLayout
+    from sebulba.environments.tasks import TaskLayout
 
     env_config = ml_collections.ConfigDict(
         {"id": spec["tasks"][0], "ids": tuple(spec["tasks"]), "num_threads": 0}

@@ -242,8 +242,8 @@ def _actor_report(config, run, state, chip: accelerators.Chip) -> dict[str, Any]
     import jax
     import numpy as np
 
-    from sebulba import spaces
     from sebulba.actors.actor_step import actor_step
+    from sebulba.environments import spaces
 
     layout, sizes, agent = run.layout, run.sizes, run.agent
     on_actor = jax.sharding.SingleDeviceSharding(layout.actor_devices[0])

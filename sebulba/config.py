@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterable
 
 import ml_collections
 
-from sebulba import tasks
-from sebulba.env_config import check_env_kwargs_form, env_section
+from sebulba.environments import tasks
+from sebulba.environments.env_config import check_env_kwargs_form, env_section
 from sebulba.errors import ConfigError
 from sebulba.progress import CONSOLE_MODES
 from sebulba.validation import NON_NEGATIVE_INT, POSITIVE_INT, UNIT_INTERVAL, Range, check_range

@@ -4,8 +4,8 @@
 
 Every key of every `configs/*.py` is listed with the value that config gives it and the
 one-line comment written beside the field's definition (in `sebulba/config.py`, the env
-section's in `sebulba/env_config.py`, or the agent's `get_config()`). A test regenerates
-the file and compares.
+section's in `sebulba/environments/env_config.py`, or the agent's `get_config()`). A test
+regenerates the file and compares.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import re
 import sys
 
 from sebulba import config as base_config_module
-from sebulba import env_config
 from sebulba.agents import BUILTIN_AGENTS, resolve_agent
+from sebulba.environments import env_config
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _FIELD = re.compile(r"^\s*config\.([\w.]+)\s*=\s*.*?#\s*(.+)$")

@@ -3,7 +3,7 @@
 The accepted tasks are those of envpool's registry in the families of
 `SUPPORTED_FAMILIES`: every family envpool has (docs/environments.md lists them with
 their spaces and configs). Most go through one generic path (envpool's defaults);
-Atari and ViZDoom get settings of their own (`_family_kwargs`). `sebulba.spaces`
+Atari and ViZDoom get settings of their own (`_family_kwargs`). `sebulba.environments.spaces`
 describes and converts whatever spaces a task has, and refuses in one line the ones it
 cannot represent. The few tasks no run can train are refused by `check_env_id` in one
 line saying what is missing (`refusal`): games of two or more players (pgx's board and
@@ -61,8 +61,13 @@ import warnings
 import ml_collections
 import numpy as np
 
-from sebulba import spaces
-from sebulba.env_config import SEBULBA_ENV_KWARGS, check_env_kwargs_form, env_kwargs, env_section
+from sebulba.environments import spaces
+from sebulba.environments.env_config import (
+    SEBULBA_ENV_KWARGS,
+    check_env_kwargs_form,
+    env_kwargs,
+    env_section,
+)
 from sebulba.errors import ConfigError
 
 # envpool draws the MuJoCo-based families' scenes with OpenGL through EGL (no display needed).
@@ -147,7 +152,7 @@ _JUMANJI_ASSET_FILES = {
 _PLAYERS = {2: "two-player", 3: "three-player", 4: "four-player"}
 # envpool settings sebulba sets itself for a family's tasks, so `env.kwargs` may not: each
 # with the config key to use instead, or None where the family's protocol fixes it.
-# (`sebulba.env_config.SEBULBA_ENV_KWARGS` holds those of every family.)
+# (`sebulba.environments.env_config.SEBULBA_ENV_KWARGS` holds those of every family.)
 FAMILY_ENV_KWARGS = {
     _ATARI_FAMILY: {
         "episodic_life": None,
@@ -483,8 +488,8 @@ def check_env_kwargs(env_config: ml_collections.ConfigDict) -> dict:
     """`env.kwargs` checked against the task's envpool spec; returns them as a dict.
 
     Every key must be one of the task's envpool settings (`envpool.make_spec(task).config`),
-    not one sebulba sets itself (`sebulba.env_config.SEBULBA_ENV_KWARGS`, `FAMILY_ENV_KWARGS`),
-    with a value of the type of envpool's default.
+    not one sebulba sets itself (`sebulba.environments.env_config.SEBULBA_ENV_KWARGS`,
+    `FAMILY_ENV_KWARGS`), with a value of the type of envpool's default.
 
     Raises:
       ConfigError: one line naming `env.kwargs.<key>` and, for an unknown key, close
@@ -691,7 +696,7 @@ class JointPool:
 
     `send` hands every pool its envs' actions before `recv` waits for any, so the pools
     step concurrently (envpool's C++ threads release the GIL); results are joined along
-    the env axis in env order. The pools must share their spaces (`sebulba.tasks`).
+    the env axis in env order. The pools must share their spaces (`sebulba.environments.tasks`).
     """
 
     def __init__(self, pools: list):
@@ -736,20 +741,20 @@ def make_thread_envs(
     """The envs of one actor thread: global envs [first_env, first_env + num_envs).
 
     Global env g is seeded `seed_base + g` and runs the task that owns g
-    (`sebulba.tasks.TaskLayout`): the thread holds one pool per task block it overlaps,
+    (`sebulba.environments.tasks.TaskLayout`): the thread holds one pool per task block it overlaps,
     joined into one (`JointPool`) when there are several. With `split`
     (`pipeline.overlap_env_steps`) the thread's envs form two fixed halves, each built
     the same way, stepped as a `SplitPool`.
 
     Args:
       env_config: the `env` section of the config.
-      task_layout: the run's `sebulba.tasks.TaskLayout`.
+      task_layout: the run's `sebulba.environments.tasks.TaskLayout`.
       first_env: global index of the thread's first env.
       num_envs: envs of the thread (>= 2 if `split`).
       seed_base: seed of global env 0.
       split: step the envs as two fixed halves.
     """
-    from sebulba.tasks import task_env_config  # tasks imports nothing of envs.
+    from sebulba.environments.tasks import task_env_config  # tasks imports nothing of envs.
 
     def envs_of(first: int, count: int):
         pools = [
@@ -773,7 +778,7 @@ def make_thread_envs(
 
 def task_env_specs(env_config: ml_collections.ConfigDict, ids) -> dict[str, spaces.EnvSpec]:
     """Each task's `EnvSpec`, read from a one-env pool of it (closed again)."""
-    from sebulba.tasks import task_env_config
+    from sebulba.environments.tasks import task_env_config
 
     for task_id in ids:  # Every task's env.kwargs before any env is made.
         check_env_kwargs(task_env_config(env_config, task_id))
@@ -860,8 +865,8 @@ class EpisodeTracker:
     envpool resets an env on the step after its episode ended and ignores that step's
     action; such steps are marked invalid so no agent learns from them. Every finished
     episode is reported with the global index of its env, so the metrics can attribute
-    it to its task (`sebulba.tasks.TaskLayout.task_of_env`) without the pipeline knowing
-    about tasks.
+    it to its task (`sebulba.environments.tasks.TaskLayout.task_of_env`) without the
+    pipeline knowing about tasks.
 
     Args:
       env_ids: [n] global env indices of the pool's envs, in pool order.
@@ -905,6 +910,6 @@ class EpisodeTracker:
 if __name__ == "__main__":
     import sys
 
-    from sebulba.env_catalog import main
+    from sebulba.environments.env_catalog import main
 
     sys.exit(main(sys.argv[1:]))

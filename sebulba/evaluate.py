@@ -68,10 +68,11 @@ import numpy as np
 from absl import app, flags
 
 from sebulba import envs as envs_lib
-from sebulba import flag_errors, platforms, random_streams, tasks
+from sebulba import flag_errors, platforms, random_streams
 from sebulba.anakin import episodes as anakin_episodes
 from sebulba.anakin import suites as anakin_suites
-from sebulba.env_config import env_kwargs
+from sebulba.environments import tasks
+from sebulba.environments.env_config import env_kwargs
 from sebulba.errors import ConfigError
 from sebulba.experiments.atari_scores import RANDOM_AND_HUMAN_SCORES, human_normalized_score
 from sebulba.metrics import write_json

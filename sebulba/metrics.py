@@ -4,7 +4,7 @@ The learner-wait (`rollout_wait_s`) against actor-wait (`params_wait_s`) pair is
 throughput diagnosis of the Cleanba paper (Huang et al. 2023): a learner that waits for
 rollouts is starved by its actors, actors that wait for parameters are held by the
 learner. Side effects happen on process 0 only. Joint multi-task runs also report every
-task's episodes (`sebulba.task_metrics`).
+task's episodes (`sebulba.environments.task_metrics`).
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ from typing import Any
 import jax
 import numpy as np
 
+from sebulba.environments.task_metrics import TaskEpisodes
+from sebulba.environments.tasks import TaskLayout
 from sebulba.errors import TrainingDivergedError
 from sebulba.progress import ConsoleProgress, progress_line
 from sebulba.sizes import Sizes
-from sebulba.task_metrics import TaskEpisodes
-from sebulba.tasks import TaskLayout
 from sebulba.update_report import UpdateReport
 
 # Namespaces of the TensorBoard tags, by metrics.jsonl key (per-task keys such as
@@ -198,7 +198,7 @@ class MetricsLogger:
 
     Episodes are attributed to the tasks of `task_layout` by their global env index;
     multi-task lines carry per-task fields and summary.json always has `tasks`
-    (`sebulba.task_metrics`).
+    (`sebulba.environments.task_metrics`).
     """
 
     def __init__(

@@ -45,7 +45,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from sebulba import envs as envs_lib
-from sebulba import spaces
 from sebulba.actors import rollout_check, scan_actor
 from sebulba.actors.actor_step import actor_step
 from sebulba.actors.handoff import (
@@ -64,6 +63,7 @@ from sebulba.agents.api import (
     rollout_partition_specs,
 )
 from sebulba.distributed import EpisodeGatherer
+from sebulba.environments import spaces
 from sebulba.envs import EpisodeTracker, learning_rewards
 from sebulba.errors import NonFiniteRolloutError
 from sebulba.lag_schedule import required_policy_version

@@ -42,7 +42,6 @@ import numpy as np
 
 from sebulba import checkpoint as ckpt_lib
 from sebulba import envs as envs_lib
-from sebulba import spaces, tasks
 from sebulba import workdir as workdir_lib
 from sebulba.agents import resolve_agent
 from sebulba.agents.api import Agent, EnvSpec, Params, reset_carry
@@ -50,6 +49,7 @@ from sebulba.anakin import suites as anakin_suites
 from sebulba.anakin.env_api import JaxEnv
 from sebulba.anakin.host_envs import HostJaxEnvs
 from sebulba.config import base_config
+from sebulba.environments import spaces, tasks
 from sebulba.errors import ConfigError
 from sebulba.random_streams import inference_keys
 from sebulba.sizes import derive_sizes

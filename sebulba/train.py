@@ -21,7 +21,7 @@ import ml_collections
 from absl import logging
 
 from sebulba import checkpoint as ckpt_lib
-from sebulba import distributed, gpu_determinism, random_streams, resume_config, tasks
+from sebulba import distributed, gpu_determinism, random_streams, resume_config
 from sebulba import envs as envs_lib
 from sebulba import workdir as workdir_lib
 from sebulba.actors import scan_actor
@@ -31,6 +31,7 @@ from sebulba.anakin import runner as anakin_runner
 from sebulba.anakin import suites as anakin_suites
 from sebulba.anakin.env_api import BatchOfEnvs
 from sebulba.config import check_run_config
+from sebulba.environments import tasks
 from sebulba.errors import ConfigError
 from sebulba.lag_schedule import required_policy_version
 from sebulba.mesh import DeviceLayout, build_layout
@@ -189,7 +190,7 @@ def choose_actor_loop(
 def make_env_pools(config: ml_collections.ConfigDict, sizes: Sizes, first_update: int) -> list:
     """The envs of each actor thread of this process; env g is seeded `base + g`.
 
-    One envpool pool per thread and task block (`sebulba.tasks`), joined into one set
+    One envpool pool per thread and task block (`sebulba.environments.tasks`), joined into one set
     of envs, or two halves of them (`envs_lib.SplitPool`) with
     `pipeline.overlap_env_steps`. `base` is the seed for a fresh run and is re-derived for
     a resumed one (`random_streams.env_seed_base`), since envpool cannot restore env state.

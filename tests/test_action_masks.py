@@ -13,12 +13,13 @@ import ml_collections
 import numpy as np
 import pytest
 
-from sebulba import spaces, train
+from sebulba import train
 from sebulba.agents import defaults, distributions, ppo
 from sebulba.agents.api import Rollout
+from sebulba.environments import spaces
+from sebulba.environments.spaces import ArraySpec, Box, Discrete, EnvSpec, MultiDiscrete
 from sebulba.errors import ConfigError
 from sebulba.sizes import derive_sizes
-from sebulba.spaces import ArraySpec, Box, Discrete, EnvSpec, MultiDiscrete
 from tests.helpers import read_metrics, small_update_config
 from tests.test_config_variants import load_config
 

@@ -23,8 +23,8 @@ import pytest
 from sebulba import checkpoint, train
 from sebulba.anakin.env_api import JaxEnv, reset_envs, step_envs
 from sebulba.anakin.runner import AnakinRunner
+from sebulba.environments.spaces import ArraySpec, Discrete, EnvSpec
 from sebulba.errors import ConfigError
-from sebulba.spaces import ArraySpec, Discrete, EnvSpec
 from tests import minimal_agent, probe_agent
 from tests.helpers import (  # noqa: F401 - module_compilation_cache is an autouse fixture.
     LSTM_RUN,

@@ -1,6 +1,6 @@
 """Joint multi-task training in Anakin mode: `env.ids` naming several JAX envs.
 
-Each task's env steps its fixed block of the global envs (`sebulba.tasks`), so the runs
+Each task's env steps its fixed block of the global envs (`sebulba.environments.tasks`), so the runs
 keep Anakin's guarantees: per-task episodes in metrics, summary and evaluation, the same
 policy on 1 and 2 learner devices (task blocks that do not split evenly over them
 included), and a bit-identical resume of every task's env state.
@@ -16,8 +16,8 @@ import pytest
 from sebulba import checkpoint, evaluate, train
 from sebulba.anakin import suites
 from sebulba.anakin.env_api import JointJaxEnv, reset_envs, step_envs
+from sebulba.environments.tasks import TaskLayout
 from sebulba.errors import ConfigError
-from sebulba.tasks import TaskLayout
 from tests.helpers import (  # noqa: F401 - module_compilation_cache is an autouse fixture.
     module_compilation_cache,
     read_metrics,

@@ -23,8 +23,8 @@ import pytest
 
 from sebulba.anakin import suites
 from sebulba.anakin.env_api import JaxEnv, reset_envs, step_envs
+from sebulba.environments.spaces import ArraySpec, Box, Discrete, MultiDiscrete, map_observation
 from sebulba.errors import ConfigError
-from sebulba.spaces import ArraySpec, Box, Discrete, MultiDiscrete, map_observation
 
 NUM_ENVS = 4
 

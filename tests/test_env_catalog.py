@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from sebulba import env_catalog, envs
+from sebulba import envs
+from sebulba.environments import env_catalog
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -186,7 +186,7 @@ def test_joint_ppo_learns_every_task(tmp_path):
 
 
 def test_impala_atari_multitask_config_is_atari_57_with_popart():
-    from sebulba import tasks
+    from sebulba.environments import tasks
     from sebulba.experiments import atari_scores
 
     config = load_config("impala_atari_multitask")

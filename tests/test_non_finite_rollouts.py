@@ -7,9 +7,10 @@ import jax
 import numpy as np
 import pytest
 
-from sebulba import spaces, train
+from sebulba import train
 from sebulba.actors import rollout_check, scan_actor
 from sebulba.agents.api import Rollout
+from sebulba.environments import spaces
 from sebulba.errors import NonFiniteRolloutError
 from tests import non_finite_policy_agent
 from tests.helpers import agent_config, read_metrics

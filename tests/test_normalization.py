@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from sebulba.agents import normalization
-from sebulba.spaces import ArraySpec
+from sebulba.environments.spaces import ArraySpec
 
 
 def test_chan_merge_equals_the_moments_of_the_concatenation():

@@ -18,11 +18,12 @@ import pytest
 import sebulba
 from sebulba import envs as envs_lib
 from sebulba import policy as policy_lib
-from sebulba import tasks, train
+from sebulba import train
 from sebulba.agents import impala, ppo
 from sebulba.agents.api import ArraySpec, Discrete, EnvSpec
 from sebulba.agents.networks import make_network
 from sebulba.config import base_config
+from sebulba.environments import tasks
 from sebulba.evaluate import evaluate
 from sebulba.sizes import derive_sizes
 from tests import minimal_agent

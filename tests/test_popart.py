@@ -9,10 +9,11 @@ import pytest
 import rlax
 
 import sebulba
-from sebulba import tasks, train
+from sebulba import train
 from sebulba.agents import impala, learner, popart, ppo
 from sebulba.agents.api import ArraySpec, Discrete, EnvSpec, Rollout
 from sebulba.agents.networks import make_network
+from sebulba.environments import tasks
 from sebulba.errors import ConfigError
 from sebulba.sizes import derive_sizes
 from tests.helpers import (

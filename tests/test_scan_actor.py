@@ -12,9 +12,10 @@ import jax
 import numpy as np
 import pytest
 
-from sebulba import envs, spaces, train
+from sebulba import envs, train
 from sebulba.actors import scan_actor
 from sebulba.agents import impala, ppo
+from sebulba.environments import spaces
 from sebulba.errors import ConfigError
 from sebulba.pipeline import Pipeline
 from tests import minimal_agent

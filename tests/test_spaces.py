@@ -9,9 +9,10 @@ import pytest
 
 import sebulba
 from sebulba import envs as envs_lib
-from sebulba import spaces, train
+from sebulba import train
 from sebulba.agents import impala, ppo
 from sebulba.agents.api import ArraySpec, Box, Discrete, MultiDiscrete
+from sebulba.environments import spaces
 from sebulba.errors import ConfigError
 from sebulba.evaluate import evaluate
 from sebulba.pipeline import Pipeline

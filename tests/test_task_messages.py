@@ -3,10 +3,11 @@
 import ml_collections
 import pytest
 
-from sebulba import envs, tasks
+from sebulba import envs
 from sebulba.config import base_config
+from sebulba.environments import tasks
+from sebulba.environments.spaces import ArraySpec, Box, Discrete, EnvSpec
 from sebulba.errors import ConfigError
-from sebulba.spaces import ArraySpec, Box, Discrete, EnvSpec
 
 
 def _refusal(specs):

@@ -12,12 +12,13 @@ import signal
 import numpy as np
 import pytest
 
-from sebulba import tasks, train
+from sebulba import train
+from sebulba.environments import tasks
+from sebulba.environments.task_metrics import RECENT_EPISODES, TaskEpisodes
 from sebulba.errors import ConfigError
 from sebulba.experiments.atari_scores import human_normalized_score
 from sebulba.metrics import MetricsLogger, scalar_tag
 from sebulba.sizes import derive_sizes
-from sebulba.task_metrics import RECENT_EPISODES, TaskEpisodes
 from sebulba.update_report import UpdateReport
 from tests import minimal_agent, probe_agent
 from tests.helpers import agent_config, read_metrics, read_summary

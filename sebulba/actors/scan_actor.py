@@ -33,8 +33,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from sebulba import envs as envs_lib
-from sebulba import spaces
 from sebulba.agents.api import EnvSpec, Rollout, rollout_env_axes
+from sebulba.environments import spaces
 
 # Platforms for which envpool ships kernels of its XLA custom calls.
 _XLA_PLATFORMS = {"cpu": 0, "gpu": 1, "cuda": 1}

@@ -27,10 +27,8 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec
 
-from sebulba.mesh import BATCH_AXIS
-
 # The spaces an agent is written against, re-exported with the rest of the contract.
-from sebulba.spaces import (  # noqa: F401
+from sebulba.environments.spaces import (  # noqa: F401
     ActionSpec,
     ArraySpec,
     Box,
@@ -40,6 +38,7 @@ from sebulba.spaces import (  # noqa: F401
     observation_struct,
     zero_observation,
 )
+from sebulba.mesh import BATCH_AXIS
 
 # The config checks agents use in `make`, re-exported with the rest of the contract.
 from sebulba.validation import (  # noqa: F401

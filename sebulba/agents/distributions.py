@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sebulba.spaces import ActionSpec, Box, Discrete, EnvSpec, MultiDiscrete
+from sebulba.environments.spaces import ActionSpec, Box, Discrete, EnvSpec, MultiDiscrete
 
 _POLICY_GAIN = 0.01
 

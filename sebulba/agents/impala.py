@@ -40,7 +40,7 @@ import ml_collections
 import optax
 import rlax
 
-from sebulba import random_streams, tasks
+from sebulba import random_streams
 from sebulba.agents import (
     defaults,
     distributions,
@@ -59,6 +59,7 @@ from sebulba.agents.api import (
     require_divisible,
 )
 from sebulba.agents.networks import check_network_fits, has_convolutions, make_network
+from sebulba.environments import tasks
 from sebulba.sizes import Sizes
 
 # The interval of every numeric hyperparameter (`defaults.py`); `make` refuses values

@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sebulba.spaces import ArraySpec, map_observation
+from sebulba.environments.spaces import ArraySpec, map_observation
 
 # Added to the variance before the square root, as gym and baselines do.
 VARIANCE_EPSILON = 1e-8

@@ -156,7 +156,7 @@ class PopArt:
 
     Attributes:
       enabled: `agent.popart`.
-      layout: the run's `sebulba.tasks.TaskLayout` (which task each global env runs).
+      layout: the run's `sebulba.environments.tasks.TaskLayout` (which task each global env runs).
       step_size, scale_lb, scale_ub: beta and the scale bounds.
     """
 
@@ -219,7 +219,8 @@ def check_config(agent_config: Any) -> None:
 
 
 def popart_of(config: Any, task_layout: Any) -> PopArt:
-    """The `PopArt` a run config asks for, over the tasks of `task_layout` (`sebulba.tasks`).
+    """The `PopArt` a run config asks for, over the tasks of `task_layout`
+    (`sebulba.environments.tasks`).
 
     Raises:
       ConfigError: naming the field, for a bad `agent.popart*` value.

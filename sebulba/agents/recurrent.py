@@ -26,8 +26,8 @@ import jax.numpy as jnp
 
 from sebulba.agents import distributions
 from sebulba.agents.api import Carry, reset_carry
+from sebulba.environments.spaces import zero_observation
 from sebulba.errors import ConfigError
-from sebulba.spaces import zero_observation
 
 CORES = ("none", "lstm")
 

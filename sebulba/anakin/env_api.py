@@ -17,7 +17,7 @@ This costs one env step per episode, as envpool does. Episode returns and length
 counted here, on the device, and reported on the step that ends the episode.
 
 A joint run (`env.ids`: several tasks, one policy) steps a `JointJaxEnv`: each task's
-env runs the fixed block of global env indices `sebulba.tasks.TaskLayout` gives it, its
+env runs the fixed block of global env indices `sebulba.environments.tasks.TaskLayout` gives it, its
 state kept apart (the tasks' states are different pytrees), and its observations,
 rewards and flags concatenated in env order, so the runner and the agents see one batch
 of B envs whatever the tasks are. `JaxEnv` and `JointJaxEnv` offer the same three
@@ -37,7 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sebulba.spaces import Box, EnvSpec, map_observation
+from sebulba.environments.spaces import Box, EnvSpec, map_observation
 
 EnvState = Any  # A suite's state of one env (a pytree); batched [B, ...] by the runner.
 Observation = Any  # A pytree shaped like `EnvSpec.observation`.
@@ -92,7 +92,7 @@ class JointJaxEnv:
 
     Attributes:
       tasks: one `JaxEnv` per task, in `env.ids` order, each with the run's spec (the
-        tasks share their spaces: `sebulba.tasks.check_compatible`).
+        tasks share their spaces: `sebulba.environments.tasks.check_compatible`).
       block_sizes: the envs of each task's block (`TaskLayout.block`), in env order.
       spec: the run's spec (the first task's).
 

@@ -19,9 +19,9 @@ import io
 from types import ModuleType
 
 from sebulba.anakin.env_api import BatchOfEnvs, JaxEnv, JointJaxEnv
+from sebulba.environments.spaces import EnvSpec
+from sebulba.environments.tasks import TaskLayout
 from sebulba.errors import ConfigError
-from sebulba.spaces import EnvSpec
-from sebulba.tasks import TaskLayout
 
 SUITES = {
     "gymnax": "sebulba.anakin.suites.gymnax",

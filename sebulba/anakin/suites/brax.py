@@ -20,8 +20,8 @@ import jax
 import jax.numpy as jnp
 
 from sebulba.anakin.env_api import JaxEnv
+from sebulba.environments.spaces import ArraySpec, Box, EnvSpec
 from sebulba.errors import ConfigError
-from sebulba.spaces import ArraySpec, Box, EnvSpec
 
 PACKAGE = "brax"
 EPISODE_LENGTH = 1000

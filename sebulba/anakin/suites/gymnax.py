@@ -11,8 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from sebulba.anakin.env_api import JaxEnv
+from sebulba.environments.spaces import ArraySpec, Box, Discrete, EnvSpec
 from sebulba.errors import ConfigError
-from sebulba.spaces import ArraySpec, Box, Discrete, EnvSpec
 
 PACKAGE = "gymnax"
 _HOST_DTYPES = {"float64": "float32", "int64": "int32", "bool": "float32"}

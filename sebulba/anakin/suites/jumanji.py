@@ -31,8 +31,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from sebulba.anakin.env_api import JaxEnv
+from sebulba.environments.spaces import (
+    ArraySpec,
+    Box,
+    Discrete,
+    EnvSpec,
+    MultiDiscrete,
+    with_action_mask,
+)
 from sebulba.errors import ConfigError
-from sebulba.spaces import ArraySpec, Box, Discrete, EnvSpec, MultiDiscrete, with_action_mask
 
 PACKAGE = "jumanji"
 _LAST = 2  # jumanji.types.StepType.LAST

@@ -21,8 +21,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from sebulba.anakin.env_api import JaxEnv
+from sebulba.environments.spaces import ArraySpec, Discrete, EnvSpec, with_action_mask
 from sebulba.errors import ConfigError
-from sebulba.spaces import ArraySpec, Discrete, EnvSpec, with_action_mask
 
 PACKAGE = "pgx"
 _PLAYERS = {2: "two-player", 3: "three-player", 4: "four-player"}

@@ -15,8 +15,8 @@ import jax
 import jax.numpy as jnp
 
 from sebulba.anakin.env_api import JaxEnv
+from sebulba.environments.spaces import ArraySpec, Discrete, EnvSpec
 from sebulba.errors import ConfigError
-from sebulba.spaces import ArraySpec, Discrete, EnvSpec
 
 PACKAGE = "xminigrid"
 # XLand ids are meta-RL tasks: each episode plays a ruleset drawn from a benchmark that

@@ -1,7 +1,7 @@
 """Episode statistics per task: what a joint multi-task run reports for each of its tasks.
 
 Every finished episode reaches the metrics with the global index of the env it ran in;
-`sebulba.tasks.TaskLayout.task_of_env` names its task, so attribution depends on the
+`sebulba.environments.tasks.TaskLayout.task_of_env` names its task, so attribution depends on the
 fixed env-to-task blocks alone, never on threads, processes or timing. Per task this
 keeps the episodes of the current log window (the `episodic_return/<task id>` and
 `episodic_length/<task id>` of a metrics line), the last `RECENT_EPISODES` returns and
@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
+from sebulba.environments.tasks import TaskLayout
 from sebulba.envs import is_atari
 from sebulba.experiments.atari_scores import human_normalized_score
-from sebulba.tasks import TaskLayout
 
 RECENT_EPISODES = 100  # Episodes per task behind summary.json's per-task means.
 

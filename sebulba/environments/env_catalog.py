@@ -10,7 +10,7 @@ spaces are envpool's under the settings a run uses (Atari's under the Machado et
 protocol: 18 actions, a stack of 4 grey 84x84 frames; ViZDoom's combined actions), read
 from envpool's specs without creating envs. A task no run can train (a two-player game,
 ...) is listed with the reason it is refused. Observation bounds are left out (envpool's
-are unreliable); the host turns float64 observations into float32 (`sebulba.spaces`).
+are unreliable); the host turns float64 observations into float32 (`sebulba.environments.spaces`).
 The JAX-native suites that Anakin runs (`sebulba.anakin.suites`) follow, with the number
 of tasks of each installed suite; a suite's listing builds each task's spec from its
 adapter.
@@ -144,7 +144,7 @@ def _print_suites() -> None:
 def jax_task_line(env_id: str) -> str:
     """A JAX env's id with its spaces as a run sees them, or why it is refused."""
     from sebulba.agents.networks import describe_observation
-    from sebulba.tasks import describe_action
+    from sebulba.environments.tasks import describe_action
 
     try:
         spec = suites.make_env(env_id).spec
