@@ -41,7 +41,7 @@ from jax.sharding import PartitionSpec
 
 from sebulba.errors import ConfigError
 from sebulba.mesh import BATCH_AXIS, DeviceLayout
-from sebulba.stop_signals import StopSignals  # noqa: F401 - part of this module's API.
+from sebulba.runtime.stop_signals import StopSignals  # noqa: F401 - part of this module's API.
 
 CHECKPOINTS_DIRNAME = "checkpoints"
 # Unreadable checkpoints of a run are moved here (never deleted), so the run can save

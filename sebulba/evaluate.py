@@ -68,15 +68,16 @@ import numpy as np
 from absl import app, flags
 
 from sebulba import envs as envs_lib
-from sebulba import flag_errors, platforms, random_streams
+from sebulba import flag_errors, random_streams
 from sebulba.anakin import episodes as anakin_episodes
 from sebulba.anakin import suites as anakin_suites
 from sebulba.environments import tasks
 from sebulba.environments.env_config import env_kwargs
 from sebulba.errors import ConfigError
 from sebulba.experiments.atari_scores import RANDOM_AND_HUMAN_SCORES, human_normalized_score
-from sebulba.metrics import write_json
 from sebulba.policy import Policy, PolicyError, load_policy, load_run_config
+from sebulba.runtime import platforms
+from sebulba.runtime.metrics import write_json
 
 # Rendered screens wider than this are shrunk by an integer factor (classic control
 # draws 600x400); Atari's 160-pixel game screen is kept as it is.

@@ -26,13 +26,14 @@ import sys
 
 from absl import app, flags, logging
 
-from sebulba import config_flag, distributed, gpu_determinism, platforms
+from sebulba import config_flag
 from sebulba.agents.defaults import check_builtin_ranges
 from sebulba.config import check_run_config
 from sebulba.errors import ConfigError, NonFiniteRolloutError, TrainingDivergedError
+from sebulba.runtime import distributed, gpu_determinism, platforms
+from sebulba.runtime.stop_signals import StopSignals
+from sebulba.runtime.workdir import check_workdir
 from sebulba.sizes import derive_sizes
-from sebulba.stop_signals import StopSignals
-from sebulba.workdir import check_workdir
 
 # 128 + SIGINT, what shells report for a program stopped by Ctrl-C: `for s in 1 2; do
 # python -m sebulba.main ...; done` then stops instead of starting the next run. SIGTERM
@@ -158,8 +159,9 @@ def _run(signals: StopSignals) -> None:
         config_flag.config_error(str(error))
     import jax
 
-    from sebulba import compile_cache, train
-    from sebulba.metrics import params_checksum
+    from sebulba import train
+    from sebulba.runtime import compile_cache
+    from sebulba.runtime.metrics import params_checksum
 
     compile_cache.enable()  # Logged by train.train once the config is accepted.
 

@@ -35,7 +35,7 @@ import sys
 import numpy as np
 
 from sebulba.experiments.atari_scores import human_normalized_score
-from sebulba.workdir import check_writable_dir, runs_inside
+from sebulba.runtime.workdir import check_writable_dir, runs_inside
 
 # Config sections that change how a run is logged or saved, not what it learns.
 _NOT_EXPERIMENT_KEYS = ("seed", "log", "ckpt")

@@ -42,7 +42,6 @@ import numpy as np
 
 from sebulba import checkpoint as ckpt_lib
 from sebulba import envs as envs_lib
-from sebulba import workdir as workdir_lib
 from sebulba.agents import resolve_agent
 from sebulba.agents.api import Agent, EnvSpec, Params, reset_carry
 from sebulba.anakin import suites as anakin_suites
@@ -52,6 +51,7 @@ from sebulba.config import base_config
 from sebulba.environments import spaces, tasks
 from sebulba.errors import ConfigError
 from sebulba.random_streams import inference_keys
+from sebulba.runtime import workdir as workdir_lib
 from sebulba.sizes import derive_sizes
 
 

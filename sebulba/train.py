@@ -21,9 +21,8 @@ import ml_collections
 from absl import logging
 
 from sebulba import checkpoint as ckpt_lib
-from sebulba import distributed, gpu_determinism, random_streams, resume_config
 from sebulba import envs as envs_lib
-from sebulba import workdir as workdir_lib
+from sebulba import random_streams, resume_config
 from sebulba.actors import scan_actor
 from sebulba.agents import resolve_agent
 from sebulba.agents.api import Agent, EnvSpec
@@ -35,9 +34,11 @@ from sebulba.environments import tasks
 from sebulba.errors import ConfigError
 from sebulba.lag_schedule import required_policy_version
 from sebulba.mesh import DeviceLayout, build_layout
-from sebulba.metrics import MetricsLogger, params_checksum, truncate_metrics, write_json
 from sebulba.pipeline import Pipeline
 from sebulba.preflight import memory
+from sebulba.runtime import distributed, gpu_determinism
+from sebulba.runtime import workdir as workdir_lib
+from sebulba.runtime.metrics import MetricsLogger, params_checksum, truncate_metrics, write_json
 from sebulba.sizes import Sizes, derive_sizes
 from sebulba.update_report import UpdateReport
 

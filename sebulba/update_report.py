@@ -1,7 +1,7 @@
 """What a runner (the Sebulba pipeline or the Anakin runner) reports after each update.
 
 `sebulba.train` drives both runners through the same `run(..., on_update, ...)` and
-hands every `UpdateReport` to the metrics (`sebulba.metrics.MetricsLogger`) and the
+hands every `UpdateReport` to the metrics (`sebulba.runtime.metrics.MetricsLogger`) and the
 checkpoints, so neither needs to know which runner produced it.
 """
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from sebulba import train
 from sebulba.agents import ppo
-from sebulba.metrics import MetricsLogger
+from sebulba.runtime.metrics import MetricsLogger
 from tests.helpers import agent_config
 
 _TASKS = ("CartPole-v0", "CartPole-v1")

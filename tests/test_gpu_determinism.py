@@ -8,8 +8,9 @@ import types
 
 import pytest
 
-from sebulba import gpu_determinism, train
+from sebulba import train
 from sebulba.errors import ConfigError
+from sebulba.runtime import gpu_determinism
 from tests import minimal_agent
 from tests.helpers import agent_config, read_summary
 
@@ -46,7 +47,7 @@ def test_a_gpu_backend_started_without_the_flags_is_refused(monkeypatch):
 def test_the_command_line_sets_the_flag_before_jax_starts_and_xla_accepts_it(tmp_path):
     # In a fresh process: configure, then start JAX's backend and compute with the flag.
     code = (
-        "from sebulba import gpu_determinism\n"
+        "from sebulba.runtime import gpu_determinism\n"
         "assert not gpu_determinism.backend_started()\n"
         "gpu_determinism.configure(True)\n"
         "import jax, jax.numpy as jnp, os\n"

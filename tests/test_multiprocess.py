@@ -20,9 +20,9 @@ import jax
 import numpy as np
 import pytest
 
-from sebulba import distributed
 from sebulba.errors import ConfigError
 from sebulba.mesh import build_layout
+from sebulba.runtime import distributed
 from tests.helpers import read_metrics, read_summary
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

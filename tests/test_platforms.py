@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from sebulba import platforms
+from sebulba.runtime import platforms
 from tests.test_cli import ROOT, TEST_CONFIG
 
 

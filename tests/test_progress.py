@@ -16,7 +16,7 @@ from tensorboardX.proto import event_pb2
 
 from sebulba import checkpoint, train
 from sebulba.errors import ConfigError, TrainingDivergedError
-from sebulba.progress import ConsoleProgress
+from sebulba.runtime.progress import ConsoleProgress
 from tests import diverging_agent, minimal_agent
 from tests.helpers import agent_config, read_metrics, read_summary
 from tests.test_cli import TEST_CONFIG, run_cli

@@ -5,8 +5,9 @@ import math
 
 import pytest
 
-from sebulba import progress, train
-from sebulba.progress import ConsoleProgress, eta_seconds, progress_line
+from sebulba import train
+from sebulba.runtime import progress
+from sebulba.runtime.progress import ConsoleProgress, eta_seconds, progress_line
 
 
 def test_the_eta_is_unknown_until_the_first_update_has_finished():

@@ -3,7 +3,7 @@
 import logging
 
 from sebulba import train
-from sebulba.stop_signals import StopSignals
+from sebulba.runtime.stop_signals import StopSignals
 from tests.test_config_variants import load_config
 
 

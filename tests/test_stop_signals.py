@@ -18,7 +18,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # matrix products) after saying it is ready.
 _BLOCKED_IN_XLA = """
 import sys
-from sebulba.stop_signals import StopSignals
+from sebulba.runtime.stop_signals import StopSignals
 
 with StopSignals(exit_at_once=True) as signals:
     if sys.argv[1] == "saveable":
@@ -94,7 +94,7 @@ def test_a_second_signal_ends_the_process_at_once_whatever_xla_is_doing():
 def test_library_callers_keep_a_living_process(tmp_path):
     # Without exit_at_once (train.train called from Python) a second signal raises
     # KeyboardInterrupt in the main thread and the handlers are restored afterwards.
-    from sebulba.stop_signals import StopSignals
+    from sebulba.runtime.stop_signals import StopSignals
 
     previous = signal.getsignal(signal.SIGINT)
     with pytest.raises(KeyboardInterrupt, match="second SIGINT"):

@@ -17,7 +17,7 @@ from sebulba.environments import tasks
 from sebulba.environments.task_metrics import RECENT_EPISODES, TaskEpisodes
 from sebulba.errors import ConfigError
 from sebulba.experiments.atari_scores import human_normalized_score
-from sebulba.metrics import MetricsLogger, scalar_tag
+from sebulba.runtime.metrics import MetricsLogger, scalar_tag
 from sebulba.sizes import derive_sizes
 from sebulba.update_report import UpdateReport
 from tests import minimal_agent, probe_agent

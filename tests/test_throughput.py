@@ -9,8 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sebulba import compile_cache, random_streams, train
 from sebulba import envs as envs_lib
+from sebulba import random_streams, train
 from sebulba.actors.handoff import RunControl
 from sebulba.agents import learner
 from sebulba.agents.api import Discrete
@@ -19,8 +19,9 @@ from sebulba.config import base_config
 from sebulba.environments import tasks
 from sebulba.environments.spaces import ArraySpec
 from sebulba.errors import ConfigError
-from sebulba.metrics import MetricsLogger
 from sebulba.pipeline import Pipeline
+from sebulba.runtime import compile_cache
+from sebulba.runtime.metrics import MetricsLogger
 from sebulba.update_report import UpdateReport
 from tests import minimal_agent, probe_agent
 from tests.helpers import agent_config, read_summary

@@ -32,12 +32,12 @@ from jax.sharding import PartitionSpec
 
 from sebulba import checkpoint as ckpt_lib
 from sebulba import resume_config
-from sebulba import workdir as workdir_lib
 from sebulba.agents import resolve_agent
 from sebulba.anakin.runner import AnakinRunner, update_report
 from sebulba.errors import ConfigError
 from sebulba.mesh import BATCH_AXIS
 from sebulba.preflight.memory import update_compiler_options
+from sebulba.runtime import workdir as workdir_lib
 
 
 def seed_workdir(workdir: str, seed: int) -> str:

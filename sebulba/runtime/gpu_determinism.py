@@ -90,7 +90,7 @@ def configure(deterministic: bool) -> None:
             raise ConfigError(
                 "debug.deterministic_gpu is True but JAX started its GPU backend before "
                 f"sebulba could add {' '.join(DETERMINISTIC_GPU_FLAGS)} to XLA_FLAGS; call "
-                "sebulba.gpu_determinism.configure(True) before the first JAX computation, "
+                "sebulba.runtime.gpu_determinism.configure(True) before the first JAX computation, "
                 "export XLA_FLAGS with it, or set --config.debug.deterministic_gpu=False"
             )
         return  # CPU and TPU backends have no use for the flags.

@@ -25,7 +25,7 @@ import numpy as np
 from sebulba.environments.task_metrics import TaskEpisodes
 from sebulba.environments.tasks import TaskLayout
 from sebulba.errors import TrainingDivergedError
-from sebulba.progress import ConsoleProgress, progress_line
+from sebulba.runtime.progress import ConsoleProgress, progress_line
 from sebulba.sizes import Sizes
 from sebulba.update_report import UpdateReport
 
