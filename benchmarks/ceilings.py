@@ -64,9 +64,9 @@ from sebulba import envs as envs_lib  # noqa: E402
 from sebulba import random_streams, train
 from sebulba.actors import scan_actor
 from sebulba.actors.handoff import RunControl, StartGate  # noqa: E402
+from sebulba.config.sizes import derive_sizes  # noqa: E402
 from sebulba.environments import spaces  # noqa: E402
 from sebulba.pipeline import Pipeline  # noqa: E402
-from sebulba.sizes import derive_sizes  # noqa: E402
 
 
 def load_config(spec: str):

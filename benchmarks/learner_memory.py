@@ -29,8 +29,8 @@ import numpy as np
 from sebulba.agents import ppo
 from sebulba.agents.api import ArraySpec, Discrete, EnvSpec, Rollout
 from sebulba.config import base_config
+from sebulba.config.sizes import derive_sizes
 from sebulba.preflight.memory import update_compiler_options
-from sebulba.sizes import derive_sizes
 
 PONG = EnvSpec("Pong-v5", ArraySpec((4, 84, 84), "uint8"), Discrete(6), is_atari=True)
 

@@ -27,8 +27,8 @@ import numpy as np  # noqa: E402
 from sebulba.agents import ppo  # noqa: E402
 from sebulba.agents.api import ArraySpec, Discrete, EnvSpec, Rollout  # noqa: E402
 from sebulba.config import base_config  # noqa: E402
+from sebulba.config.sizes import derive_sizes  # noqa: E402
 from sebulba.preflight.memory import update_compiler_options  # noqa: E402
-from sebulba.sizes import derive_sizes  # noqa: E402
 
 CARTPOLE = EnvSpec("CartPole-v1", ArraySpec((4,), "float32"), Discrete(2))
 BREAKOUT = EnvSpec("Breakout-v5", ArraySpec((4, 84, 84), "uint8"), Discrete(18), is_atari=True)

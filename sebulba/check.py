@@ -36,7 +36,7 @@ from typing import Any
 
 from absl import app, flags, logging
 
-from sebulba import config_flag
+from sebulba.config import flag as config_flag
 from sebulba.errors import ConfigError
 from sebulba.preflight import accelerators
 from sebulba.preflight.check_report import format_bytes as _bytes

@@ -3,7 +3,7 @@
     python -m sebulba.config_docs > docs/configuration.md
 
 Every key of every `configs/*.py` is listed with the value that config gives it and the
-one-line comment written beside the field's definition (in `sebulba/config.py`, the env
+one-line comment written beside the field's definition (in `sebulba/config/__init__.py`, the env
 section's in `sebulba/environments/env_config.py`, or the agent's `get_config()`). A test
 regenerates the file and compares.
 """
@@ -82,7 +82,8 @@ def render() -> str:
         "when this file and the configs disagree. Override any key on the command line with",
         "`--config.KEY=VALUE` (tuples as `'(1,2)'`); the config is locked, so a misspelled",
         "key is an error. The meaning column is the comment beside the field's definition",
-        "(`sebulba/config.py` for run-level sections, the agent's `get_config()` for `agent`).",
+        "(`sebulba/config/__init__.py` for run-level sections, `env_section()` in",
+        "`sebulba/environments/env_config.py` for `env`, the agent's `get_config()` for `agent`).",
         "",
     ]
     for path in config_files():

@@ -68,9 +68,10 @@ import numpy as np
 from absl import app, flags
 
 from sebulba import envs as envs_lib
-from sebulba import flag_errors, random_streams
+from sebulba import random_streams
 from sebulba.anakin import episodes as anakin_episodes
 from sebulba.anakin import suites as anakin_suites
+from sebulba.config import flag_errors
 from sebulba.environments import tasks
 from sebulba.environments.env_config import env_kwargs
 from sebulba.errors import ConfigError

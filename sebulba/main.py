@@ -26,14 +26,14 @@ import sys
 
 from absl import app, flags, logging
 
-from sebulba import config_flag
 from sebulba.agents.defaults import check_builtin_ranges
 from sebulba.config import check_run_config
+from sebulba.config import flag as config_flag
+from sebulba.config.sizes import derive_sizes
 from sebulba.errors import ConfigError, NonFiniteRolloutError, TrainingDivergedError
 from sebulba.runtime import distributed, gpu_determinism, platforms
 from sebulba.runtime.stop_signals import StopSignals
 from sebulba.runtime.workdir import check_workdir
-from sebulba.sizes import derive_sizes
 
 # 128 + SIGINT, what shells report for a program stopped by Ctrl-C: `for s in 1 2; do
 # python -m sebulba.main ...; done` then stops instead of starting the next run. SIGTERM

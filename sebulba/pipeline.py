@@ -62,6 +62,7 @@ from sebulba.agents.api import (
     rollout_env_axes,
     rollout_partition_specs,
 )
+from sebulba.config.sizes import Sizes
 from sebulba.environments import spaces
 from sebulba.envs import EpisodeTracker, learning_rewards
 from sebulba.errors import NonFiniteRolloutError
@@ -69,7 +70,6 @@ from sebulba.lag_schedule import required_policy_version
 from sebulba.mesh import DeviceLayout
 from sebulba.preflight.memory import update_compiler_options
 from sebulba.runtime.distributed import EpisodeGatherer
-from sebulba.sizes import Sizes
 from sebulba.update_report import UpdateReport
 
 

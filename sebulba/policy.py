@@ -48,11 +48,11 @@ from sebulba.anakin import suites as anakin_suites
 from sebulba.anakin.env_api import JaxEnv
 from sebulba.anakin.host_envs import HostJaxEnvs
 from sebulba.config import base_config
+from sebulba.config.sizes import derive_sizes
 from sebulba.environments import spaces, tasks
 from sebulba.errors import ConfigError
 from sebulba.random_streams import inference_keys
 from sebulba.runtime import workdir as workdir_lib
-from sebulba.sizes import derive_sizes
 
 
 class PolicyError(Exception):

@@ -22,7 +22,7 @@ from absl import logging
 
 from sebulba import checkpoint as ckpt_lib
 from sebulba import envs as envs_lib
-from sebulba import random_streams, resume_config
+from sebulba import random_streams
 from sebulba.actors import scan_actor
 from sebulba.agents import resolve_agent
 from sebulba.agents.api import Agent, EnvSpec
@@ -30,6 +30,8 @@ from sebulba.anakin import runner as anakin_runner
 from sebulba.anakin import suites as anakin_suites
 from sebulba.anakin.env_api import BatchOfEnvs
 from sebulba.config import check_run_config
+from sebulba.config import resume as resume_config
+from sebulba.config.sizes import Sizes, derive_sizes
 from sebulba.environments import tasks
 from sebulba.errors import ConfigError
 from sebulba.lag_schedule import required_policy_version
@@ -39,7 +41,6 @@ from sebulba.preflight import memory
 from sebulba.runtime import distributed, gpu_determinism
 from sebulba.runtime import workdir as workdir_lib
 from sebulba.runtime.metrics import MetricsLogger, params_checksum, truncate_metrics, write_json
-from sebulba.sizes import Sizes, derive_sizes
 from sebulba.update_report import UpdateReport
 
 
@@ -483,7 +484,7 @@ def train(
     `summary.json` into `workdir`; every process takes part in writing `checkpoints/`.
     Resumes from the newest valid checkpoint in `workdir/checkpoints`, else from
     `ckpt.resume_from`, after checking the config against that run's `config.json`
-    (`sebulba.resume_config`: only documented keys may change; `config.json` then holds
+    (`sebulba.config.resume`: only documented keys may change; `config.json` then holds
     this segment's config). On SIGTERM or SIGINT it saves after the current update and
     returns that state without writing `summary.json`; calling it again resumes.
     `on_update(report, state)`, if given, runs on the learner thread after each update

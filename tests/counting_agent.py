@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import ml_collections
 
 from sebulba.agents.api import Agent, EnvSpec, Rollout, episode_starts, reset_carry
-from sebulba.sizes import Sizes
+from sebulba.config.sizes import Sizes
 
 
 def get_config() -> ml_collections.ConfigDict:

@@ -12,7 +12,7 @@ import optax
 import rlax
 
 from sebulba.agents.api import Agent, EnvSpec, Rollout
-from sebulba.sizes import Sizes
+from sebulba.config.sizes import Sizes
 
 
 def get_config() -> ml_collections.ConfigDict:

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import ml_collections
 
 from sebulba.agents.api import Agent, EnvSpec, Rollout
-from sebulba.sizes import Sizes
+from sebulba.config.sizes import Sizes
 
 # Counts Python traces of act and update: steady state must not add any.
 TRACE_COUNTS = {"act": 0, "update": 0}

@@ -16,10 +16,10 @@ import pytest
 from sebulba import train
 from sebulba.agents import defaults, distributions, ppo
 from sebulba.agents.api import Rollout
+from sebulba.config.sizes import derive_sizes
 from sebulba.environments import spaces
 from sebulba.environments.spaces import ArraySpec, Box, Discrete, EnvSpec, MultiDiscrete
 from sebulba.errors import ConfigError
-from sebulba.sizes import derive_sizes
 from tests.helpers import read_metrics, small_update_config
 from tests.test_config_variants import load_config
 

@@ -21,9 +21,9 @@ from sebulba.agents.api import (
     Rollout,
     rollout_partition_specs,
 )
+from sebulba.config.sizes import derive_sizes
 from sebulba.errors import ConfigError
 from sebulba.preflight import memory
-from sebulba.sizes import derive_sizes
 from tests.helpers import (
     assert_update_moves_no_rollout_data,
     mesh_of,

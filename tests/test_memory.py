@@ -14,9 +14,9 @@ from jax.sharding import NamedSharding, PartitionSpec
 from sebulba import train
 from sebulba.agents import learner, ppo
 from sebulba.agents.api import ArraySpec, Discrete, EnvSpec, Rollout, rollout_partition_specs
+from sebulba.config.sizes import derive_sizes
 from sebulba.errors import ConfigError
 from sebulba.preflight import memory
-from sebulba.sizes import derive_sizes
 from tests.helpers import agent_config, mesh_of, small_update_config
 from tests.test_learning import load_config
 

@@ -11,8 +11,8 @@ from configs import impala_atari, ppo_atari
 from sebulba.agents import impala, ppo
 from sebulba.agents.api import ArraySpec, Discrete, EnvSpec
 from sebulba.agents.networks import check_network_fits, make_network
+from sebulba.config.sizes import derive_sizes
 from sebulba.errors import ConfigError
-from sebulba.sizes import derive_sizes
 from tests.helpers import small_update_config
 
 FRAMES = (4, 84, 84)

@@ -23,9 +23,9 @@ from sebulba.agents import impala, ppo
 from sebulba.agents.api import ArraySpec, Discrete, EnvSpec
 from sebulba.agents.networks import make_network
 from sebulba.config import base_config
+from sebulba.config.sizes import derive_sizes
 from sebulba.environments import tasks
 from sebulba.evaluate import evaluate
-from sebulba.sizes import derive_sizes
 from tests import minimal_agent
 from tests.helpers import agent_config, normalized_continuous_overrides
 

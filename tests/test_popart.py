@@ -13,9 +13,9 @@ from sebulba import train
 from sebulba.agents import impala, learner, popart, ppo
 from sebulba.agents.api import ArraySpec, Discrete, EnvSpec, Rollout
 from sebulba.agents.networks import make_network
+from sebulba.config.sizes import derive_sizes
 from sebulba.environments import tasks
 from sebulba.errors import ConfigError
-from sebulba.sizes import derive_sizes
 from tests.helpers import (
     agent_config,
     assert_update_moves_no_rollout_data,

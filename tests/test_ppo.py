@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
-from sebulba import resume_config
 from sebulba.agents import defaults, minibatches, ppo
 from sebulba.agents.api import ArraySpec, Discrete, EnvSpec, Rollout, rollout_partition_specs
 from sebulba.agents.networks import make_network
+from sebulba.config import resume as resume_config
+from sebulba.config.sizes import derive_sizes
 from sebulba.errors import ConfigError
-from sebulba.sizes import derive_sizes
 from tests.helpers import (
     assert_update_agrees_across_layouts,
     assert_update_moves_no_rollout_data,

@@ -12,10 +12,10 @@ from sebulba import checkpoint, train
 from sebulba.agents import pqn
 from sebulba.agents.api import ArraySpec, Box, Discrete, EnvSpec
 from sebulba.agents.networks import make_network
+from sebulba.config.sizes import derive_sizes
 from sebulba.errors import ConfigError
 from sebulba.lag_schedule import required_policy_version
 from sebulba.pipeline import Pipeline
-from sebulba.sizes import derive_sizes
 from tests.helpers import (
     assert_update_agrees_across_layouts,
     assert_update_moves_no_rollout_data,

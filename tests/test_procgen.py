@@ -9,8 +9,10 @@ import ml_collections
 import numpy as np
 import pytest
 
-from sebulba import config_flag, envs, evaluate, resume_config, train
+from sebulba import envs, evaluate, train
 from sebulba.config import base_config, check_run_config
+from sebulba.config import flag as config_flag
+from sebulba.config import resume as resume_config
 from sebulba.errors import ConfigError
 from sebulba.experiments import sweep_plan
 from tests import minimal_agent

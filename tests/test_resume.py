@@ -8,7 +8,8 @@ import jax
 import numpy as np
 import pytest
 
-from sebulba import resume_config, train
+from sebulba import train
+from sebulba.config import resume as resume_config
 from sebulba.errors import ConfigError
 from tests import minimal_agent, probe_agent
 from tests.helpers import agent_config, read_metrics, read_summary

@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 
 from sebulba import train
+from sebulba.config.sizes import derive_sizes
 from sebulba.environments import tasks
 from sebulba.environments.task_metrics import RECENT_EPISODES, TaskEpisodes
 from sebulba.errors import ConfigError
 from sebulba.experiments.atari_scores import human_normalized_score
 from sebulba.runtime.metrics import MetricsLogger, scalar_tag
-from sebulba.sizes import derive_sizes
 from sebulba.update_report import UpdateReport
 from tests import minimal_agent, probe_agent
 from tests.helpers import agent_config, read_metrics, read_summary

@@ -6,8 +6,7 @@ import pytest
 
 from configs import ppo_cartpole
 from sebulba.config import check_run_ranges
-from sebulba.errors import ConfigError
-from sebulba.validation import (
+from sebulba.config.validation import (
     NON_NEGATIVE,
     POSITIVE,
     POSITIVE_INT,
@@ -15,6 +14,7 @@ from sebulba.validation import (
     Range,
     check_ranges,
 )
+from sebulba.errors import ConfigError
 
 
 def test_ranges_hold_their_bounds_and_refuse_nan_bools_and_non_numbers():

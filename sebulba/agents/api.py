@@ -3,7 +3,7 @@
 An agent is one module that provides `get_config()` (its hyperparameter defaults, the
 `agent` section of a config) and `make(config, env_spec, sizes) -> Agent`, which checks
 the agent's own value ranges and divisibility rules (raising `ConfigError`, see
-`sebulba.validation`, whose checks are re-exported here). The pipeline only
+`sebulba.config.validation`, whose checks are re-exported here). The pipeline only
 ever calls the four pure functions of `Agent`; it never branches on the agent's name.
 Evaluation and `sebulba.load_policy` also call the optional `act_greedy`.
 
@@ -27,6 +27,19 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec
 
+# The config checks agents use in `make`, re-exported with the rest of the contract.
+from sebulba.config.validation import (  # noqa: F401
+    NON_NEGATIVE,
+    POSITIVE,
+    POSITIVE_INT,
+    UNIT_INTERVAL,
+    Range,
+    check_choice,
+    check_range,
+    check_ranges,
+    require_divisible,
+)
+
 # The spaces an agent is written against, re-exported with the rest of the contract.
 from sebulba.environments.spaces import (  # noqa: F401
     ActionSpec,
@@ -39,19 +52,6 @@ from sebulba.environments.spaces import (  # noqa: F401
     zero_observation,
 )
 from sebulba.mesh import BATCH_AXIS
-
-# The config checks agents use in `make`, re-exported with the rest of the contract.
-from sebulba.validation import (  # noqa: F401
-    NON_NEGATIVE,
-    POSITIVE,
-    POSITIVE_INT,
-    UNIT_INTERVAL,
-    Range,
-    check_choice,
-    check_range,
-    check_ranges,
-    require_divisible,
-)
 
 Params = Any
 LearnerState = Any

@@ -12,7 +12,7 @@ from __future__ import annotations
 import ml_collections
 from ml_collections import config_dict
 
-from sebulba.validation import (
+from sebulba.config.validation import (
     NON_NEGATIVE,
     POSITIVE,
     POSITIVE_INT,

@@ -44,8 +44,8 @@ from sebulba.agents.api import (
     require_divisible,
 )
 from sebulba.agents.networks import check_network_fits, make_network
+from sebulba.config.sizes import Sizes
 from sebulba.errors import ConfigError
-from sebulba.sizes import Sizes
 
 HYPERPARAMETER_RANGES = defaults.DQN_RANGES
 LOSSES = ("huber", "mse")

@@ -59,8 +59,8 @@ from sebulba.agents.api import (
     require_divisible,
 )
 from sebulba.agents.networks import check_network_fits, has_convolutions, make_network
+from sebulba.config.sizes import Sizes
 from sebulba.environments import tasks
-from sebulba.sizes import Sizes
 
 # The interval of every numeric hyperparameter (`defaults.py`); `make` refuses values
 # outside them.

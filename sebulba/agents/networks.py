@@ -60,9 +60,9 @@ import numpy as np
 
 from sebulba.agents import distributions, popart, recurrent
 from sebulba.agents.api import ActionSpec, ArraySpec, EnvSpec
+from sebulba.config.validation import check_choice
 from sebulba.environments.spaces import is_array_spec, map_observation, zero_observation
 from sebulba.errors import ConfigError
-from sebulba.validation import check_choice
 
 _HIDDEN_GAIN = float(np.sqrt(2))
 _VALUE_GAIN = 1.0

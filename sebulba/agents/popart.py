@@ -42,8 +42,8 @@ import jax.numpy as jnp
 import rlax
 from flax import traverse_util
 
+from sebulba.config.validation import POSITIVE, Range, check_ranges
 from sebulba.errors import ConfigError
-from sebulba.validation import POSITIVE, Range, check_ranges
 
 # The name of the value head's linear layer when PopArt is on (`networks.py`).
 VALUE_HEAD = "popart_value"

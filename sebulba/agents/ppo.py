@@ -78,8 +78,8 @@ from sebulba.agents.api import (
     require_divisible,
 )
 from sebulba.agents.networks import check_network_fits, has_convolutions, make_network
+from sebulba.config.sizes import Sizes
 from sebulba.environments import tasks
-from sebulba.sizes import Sizes
 
 # Where advantages are standardised: within each minibatch (baselines ppo2), once over
 # the whole global rollout (Cleanba normalises once per rollout), or not at all.

@@ -48,8 +48,8 @@ from sebulba.agents.api import (
     zero_observation,
 )
 from sebulba.agents.networks import check_network_fits, has_convolutions, make_network
+from sebulba.config.sizes import Sizes
 from sebulba.errors import ConfigError
-from sebulba.sizes import Sizes
 
 # The networks with a Q head and a norm option (`networks.make_network`).
 Q_NETWORKS = ("mlp", "nature_cnn", "impala_resnet", "minatar")

@@ -35,10 +35,10 @@ from sebulba import random_streams
 from sebulba.actors.actor_step import actor_step
 from sebulba.agents.api import Agent, EnvSpec, Rollout, rollout_partition_specs
 from sebulba.anakin.env_api import BatchedEnvs, BatchOfEnvs, reset_envs, step_envs
+from sebulba.config.sizes import Sizes
 from sebulba.lag_schedule import required_policy_version
 from sebulba.mesh import BATCH_AXIS, DeviceLayout
 from sebulba.preflight.memory import update_compiler_options
-from sebulba.sizes import Sizes
 from sebulba.update_report import UpdateReport
 
 

@@ -31,9 +31,9 @@ from absl import logging
 from jax.sharding import PartitionSpec
 
 from sebulba import checkpoint as ckpt_lib
-from sebulba import resume_config
 from sebulba.agents import resolve_agent
 from sebulba.anakin.runner import AnakinRunner, update_report
+from sebulba.config import resume as resume_config
 from sebulba.errors import ConfigError
 from sebulba.mesh import BATCH_AXIS
 from sebulba.preflight.memory import update_compiler_options

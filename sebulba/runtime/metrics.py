@@ -22,11 +22,11 @@ from typing import Any
 import jax
 import numpy as np
 
+from sebulba.config.sizes import Sizes
 from sebulba.environments.task_metrics import TaskEpisodes
 from sebulba.environments.tasks import TaskLayout
 from sebulba.errors import TrainingDivergedError
 from sebulba.runtime.progress import ConsoleProgress, progress_line
-from sebulba.sizes import Sizes
 from sebulba.update_report import UpdateReport
 
 # Namespaces of the TensorBoard tags, by metrics.jsonl key (per-task keys such as

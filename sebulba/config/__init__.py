@@ -14,11 +14,17 @@ from collections.abc import Callable, Iterable
 
 import ml_collections
 
+from sebulba.config.validation import (
+    NON_NEGATIVE_INT,
+    POSITIVE_INT,
+    UNIT_INTERVAL,
+    Range,
+    check_range,
+)
 from sebulba.environments import tasks
 from sebulba.environments.env_config import check_env_kwargs_form, env_section
 from sebulba.errors import ConfigError
 from sebulba.runtime.progress import CONSOLE_MODES
-from sebulba.validation import NON_NEGATIVE_INT, POSITIVE_INT, UNIT_INTERVAL, Range, check_range
 
 _TRANSFER_GUARD_LEVELS = ("allow", "log", "disallow", "log_explicit", "disallow_explicit")
 ACTOR_LOOPS = ("auto", "scan", "step")

@@ -17,7 +17,7 @@ import sys
 from absl import flags
 from ml_collections import config_dict, config_flags
 
-from sebulba import flag_errors
+from sebulba.config import flag_errors
 
 CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Config file, optionally with an argument: FILE[:ARG].", lock_config=True
