@@ -177,6 +177,20 @@ class SACState:
     explore_uniformly: jax.Array
 
 
+@flax.struct.dataclass
+class Learning:
+    """The part of `SACState` that gradient steps change (the carry of their scan)."""
+
+    actor_params: dict
+    q_params: dict
+    target_q_params: dict
+    actor_opt_state: optax.OptState
+    q_opt_state: optax.OptState
+    alpha_opt_state: optax.OptState
+    log_alpha: jax.Array
+    gradient_steps: jax.Array
+
+
 _METRICS = (
     "q1_loss",
     "q2_loss",
@@ -375,18 +389,22 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         # CleanRL's form: alpha (not log alpha) times the entropy's excess over the target.
         return _weighted_mean(-jnp.exp(log_alpha) * (log_prob + target_entropy), weights)
 
-    def actor_step(carry, keys, q_params, batch):
+    def actor_step(learning: Learning, keys, batch) -> tuple[Learning, dict]:
         """One actor step, then (autotune) one alpha step with fresh actions of the new actor."""
-        actor_params, actor_opt_state, log_alpha, alpha_opt_state = carry
-        alpha = jnp.exp(log_alpha)
-        loss, grads = jax.value_and_grad(actor_loss)(actor_params, q_params, alpha, batch, keys[0])
-        updates, actor_opt_state = actor_optimizer.update(grads, actor_opt_state, actor_params)
-        actor_params = optax.apply_updates(actor_params, updates)
+        alpha = jnp.exp(learning.log_alpha)
+        loss, grads = jax.value_and_grad(actor_loss)(
+            learning.actor_params, learning.q_params, alpha, batch, keys[0]
+        )
+        updates, actor_opt_state = actor_optimizer.update(
+            grads, learning.actor_opt_state, learning.actor_params
+        )
+        actor_params = optax.apply_updates(learning.actor_params, updates)
         _, log_prob = policy.sample(actor.apply(actor_params, batch.obs), keys[1])
         log_prob = jax.lax.stop_gradient(log_prob)
         temperature_loss, alpha_grad = jax.value_and_grad(alpha_loss)(
-            log_alpha, log_prob, batch.weights
+            learning.log_alpha, log_prob, batch.weights
         )
+        log_alpha, alpha_opt_state = learning.log_alpha, learning.alpha_opt_state
         if hp.autotune:
             updates, alpha_opt_state = alpha_optimizer.update(alpha_grad, alpha_opt_state)
             log_alpha = optax.apply_updates(log_alpha, updates)
@@ -395,34 +413,34 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
             "alpha_loss": temperature_loss,
             "entropy": -_weighted_mean(log_prob, batch.weights),
         }
-        return (actor_params, actor_opt_state, log_alpha, alpha_opt_state), metrics
+        learning = learning.replace(
+            actor_params=actor_params,
+            actor_opt_state=actor_opt_state,
+            log_alpha=log_alpha,
+            alpha_opt_state=alpha_opt_state,
+        )
+        return learning, metrics
 
-    def gradient_step(carry, step_key, env_ids, buffer, count):
-        (
-            actor_params,
-            q_params,
-            target_q_params,
-            actor_opt_state,
-            q_opt_state,
-            log_alpha,
-            alpha_opt_state,
-            steps,
-        ) = carry
+    def gradient_step(learning: Learning, step_key, env_ids, buffer, count):
+        """One critic step, the delayed actor steps when due, then the targets' move."""
         batch = replay.sample(
             buffer, count, jax.random.fold_in(step_key, 0), env_ids, samples_per_env, 1, hp.gamma
         )
-        alpha = jnp.exp(log_alpha)
+        alpha = jnp.exp(learning.log_alpha)
         grads, q_metrics = jax.grad(critic_loss, has_aux=True)(
-            q_params,
-            target_q_params,
-            actor_params,
+            learning.q_params,
+            learning.target_q_params,
+            learning.actor_params,
             alpha,
             batch,
             column_noise(step_key, 1, env_ids),
         )
-        updates, q_opt_state = q_optimizer.update(grads, q_opt_state, q_params)
-        q_params = optax.apply_updates(q_params, updates)
-        steps = steps + 1
+        updates, q_opt_state = q_optimizer.update(grads, learning.q_opt_state, learning.q_params)
+        q_params = optax.apply_updates(learning.q_params, updates)
+        steps = learning.gradient_steps + 1
+        learning = learning.replace(
+            q_params=q_params, q_opt_state=q_opt_state, gradient_steps=steps
+        )
 
         # TD3's delay: every policy_frequency-th critic step, policy_frequency actor steps.
         actor_keys = jnp.stack(
@@ -436,103 +454,84 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
                 for j in range(hp.policy_frequency)
             ]
         )  # [policy_frequency, 2, S, B, A]
-        actor_carry = (actor_params, actor_opt_state, log_alpha, alpha_opt_state)
 
-        def train_actor(actor_carry):
-            def body(actor_carry, keys):
-                return actor_step(actor_carry, keys, q_params, batch)
+        def train_actor(learning):
+            def body(learning, keys):
+                return actor_step(learning, keys, batch)
 
-            actor_carry, metrics = jax.lax.scan(body, actor_carry, actor_keys)
-            return actor_carry, jax.tree.map(jnp.mean, metrics)
+            learning, metrics = jax.lax.scan(body, learning, actor_keys)
+            return learning, jax.tree.map(jnp.mean, metrics)
 
-        def skip_actor(actor_carry):
+        def skip_actor(learning):
             zero = jnp.zeros((), jnp.float32)
-            return actor_carry, {"actor_loss": zero, "alpha_loss": zero, "entropy": zero}
+            return learning, {"actor_loss": zero, "alpha_loss": zero, "entropy": zero}
 
         actor_turn = steps % hp.policy_frequency == 0
-        actor_carry, actor_metrics = jax.lax.cond(actor_turn, train_actor, skip_actor, actor_carry)
-        actor_params, actor_opt_state, log_alpha, alpha_opt_state = actor_carry
+        learning, actor_metrics = jax.lax.cond(actor_turn, train_actor, skip_actor, learning)
 
         follow = steps % hp.target_network_frequency == 0
         target_q_params = jax.tree.map(
             lambda t, p: jnp.where(follow, hp.tau * p + (1.0 - hp.tau) * t, t),
-            target_q_params,
-            q_params,
+            learning.target_q_params,
+            learning.q_params,
         )
-        carry = (
-            actor_params,
-            q_params,
-            target_q_params,
-            actor_opt_state,
-            q_opt_state,
-            log_alpha,
-            alpha_opt_state,
-            steps,
-        )
-        return carry, (q_metrics, actor_metrics, actor_turn.astype(jnp.float32))
+        learning = learning.replace(target_q_params=target_q_params)
+        return learning, (q_metrics, actor_metrics, actor_turn.astype(jnp.float32))
 
     def update(state: SACState, rollout: Rollout):
         buffer = replay.add(state.buffer, rollout, state.count)
         count = state.count + num_steps
         env_steps = (state.update_count + 1) * sizes.steps_per_update
-        learning = jnp.logical_and(env_steps >= hp.learning_starts, replay.sampleable(count, 1))
+        learning_now = jnp.logical_and(env_steps >= hp.learning_starts, replay.sampleable(count, 1))
         update_key = jax.random.fold_in(key, state.update_count)
         step_keys = jax.vmap(lambda i: jax.random.fold_in(update_key, i))(
             jnp.arange(gradient_steps)
         )
-        carry = (
-            state.actor_params,
-            state.q_params,
-            state.target_q_params,
-            state.actor_opt_state,
-            state.q_opt_state,
-            state.log_alpha,
-            state.alpha_opt_state,
-            state.gradient_steps,
+        learning = Learning(
+            actor_params=state.actor_params,
+            q_params=state.q_params,
+            target_q_params=state.target_q_params,
+            actor_opt_state=state.actor_opt_state,
+            q_opt_state=state.q_opt_state,
+            alpha_opt_state=state.alpha_opt_state,
+            log_alpha=state.log_alpha,
+            gradient_steps=state.gradient_steps,
         )
 
-        def train(carry):
-            def body(carry, step_key):
-                return gradient_step(carry, step_key, rollout.env_ids, buffer, count)
+        def train(learning):
+            def body(learning, step_key):
+                return gradient_step(learning, step_key, rollout.env_ids, buffer, count)
 
-            carry, (q_metrics, actor_metrics, actor_turns) = jax.lax.scan(body, carry, step_keys)
+            learning, (q_metrics, actor_metrics, actor_turns) = jax.lax.scan(
+                body, learning, step_keys
+            )
             metrics = jax.tree.map(jnp.mean, q_metrics)
             # Actor metrics: the mean over the critic steps that were followed by actor steps.
             metrics.update(jax.tree.map(lambda m: _weighted_mean(m, actor_turns), actor_metrics))
-            return carry, metrics
+            return learning, metrics
 
-        def wait(carry):
+        def wait(learning):
             zero = jnp.zeros((), jnp.float32)
-            return carry, {name: zero for name in _METRICS if name != "alpha"}
+            return learning, {name: zero for name in _METRICS if name != "alpha"}
 
-        carry, metrics = jax.lax.cond(learning, train, wait, carry)
-        (
-            actor_params,
-            q_params,
-            target_q_params,
-            actor_opt_state,
-            q_opt_state,
-            log_alpha,
-            alpha_opt_state,
-            steps,
-        ) = carry
-        metrics["alpha"] = jnp.exp(log_alpha)
+        learning, metrics = jax.lax.cond(learning_now, train, wait, learning)
+        metrics["alpha"] = jnp.exp(learning.log_alpha)
         # The behaviour's, of the version just consumed (1.0: uniform random actions).
         metrics["explore_uniformly"] = state.explore_uniformly.astype(jnp.float32)
-        metrics["learning"] = learning.astype(jnp.float32)
-        metrics["gradient_steps"] = steps.astype(jnp.float32)
+        metrics["learning"] = learning_now.astype(jnp.float32)
+        metrics["gradient_steps"] = learning.gradient_steps.astype(jnp.float32)
         new_state = SACState(
-            actor_params=actor_params,
-            q_params=q_params,
-            target_q_params=target_q_params,
-            actor_opt_state=actor_opt_state,
-            q_opt_state=q_opt_state,
-            alpha_opt_state=alpha_opt_state,
-            log_alpha=log_alpha,
+            actor_params=learning.actor_params,
+            q_params=learning.q_params,
+            target_q_params=learning.target_q_params,
+            actor_opt_state=learning.actor_opt_state,
+            q_opt_state=learning.q_opt_state,
+            alpha_opt_state=learning.alpha_opt_state,
+            log_alpha=learning.log_alpha,
             buffer=buffer,
             count=count,
             update_count=state.update_count + 1,
-            gradient_steps=steps,
+            gradient_steps=learning.gradient_steps,
             explore_uniformly=env_steps < hp.learning_starts,
         )
         return new_state, metrics
