@@ -70,6 +70,9 @@ def test_every_config_reads_smoke_through_the_shared_parser(name):
         ("pqn_atari", "Pong-v5,purejaxql,smoke", "Pong-v5"),
         ("pqn_minatar", "Asterix,smoke", "gymnax:Asterix-MinAtar"),
         ("pqn_minatar", "Seaquest", "gymnax:Seaquest-MinAtar"),
+        ("sac_mujoco", "Pendulum-v1,smoke", "Pendulum-v1"),
+        ("sac_mujoco", "Hopper-v4", "Hopper-v4"),
+        ("sac_brax", "hopper,smoke", "brax:hopper"),
     ],
 )
 def test_a_task_shortcut_selects_the_task_and_combines_with_smoke(name, arg, env_id):
@@ -100,7 +103,11 @@ def test_the_continuous_config_trains_a_box2d_task_as_a_smoke_run(tmp_path):
 
 @pytest.mark.parametrize(
     "name, suite, keep",
-    [("ppo_brax", "brax", lambda task: True), ("ppo_xminigrid", "xminigrid", _minigrid)],
+    [
+        ("ppo_brax", "brax", lambda task: True),
+        ("sac_brax", "brax", lambda task: True),
+        ("ppo_xminigrid", "xminigrid", _minigrid),
+    ],
 )
 def test_an_anakin_config_lists_the_tasks_its_suite_offers(name, suite, keep):
     """The task list an Anakin config parses its variants with is its suite's registry

@@ -20,6 +20,7 @@ BUILTIN_AGENTS = {
     "impala": "sebulba.agents.impala",
     "pqn": "sebulba.agents.pqn",
     "dqn": "sebulba.agents.dqn",
+    "sac": "sebulba.agents.sac",
 }
 
 

@@ -1,13 +1,14 @@
 """The hyperparameter defaults and ranges of the built-in agents (the `agent` section).
 
-`sebulba.agents.ppo.get_config`, `sebulba.agents.impala.get_config` and
-`sebulba.agents.pqn.get_config` are these functions, and their `HYPERPARAMETER_RANGES`
-these ranges. They live apart from the
-agents' JAX code so that a config file loads, and a bad value fails, before JAX is
-imported (seconds of start-up).
+`sebulba.agents.ppo.get_config`, `sebulba.agents.impala.get_config`,
+`sebulba.agents.pqn.get_config` (and DQN's and SAC's) are these functions, and their
+`HYPERPARAMETER_RANGES` these ranges. They live apart from the agents' JAX code so that a
+config file loads, and a bad value fails, before JAX is imported (seconds of start-up).
 """
 
 from __future__ import annotations
+
+import math
 
 import ml_collections
 from ml_collections import config_dict
@@ -43,7 +44,18 @@ class _Boolean(Range):
         return "a bool (True or False)"
 
 
+class _NoneOrFinite(Range):
+    """None or any finite number (negative too)."""
+
+    def __contains__(self, value) -> bool:
+        return value is None or (super().__contains__(value) and math.isfinite(value))
+
+    def __str__(self) -> str:
+        return "None or a finite number"
+
+
 NONE_OR_POSITIVE = _NoneOrRange(0, low_open=True)
+NONE_OR_FINITE = _NoneOrFinite()
 BOOLEAN = _Boolean()
 
 # The interval of every numeric hyperparameter of each agent (and PPO's checked options).
@@ -116,11 +128,30 @@ DQN_RANGES = {
     "double_q": BOOLEAN,
 }
 
+SAC_RANGES = {
+    "policy_learning_rate": POSITIVE,
+    "q_learning_rate": POSITIVE,
+    "alpha_learning_rate": POSITIVE,
+    "gamma": UNIT_INTERVAL,
+    "tau": Range(0, 1, low_open=True),
+    "buffer_size": POSITIVE_INT,
+    "batch_size": POSITIVE_INT,
+    "replay_ratio": POSITIVE,
+    "learning_starts": Range(0, integer=True),
+    "policy_frequency": POSITIVE_INT,
+    "target_network_frequency": POSITIVE_INT,
+    "alpha": POSITIVE,
+    "autotune": BOOLEAN,
+    # Entropies of continuous distributions may be negative.
+    "target_entropy": NONE_OR_FINITE,
+}
+
 _RANGES = {
     "ppo": PPO_RANGES,
     "impala": IMPALA_RANGES,
     "pqn": PQN_RANGES,
     "dqn": DQN_RANGES,
+    "sac": SAC_RANGES,
 }
 
 
@@ -268,4 +299,29 @@ def dqn_config() -> ml_collections.ConfigDict:
     config.n_step = 1  # Steps of discounted rewards before bootstrapping (n-step returns).
     config.double_q = True  # The online network picks the bootstrap action (van Hasselt 2016).
     config.loss = "mse"  # mse (CleanRL's squared error) | huber (Mnih et al. 2015's clipping).
+    return config
+
+
+def sac_config() -> ml_collections.ConfigDict:
+    """The `agent` section of a SAC config (CleanRL sac_continuous_action's settings)."""
+    config = ml_collections.ConfigDict()
+    config.name = "sac"  # Agent to train: built-in name or dotted module path.
+    config.num_steps = 8  # Steps per env per rollout (T), added to the replay buffer.
+    config.network = "mlp"  # mlp: vector observations (the actor's and critics' torso).
+    config.hidden_sizes = (256, 256)  # Widths of the ReLU layers of the actor and each critic.
+    config.policy_learning_rate = 3e-4  # Adam step size of the actor.
+    config.q_learning_rate = 1e-3  # Adam step size of the twin critics.
+    config.alpha_learning_rate = 1e-3  # Adam step size of log(alpha) (CleanRL: q_lr).
+    config.gamma = 0.99  # Discount factor.
+    config.tau = 0.005  # Target critics: tau * online + (1 - tau) * target.
+    config.buffer_size = 1_000_000  # Replay capacity in transitions, over all envs.
+    config.batch_size = 256  # Transitions per gradient step, over all envs.
+    config.replay_ratio = 1.0  # Critic gradient steps per env step (CleanRL: 1).
+    config.learning_starts = 5_000  # Env steps of uniform random actions before learning.
+    config.policy_frequency = 2  # Every this many critic steps, this many actor steps.
+    config.target_network_frequency = 1  # Critic gradient steps between target updates.
+    config.alpha = 0.2  # Entropy coefficient when autotune is False.
+    config.autotune = True  # Learn alpha (from 1, CleanRL's log alpha 0) towards target_entropy.
+    # A float placeholder: None by default, and --config.agent.target_entropy=-3.0 parses.
+    config.target_entropy = config_dict.placeholder(float)  # None: -(action dimensions).
     return config
