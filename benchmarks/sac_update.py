@@ -33,10 +33,10 @@ import numpy as np  # noqa: E402
 
 from sebulba.agents import sac  # noqa: E402
 from sebulba.agents.api import ArraySpec, Box, EnvSpec, Rollout  # noqa: E402
-from sebulba.memory import update_compiler_options  # noqa: E402
+from sebulba.config.sizes import derive_sizes  # noqa: E402
 from sebulba.mesh import build_layout  # noqa: E402
 from sebulba.pipeline import lower_update, rollout_struct  # noqa: E402
-from sebulba.sizes import derive_sizes  # noqa: E402
+from sebulba.preflight.memory import update_compiler_options  # noqa: E402
 
 HALF_CHEETAH = EnvSpec(
     "HalfCheetah-v4", ArraySpec((17,), "float32"), Box((6,), (-1.0,) * 6, (1.0,) * 6)

@@ -15,8 +15,8 @@ from jax.sharding import PartitionSpec
 from sebulba import train
 from sebulba.agents import sac
 from sebulba.agents.api import ArraySpec, Box, Discrete, EnvSpec, Rollout
+from sebulba.config.sizes import derive_sizes
 from sebulba.errors import ConfigError
-from sebulba.sizes import derive_sizes
 from tests.helpers import (
     module_compilation_cache,  # noqa: F401 (autouse: reruns load what a run compiled)
     read_metrics,

@@ -59,8 +59,8 @@ from sebulba.agents.api import (
     zero_observation,
 )
 from sebulba.agents.networks import check_network_fits
+from sebulba.config.sizes import Sizes
 from sebulba.errors import ConfigError
-from sebulba.sizes import Sizes
 
 HYPERPARAMETER_RANGES = defaults.SAC_RANGES
 NETWORKS = ("mlp",)
