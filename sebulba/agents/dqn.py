@@ -41,7 +41,7 @@ from sebulba.agents.api import (
     Rollout,
     check_choice,
     check_ranges,
-    require_divisible,
+    zero_observation,
 )
 from sebulba.agents.networks import check_network_fits, make_network
 from sebulba.config.sizes import Sizes
@@ -98,29 +98,10 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         )
     check_choice(hp.loss, "agent.loss", LOSSES)
     check_network_fits(hp.network, env_spec)
-    num_envs, num_steps = sizes.num_envs, sizes.num_steps
-    require_divisible(
-        hp.buffer_size,
-        "agent.buffer_size",
-        num_envs * num_steps,
-        "env steps per update (global envs x agent.num_steps)",
-    )
-    capacity = hp.buffer_size // num_envs
-    if capacity < num_steps + hp.n_step:
-        raise ConfigError(
-            f"agent.buffer_size ({hp.buffer_size}) holds {capacity} steps per env; it needs "
-            f"at least agent.num_steps + agent.n_step = {num_steps + hp.n_step}"
-        )
-    require_divisible(hp.batch_size, "agent.batch_size", num_envs, "the global env count")
-    samples_per_env = hp.batch_size // num_envs
-    gradient_steps = hp.replay_ratio * sizes.steps_per_update
-    if abs(gradient_steps - round(gradient_steps)) > 1e-6 or round(gradient_steps) < 1:
-        raise ConfigError(
-            f"agent.replay_ratio ({hp.replay_ratio}) x env steps per update "
-            f"({sizes.steps_per_update}) = {gradient_steps:g} gradient steps per update; "
-            "it must be a whole number of at least 1"
-        )
-    gradient_steps = int(round(gradient_steps))
+    num_steps = sizes.num_steps
+    replay_sizes = replay.check_sizes(hp, sizes, hp.n_step, "agent.n_step", "gradient steps")
+    capacity, samples_per_env = replay_sizes.capacity, replay_sizes.samples_per_env
+    gradient_steps = replay_sizes.gradient_steps
     network = make_network(hp.network, env_spec.action, hp.conv_init, env_spec.observation)
     optimizer = optax.adam(hp.learning_rate)
     exploration_steps = hp.exploration_fraction * config.total_timesteps
@@ -131,24 +112,7 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         return logits  # [N, A]
 
     def init(init_key: jax.Array) -> DQNState:
-        from sebulba.agents.api import zero_observation
-
         params = network.init(init_key, zero_observation(env_spec.observation, 1))
-        example = jax.eval_shape(
-            lambda: Rollout(
-                obs=jax.tree.map(
-                    lambda o: jnp.zeros((num_steps + 1, num_envs, *o.shape[1:]), o.dtype),
-                    zero_observation(env_spec.observation, 1),
-                ),
-                actions=jnp.zeros((num_steps, num_envs), jnp.int32),
-                rewards=jnp.zeros((num_steps, num_envs), jnp.float32),
-                terminations=jnp.zeros((num_steps, num_envs), bool),
-                truncations=jnp.zeros((num_steps, num_envs), bool),
-                valid=jnp.zeros((num_steps, num_envs), bool),
-                policy_outputs={},
-                env_ids=jnp.zeros((num_envs,), jnp.int32),
-            )
-        )
 
         def zero():  # A new array per field: the update donates every one.
             return jnp.zeros((), jnp.int32)
@@ -158,17 +122,11 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
             # A copy: the update donates the state, and one buffer cannot be donated twice.
             target_params=jax.tree.map(jnp.copy, params),
             opt_state=optimizer.init(params),
-            buffer=replay.empty(example, capacity),
+            buffer=replay.empty_for(env_spec, sizes, capacity),
             count=zero(),
             update_count=zero(),
             gradient_steps=zero(),
             epsilon=jnp.asarray(hp.start_e, jnp.float32),
-        )
-
-    def state_partition_specs(state: DQNState):
-        replicated = jax.tree.map(lambda _: jax.sharding.PartitionSpec(), state)
-        return replicated.replace(
-            buffer=jax.tree.map(lambda _: replay.PARTITION_SPEC, state.buffer)
         )
 
     def policy_params(state: DQNState):
@@ -284,5 +242,5 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         policy_params=policy_params,
         act_greedy=act_greedy,
         restart_envs=restart_envs,
-        state_partition_specs=state_partition_specs,
+        state_partition_specs=replay.state_partition_specs,
     )

@@ -24,13 +24,17 @@ n-step sample once positions p .. p + n are written.
 
 from __future__ import annotations
 
+import dataclasses
+
 import chex
 import flax.struct
 import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec
 
-from sebulba.agents.api import Rollout
+from sebulba.agents.api import EnvSpec, Rollout, require_divisible, zero_observation
+from sebulba.config.sizes import Sizes
+from sebulba.errors import ConfigError
 from sebulba.mesh import BATCH_AXIS
 
 # Every buffer leaf is [C, B, ...]: split along B, like the rollout's env axis.
@@ -69,6 +73,86 @@ class Sample:
     discounts: chex.Array
     next_obs: chex.ArrayTree
     weights: chex.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplaySizes:
+    """What a replay agent's `agent.buffer_size`, `batch_size` and `replay_ratio` come to.
+
+    Attributes:
+      capacity: steps per env the ring holds (C).
+      samples_per_env: transitions each env column gives a gradient step.
+      gradient_steps: gradient steps per update (replay_ratio x env steps per update).
+    """
+
+    capacity: int
+    samples_per_env: int
+    gradient_steps: int
+
+
+def check_sizes(hp, sizes: Sizes, lookahead: int, lookahead_name: str, step_name: str):
+    """The `ReplaySizes` of an agent section, or ConfigError naming the field.
+
+    Args:
+      hp: the `agent` section: `buffer_size`, `batch_size`, `replay_ratio`.
+      lookahead: steps after a transition that must be stored before it is sampled
+        (n for n-step returns).
+      lookahead_name: how the error names it, e.g. "agent.n_step" or "1".
+      step_name: what one gradient step is called in errors, e.g. "critic steps".
+    """
+    num_envs, num_steps = sizes.num_envs, sizes.num_steps
+    require_divisible(
+        hp.buffer_size,
+        "agent.buffer_size",
+        num_envs * num_steps,
+        "env steps per update (global envs x agent.num_steps)",
+    )
+    capacity = hp.buffer_size // num_envs
+    if capacity < num_steps + lookahead:
+        raise ConfigError(
+            f"agent.buffer_size ({hp.buffer_size}) holds {capacity} steps per env; it needs "
+            f"at least agent.num_steps + {lookahead_name} = {num_steps + lookahead}"
+        )
+    require_divisible(hp.batch_size, "agent.batch_size", num_envs, "the global env count")
+    gradient_steps = hp.replay_ratio * sizes.steps_per_update
+    if abs(gradient_steps - round(gradient_steps)) > 1e-6 or round(gradient_steps) < 1:
+        raise ConfigError(
+            f"agent.replay_ratio ({hp.replay_ratio}) x env steps per update "
+            f"({sizes.steps_per_update}) = {gradient_steps:g} {step_name} per update; "
+            "it must be a whole number of at least 1"
+        )
+    return ReplaySizes(capacity, hp.batch_size // num_envs, int(round(gradient_steps)))
+
+
+def empty_for(env_spec: EnvSpec, sizes: Sizes, capacity: int) -> Replay:
+    """An empty buffer of `capacity` steps per env for this run's rollouts (shapes only
+    are traced: no rollout is built)."""
+    num_envs, num_steps = sizes.num_envs, sizes.num_steps
+    action = env_spec.action
+
+    def example():
+        return Rollout(
+            obs=jax.tree.map(
+                lambda o: jnp.zeros((num_steps + 1, num_envs, *o.shape[1:]), o.dtype),
+                zero_observation(env_spec.observation, 1),
+            ),
+            actions=jnp.zeros((num_steps, num_envs, *action.shape), action.dtype),
+            rewards=jnp.zeros((num_steps, num_envs), jnp.float32),
+            terminations=jnp.zeros((num_steps, num_envs), bool),
+            truncations=jnp.zeros((num_steps, num_envs), bool),
+            valid=jnp.zeros((num_steps, num_envs), bool),
+            policy_outputs={},
+            env_ids=jnp.zeros((num_envs,), jnp.int32),
+        )
+
+    return empty(jax.eval_shape(example), capacity)
+
+
+def state_partition_specs(state):
+    """A replay agent's learner state placed: its `buffer` split along envs
+    (`PARTITION_SPEC`), every other leaf replicated (`Agent.state_partition_specs`)."""
+    replicated = jax.tree.map(lambda _: PartitionSpec(), state)
+    return replicated.replace(buffer=jax.tree.map(lambda _: PARTITION_SPEC, state.buffer))
 
 
 def empty(rollout: Rollout, capacity: int) -> Replay:

@@ -207,38 +207,17 @@ def _weighted_mean(x: jax.Array, weights: jax.Array) -> jax.Array:
     return jnp.sum(x * weights) / jnp.maximum(jnp.sum(weights), 1.0)
 
 
-def _check_sizes(hp: ml_collections.ConfigDict, sizes: Sizes) -> tuple[int, int, int]:
-    """(capacity per env, samples per env column, critic steps per update), or ConfigError."""
-    num_envs, num_steps = sizes.num_envs, sizes.num_steps
-    require_divisible(
-        hp.buffer_size,
-        "agent.buffer_size",
-        num_envs * num_steps,
-        "env steps per update (global envs x agent.num_steps)",
-    )
-    capacity = hp.buffer_size // num_envs
-    if capacity < num_steps + 1:
-        raise ConfigError(
-            f"agent.buffer_size ({hp.buffer_size}) holds {capacity} steps per env; it needs "
-            f"at least agent.num_steps + 1 = {num_steps + 1}"
-        )
-    require_divisible(hp.batch_size, "agent.batch_size", num_envs, "the global env count")
-    gradient_steps = hp.replay_ratio * sizes.steps_per_update
-    if abs(gradient_steps - round(gradient_steps)) > 1e-6 or round(gradient_steps) < 1:
-        raise ConfigError(
-            f"agent.replay_ratio ({hp.replay_ratio}) x env steps per update "
-            f"({sizes.steps_per_update}) = {gradient_steps:g} critic steps per update; "
-            "it must be a whole number of at least 1"
-        )
-    gradient_steps = int(round(gradient_steps))
+def _check_sizes(hp: ml_collections.ConfigDict, sizes: Sizes) -> replay.ReplaySizes:
+    """The replay sizes, with critic steps per update a multiple of agent.policy_frequency."""
+    replay_sizes = replay.check_sizes(hp, sizes, 1, "1", "critic steps")
     # Every update then takes the same actor steps (and logs an actor loss).
     require_divisible(
-        gradient_steps,
+        replay_sizes.gradient_steps,
         "critic steps per update (agent.replay_ratio x env steps per update)",
         hp.policy_frequency,
         "agent.policy_frequency",
     )
-    return capacity, hp.batch_size // num_envs, gradient_steps
+    return replay_sizes
 
 
 def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> Agent:
@@ -267,8 +246,10 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
     hidden = tuple(hp.hidden_sizes)
     if not hidden or not all(isinstance(w, int) and w > 0 for w in hidden):
         raise ConfigError(f"agent.hidden_sizes {hp.hidden_sizes!r} must be positive integers")
-    capacity, samples_per_env, gradient_steps = _check_sizes(hp, sizes)
-    num_envs, num_steps = sizes.num_envs, sizes.num_steps
+    replay_sizes = _check_sizes(hp, sizes)
+    capacity, samples_per_env = replay_sizes.capacity, replay_sizes.samples_per_env
+    gradient_steps = replay_sizes.gradient_steps
+    num_steps = sizes.num_steps
     action_size = math.prod(action.shape)
     target_entropy = -float(action_size) if hp.target_entropy is None else hp.target_entropy
     policy = TanhGaussian(scale=jnp.asarray((high - low) / 2), offset=jnp.asarray((high + low) / 2))
@@ -288,20 +269,6 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         actor_key, q_key = jax.random.split(init_key)
         actor_params = actor.init(actor_key, obs)
         q_params = critic.init(q_key, obs, jnp.zeros((1, action_size), jnp.float32))
-        example = jax.eval_shape(
-            lambda: Rollout(
-                obs=jax.tree.map(
-                    lambda o: jnp.zeros((num_steps + 1, num_envs, *o.shape[1:]), o.dtype), obs
-                ),
-                actions=jnp.zeros((num_steps, num_envs, *action.shape), jnp.float32),
-                rewards=jnp.zeros((num_steps, num_envs), jnp.float32),
-                terminations=jnp.zeros((num_steps, num_envs), bool),
-                truncations=jnp.zeros((num_steps, num_envs), bool),
-                valid=jnp.zeros((num_steps, num_envs), bool),
-                policy_outputs={},
-                env_ids=jnp.zeros((num_envs,), jnp.int32),
-            )
-        )
         # Autotune starts from log alpha 0 (alpha 1), as CleanRL does.
         log_alpha = 0.0 if hp.autotune else math.log(hp.alpha)
 
@@ -317,17 +284,11 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
             q_opt_state=q_optimizer.init(q_params),
             alpha_opt_state=alpha_optimizer.init(jnp.zeros((), jnp.float32)),
             log_alpha=jnp.asarray(log_alpha, jnp.float32),
-            buffer=replay.empty(example, capacity),
+            buffer=replay.empty_for(env_spec, sizes, capacity),
             count=zero(),
             update_count=zero(),
             gradient_steps=zero(),
             explore_uniformly=jnp.asarray(hp.learning_starts > 0),
-        )
-
-    def state_partition_specs(state: SACState):
-        replicated = jax.tree.map(lambda _: jax.sharding.PartitionSpec(), state)
-        return replicated.replace(
-            buffer=jax.tree.map(lambda _: replay.PARTITION_SPEC, state.buffer)
         )
 
     def policy_params(state: SACState):
@@ -547,5 +508,5 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         policy_params=policy_params,
         act_greedy=act_greedy,
         restart_envs=restart_envs,
-        state_partition_specs=state_partition_specs,
+        state_partition_specs=replay.state_partition_specs,
     )
