@@ -38,24 +38,14 @@ import json
 import os
 import tempfile
 
-# Two virtual devices so Sebulba's actor and learner get separate devices, as on accelerators.
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
+import jax
 
-import importlib.util  # noqa: E402
+# benchmarks/throughput.py asks for two virtual devices (XLA_FLAGS, read when JAX's backend
+# starts: Sebulba's actor and learner on separate devices, as on accelerators) and loads
+# configs by name.
+from throughput import load_config
 
-import jax  # noqa: E402
-
-from sebulba import train  # noqa: E402
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def load_config(name: str, arg: str | None = None):
-    path = os.path.join(ROOT, "configs", f"{name}.py")
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config(arg)
+from sebulba import train
 
 
 def steady_sps(config) -> float:

@@ -15,24 +15,10 @@ locomotion tasks step 10-100x slower than the pendulum on a CPU (docs/anakin.md)
 is a seconds-long run.
 """
 
-from sebulba.config import jax_suite_tasks, parse_variant, sibling_config
+from sebulba.config import BRAX_TASKS, jax_suite_tasks, parse_variant, sibling_config
 
 SUITE = "brax"
-# Brax's registry (brax 0.14); tests/test_config_variants.py keeps this list in step with it.
-TASKS = (
-    "ant",
-    "fast",
-    "halfcheetah",
-    "hopper",
-    "humanoid",
-    "humanoidstandup",
-    "inverted_pendulum",
-    "inverted_double_pendulum",
-    "pusher",
-    "reacher",
-    "swimmer",
-    "walker2d",
-)
+TASKS = BRAX_TASKS
 
 
 def get_config(arg: str | None = None):

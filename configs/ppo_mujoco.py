@@ -26,19 +26,9 @@ tests, of Hopper-v4 or of the task named with it (`:BipedalWalker-v3,smoke`).
 """
 
 from sebulba.agents import defaults
-from sebulba.config import base_config, envpool_tasks, parse_variant
+from sebulba.config import base_config, continuous_control_tasks, parse_variant
 
-_TASKS = envpool_tasks(
-    "MuJoCo",
-    "Box2D",
-    "classic control",
-    "MetaWorld",
-    "MyoSuite",
-    "Gymnasium Robotics",
-    "MuJoCo Playground",
-    box_actions=True,
-    vector_observations=True,
-)
+_TASKS = continuous_control_tasks()
 
 
 def get_config(arg: str | None = None):

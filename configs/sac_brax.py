@@ -16,24 +16,10 @@ sac_mujoco's 1M steps (`--config.total_timesteps=1000000`). `:smoke` is a second
 run (its first update compiles Brax's physics: about a minute on 2 CPU cores).
 """
 
-from sebulba.config import jax_suite_tasks, parse_variant, sibling_config
+from sebulba.config import BRAX_TASKS, jax_suite_tasks, parse_variant, sibling_config
 
 SUITE = "brax"
-# Brax's registry (brax 0.14); tests/test_config_variants.py keeps this list in step with it.
-TASKS = (
-    "ant",
-    "fast",
-    "halfcheetah",
-    "hopper",
-    "humanoid",
-    "humanoidstandup",
-    "inverted_pendulum",
-    "inverted_double_pendulum",
-    "pusher",
-    "reacher",
-    "swimmer",
-    "walker2d",
-)
+TASKS = BRAX_TASKS
 
 
 def get_config(arg: str | None = None):

@@ -239,3 +239,38 @@ def envpool_tasks(
         )
 
     return accepts
+
+
+def continuous_control_tasks() -> Callable[[str], bool]:
+    """A `parse_variant` task test: an envpool task with Box actions and one vector
+    observation (every MuJoCo task, the continuous Box2D and classic-control ones,
+    MetaWorld, MyoSuite, Gymnasium Robotics and MuJoCo Playground's vector tasks)."""
+    return envpool_tasks(
+        "MuJoCo",
+        "Box2D",
+        "classic control",
+        "MetaWorld",
+        "MyoSuite",
+        "Gymnasium Robotics",
+        "MuJoCo Playground",
+        box_actions=True,
+        vector_observations=True,
+    )
+
+
+# Brax's registry (brax 0.14), for the Brax configs' `:TASK`; tests/test_config_variants.py
+# keeps it in step with the suite.
+BRAX_TASKS = (
+    "ant",
+    "fast",
+    "halfcheetah",
+    "hopper",
+    "humanoid",
+    "humanoidstandup",
+    "inverted_pendulum",
+    "inverted_double_pendulum",
+    "pusher",
+    "reacher",
+    "swimmer",
+    "walker2d",
+)
