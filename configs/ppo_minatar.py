@@ -37,24 +37,13 @@ selects the game; `:smoke` is a seconds-long run used by the tests (with a game:
 """
 
 from sebulba.agents import defaults
-from sebulba.config import base_config, parse_variant
-
-# The variants' short names of gymnax's MinAtar ids.
-GAMES = {
-    game: f"gymnax:{game}-MinAtar"
-    for game in ("Breakout", "Asterix", "Freeway", "SpaceInvaders", "Seaquest")
-}
+from sebulba.config import base_config, minatar_variant
 
 
 def get_config(arg: str | None = None):
-    variant = parse_variant(
-        arg,
-        "ppo_minatar",
-        tasks=GAMES.__contains__,
-        tasks_known=f"a MinAtar game: {', '.join(GAMES)}",
-    )
+    variant, env_id = minatar_variant(arg, "ppo_minatar")
     config = base_config(defaults.ppo_config())
-    config.env.id = GAMES[variant.task or "Breakout"]
+    config.env.id = env_id
     config.env.num_envs = 128
     config.total_timesteps = 5_000_000  # 305 updates of 16,384 steps.
     config.pipeline.policy_lag = 0

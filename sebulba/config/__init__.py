@@ -209,6 +209,25 @@ def atari_game(option: str) -> bool:
     return option.endswith("-v5")
 
 
+# gymnax's MinAtar games, by the short names the MinAtar configs' `:GAME` takes.
+MINATAR_GAMES = {
+    game: f"gymnax:{game}-MinAtar"
+    for game in ("Breakout", "Asterix", "Freeway", "SpaceInvaders", "Seaquest")
+}
+
+
+def minatar_variant(arg: str | None, config_name: str) -> tuple[Variant, str]:
+    """A MinAtar config's `:GAME[,smoke]` parsed: the variant and its game's gymnax id
+    (Breakout when no game is named)."""
+    variant = parse_variant(
+        arg,
+        config_name,
+        tasks=MINATAR_GAMES.__contains__,
+        tasks_known=f"a MinAtar game: {', '.join(MINATAR_GAMES)}",
+    )
+    return variant, MINATAR_GAMES[variant.task or "Breakout"]
+
+
 def jax_suite_tasks(tasks: Iterable[str]) -> Callable[[str], bool]:
     """A `parse_variant` task test for an Anakin config: one of `tasks`.
 
