@@ -207,9 +207,18 @@ def _run(signals: StopSignals) -> None:
         name = f"process {jax.process_index()}/{jax.process_count()}"
         message = " ".join(f"{type(error).__name__}: {error}".split())
         if isinstance(error, jax.errors.JaxRuntimeError) or _COLLECTIVE.search(message):
-            message += (
-                " (a collective failed: another process has probably died; its log has the cause)"
+            message = (
+                f"{name} failed: {message} (a collective failed: another process has "
+                "probably died; its log has the cause)"
             )
+            # Said before asking the coordination service: with the coordinator dead, the
+            # runtime aborts this process while that call waits.
+            print(f"sebulba: {message}", file=sys.stderr, flush=True)
+            cause = monitor.peer_failure()
+            if cause is not None:  # The peer posted why before the exit that broke this.
+                _fail_multi_process(monitor, distributed.EXIT_FAILURE, cause)
+            monitor.report_failure(message)
+            distributed.hard_exit(distributed.EXIT_FAILURE)
         _fail_multi_process(monitor, distributed.EXIT_FAILURE, f"{name} failed: {message}")
     if monitor is not None:
         monitor.stop()

@@ -237,6 +237,18 @@ def test_monitor_stops_a_process_when_another_posts_its_failure():
     )
 
 
+def test_a_broken_collective_is_explained_by_the_peer_post_that_preceded_it():
+    client = FakeCoordinationClient()
+    process0 = distributed.RunMonitor(0, 2, watchdog_timeout_s=0, client=client)
+    assert process0.peer_failure() is None  # No post: the caller says "collective".
+    process0.report_failure("process 0 is not a peer")
+    assert process0.peer_failure() is None
+    client.key_value_set("sebulba/failed/1", "process 1/2: no learner update finished")
+    assert process0.peer_failure() == (
+        "process 0/2: stopping because process 1 failed: process 1/2: no learner update finished"
+    )
+
+
 def test_watchdog_arms_on_the_first_update_and_fires_after_the_timeout():
     exits = []
     monitor = distributed.RunMonitor(
@@ -456,11 +468,12 @@ def test_a_frozen_process_is_caught_by_the_heartbeat(tmp_path):
 
 
 def test_a_hung_process_is_caught_by_the_watchdog(tmp_path):
-    # Process 1's learner hangs in Python: its runtime keeps heartbeating, so only the
-    # watchdogs (5s here) can end the run.
+    # Process 1's learner hangs in Python: its runtime keeps heartbeating, so only a
+    # watchdog can end the run. Process 1's (5s) fires first; process 0 learns why from its
+    # post, whether its monitor reads it first or the collective process 1's exit breaks.
     processes = _endless_run(
         tmp_path,
-        per_process={0: ["--watchdog_timeout_s=5"], 1: ["--watchdog_timeout_s=5"]},
+        per_process={0: ["--watchdog_timeout_s=60"], 1: ["--watchdog_timeout_s=5"]},
         python_code={1: HANG_ON_SIGUSR1},
     )
     processes[1].popen.send_signal(signal.SIGUSR1)
@@ -469,8 +482,7 @@ def test_a_hung_process_is_caught_by_the_watchdog(tmp_path):
     elapsed = time.monotonic() - hung_at
     assert all(code != 0 for code in codes), codes
     assert elapsed < 5 + 10, elapsed
-    # The healthy process names the stall, whichever watchdog fired first. (Process 1
-    # may instead be ended by the runtime when process 0, the coordinator, exits.)
+    # The healthy process names the stall.
     assert "no learner update finished within 5s" in processes[0].stderr, processes[0].stderr
 
 

@@ -7,7 +7,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -159,12 +158,16 @@ def test_an_interrupted_sweep_resumes_and_skips_finished_runs(tmp_path):
         text=True,
         cwd=ROOT,
     )
-    deadline = time.monotonic() + 120
-    # Interrupt while run 2 is in progress, after run 1 has finished.
-    while not (workdir / "seed=2" / "run.log").exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
+    # Interrupt while run 2 is in progress, after run 1 has finished: once the sweep says
+    # it started run 2 (its run.log appears a moment earlier, before the sweep counts it).
+    printed = []
+    for line in process.stdout:
+        printed.append(line)
+        if "(started seed=2)" in line:
+            break
     process.send_signal(signal.SIGINT)
-    output, _ = process.communicate(timeout=120)
+    rest, _ = process.communicate(timeout=120)
+    output = "".join(printed) + rest
     assert process.returncode == 130, output
     assert "SIGINT received: stopping 1 running run(s)" in output
     assert (workdir / "seed=1" / "summary.json").exists()

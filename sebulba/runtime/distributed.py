@@ -315,19 +315,30 @@ class RunMonitor:
         except Exception as error:  # noqa: BLE001 - the service may be gone already.
             logging.warning("could not post the failure to the other processes: %s", error)
 
+    def peer_failure(self) -> str | None:
+        """This process's stop message if another process posted its failure, else None.
+
+        A peer that fails on its own posts why before it exits, and that exit is what
+        breaks this process's collectives: after a broken collective the post names the
+        cause, where the broken connection names only the symptom.
+        """
+        if self._client is None:
+            return None
+        try:
+            posts = self._client.key_value_dir_get(_FAILED_DIR)
+        except Exception:  # noqa: BLE001 - service unreachable: heartbeats handle it.
+            return None
+        for key, message in sorted(posts):
+            failed = key.rsplit("/", 1)[-1]
+            if failed != str(self.process_index):
+                return f"{self.name}: stopping because process {failed} failed: {message}"
+        return None
+
     def check(self) -> tuple[int, str] | None:
         """One poll: the exit (status, message) due now, or None."""
-        if self._client is not None:
-            try:
-                posts = self._client.key_value_dir_get(_FAILED_DIR)
-            except Exception:  # noqa: BLE001 - service unreachable: heartbeats handle it.
-                posts = []
-            for key, message in sorted(posts):
-                failed = key.rsplit("/", 1)[-1]
-                if failed != str(self.process_index):
-                    return EXIT_FAILURE, (
-                        f"{self.name}: stopping because process {failed} failed: {message}"
-                    )
+        peer = self.peer_failure()
+        if peer is not None:
+            return EXIT_FAILURE, peer
         with self._lock:
             last_beat, last_update = self._last_beat, self._last_update
         if (
