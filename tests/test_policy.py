@@ -170,7 +170,7 @@ def test_greedy_needs_an_agent_with_act_greedy(trained, monkeypatch):
 def test_the_readme_snippet_runs(trained):
     with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
         readme = f.read()
-    section = readme[readme.index("### Use a trained policy") :]
+    section = readme[readme.index("## Use a trained policy") :]
     snippet = re.search(r"```python\n(.*?)```", section, flags=re.DOTALL).group(1)
     assert '"runs/ppo_cartpole"' in snippet
     assert "policy.make_envs(4, seed=0)" in snippet  # The envs that match the policy.

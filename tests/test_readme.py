@@ -223,7 +223,7 @@ def test_cheap_documented_commands_run_as_written(command, tmp_path):
 def _readme_library_example() -> str:
     with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
         readme = f.read()
-    section = readme.split("### As a library", 1)[1]
+    section = readme.split("## As a library", 1)[1]
     return section.split("```python\n", 1)[1].split("```", 1)[0]
 
 
