@@ -15,7 +15,9 @@ Deliberate differences from CleanRL:
   `--config.agent.double_q=False --config.agent.loss=mse`). Not measured on Atari yet.
 * The Machado et al. (2018) protocol of `sebulba.envs` (sticky actions, full action space,
   no life loss, no no-op starts), with fire on reset as in the other Atari configs (CleanRL:
-  no-op starts, episodic life, minimal action set, FireResetEnv).
+  no-op starts, episodic life, minimal action set, FireResetEnv; its protocol is
+  `"--config.env.kwargs={'episodic_life': True, 'noop_max': 30}"
+  --config.env.full_action_space=False --config.env.repeat_action_probability=0.0`).
 * The Nature CNN of `networks.py` has a value head beside the Q head; it is unused.
 * The buffer stores every transition's stacked frames (4 x 84 x 84 uint8, 28 KB): 1M
   transitions are about 28 GB of learner memory, split over the learner devices

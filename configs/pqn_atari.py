@@ -8,14 +8,14 @@ rewards clipped to their sign, fire on reset (envpool's default, which purejaxql
 
 The protocol is sebulba's, Machado et al. (2018): sticky actions 0.25, the full action
 space, no life loss, no no-op starts, the 108k-frame cap. purejaxql's differs; the
-`:purejaxql` variant selects its choices where sebulba offers them:
+`:purejaxql` variant selects its choices:
   * no sticky actions (`env.repeat_action_probability=0.0`);
-  * the game's minimal action set (`env.full_action_space=False`, envpool's default).
-Not offered (sebulba's Atari protocol has no option for them), so they stay different
-with `:purejaxql` too:
-  * purejaxql ends an episode at every lost life (`episodic_life=True`); here an episode
-    is a whole game;
-  * purejaxql starts episodes with up to 30 no-ops; here only sticky actions randomise.
+  * the game's minimal action set (`env.full_action_space=False`, envpool's default);
+  * every lost life terminates (`env.kwargs.episodic_life=True`), while returns and
+    lengths stay those of whole games;
+  * up to 30 no-ops after each reset (`env.kwargs.noop_max=30`).
+With `:purejaxql` only the 108k-frame cap is sebulba's (purejaxql: envpool's 27,000
+agent steps, the same 108k frames).
 
 Other deliberate differences from purejaxql:
   * Actors act with the version before the learner's (`pipeline.policy_lag=1`), while
@@ -52,6 +52,7 @@ def get_config(arg: str | None = None):
     if "purejaxql" in variant:
         config.env.repeat_action_probability = 0.0
         config.env.full_action_space = False
+        config.env.kwargs = {"episodic_life": True, "noop_max": 30}
     config.total_timesteps = 50_000_000
     config.agent.network = "nature_cnn"
     config.agent.norm = "layer_norm"

@@ -23,6 +23,13 @@ as CleanRL's ppo_atari_lstm). Rewards are clipped to their sign for
 learning while raw returns are reported. `env.use_fire_reset` presses FIRE after each
 reset, as envpool does by default and Cleanba keeps (with the full action space that
 means every game); Machado et al. do not, so the base config leaves it off.
+CleanRL's ppo_atari_envpool protocol differs: `env.kwargs` takes envpool's
+`episodic_life` (every lost life terminates, so values do not bootstrap through it) and
+`noop_max` (up to that many minus one no-ops after each reset); CleanRL's settings are
+`"{'episodic_life': True, 'noop_max': 30}"` with `env.use_fire_reset=True`,
+`env.repeat_action_probability=0.0` and `env.full_action_space=False`. Returns and
+lengths are still those of whole games (`game_overs`), in training metrics and in
+evaluation.
 
 `env.kwargs` passes further envpool settings to every task's `envpool.make` (e.g.
 Procgen's `num_levels` and `start_level`); `check_env_kwargs` checks them against the
@@ -155,12 +162,10 @@ _PLAYERS = {2: "two-player", 3: "three-player", 4: "four-player"}
 # (`sebulba.environments.env_config.SEBULBA_ENV_KWARGS` holds those of every family.)
 FAMILY_ENV_KWARGS = {
     _ATARI_FAMILY: {
-        "episodic_life": None,
         "reward_clip": "env.clip_rewards",
         "repeat_action_probability": "env.repeat_action_probability",
         "full_action_space": "env.full_action_space",
         "max_episode_steps": "env.max_episode_frames",
-        "noop_max": None,
         "use_fire_reset": "env.use_fire_reset",
         "frame_skip": None,
         "stack_num": "env.frame_stack",
@@ -181,6 +186,9 @@ FAMILY_ENV_KWARGS = {
         "distribution_mode": "env.id (a task per game and mode, e.g. StarpilotHard-v0)",
     },
 }
+# envpool settings with a smallest value its C++ code needs: Atari draws its no-op count
+# uniformly from [0, noop_max - 1].
+_KWARG_MINIMUM = {"noop_max": 1}
 FRAMES_PER_AGENT_STEP = 4  # Atari frame skip.
 ATARI_FRAMES_PER_SECOND = 60  # The console's (NTSC) frame rate.
 # Simulated seconds per step of the classic-control tasks (their integration time step);
@@ -406,7 +414,9 @@ def make_envs(
         if envpool_families().get(env_config.id) in _EGL_FAMILIES:
             _check_egl(env_config.id)
     kwargs.update(_family_kwargs(env_config))
-    kwargs.update(check_env_kwargs(env_config))  # Never a key of the above: refused.
+    # env.kwargs may change the family defaults above that FAMILY_ENV_KWARGS does not own
+    # (Atari's episodic_life and noop_max); the owned ones it refuses.
+    kwargs.update(check_env_kwargs(env_config))
     return envpool.make(env_config.id, env_type="gymnasium", **kwargs)
 
 
@@ -442,12 +452,14 @@ def _atari_kwargs(env_config: ml_collections.ConfigDict) -> dict:
             f"multiple of the frame skip ({FRAMES_PER_AGENT_STEP})"
         )
     return dict(
-        episodic_life=False,  # Machado et al.: no life-loss signal.
+        # Machado et al.: no life-loss signal, no no-op starts (sticky actions make the
+        # start stochastic). env.kwargs may ask for CleanRL's episodic_life / noop_max=30.
+        episodic_life=False,
         reward_clip=False,  # Clipped by the actor, so raw returns can be reported.
         repeat_action_probability=env_config.repeat_action_probability,
         full_action_space=env_config.full_action_space,
         max_episode_steps=env_config.max_episode_frames // FRAMES_PER_AGENT_STEP,
-        noop_max=1,  # Sticky actions, not no-op starts, make the start stochastic.
+        noop_max=1,
         use_fire_reset=env_config.use_fire_reset,
         frame_skip=FRAMES_PER_AGENT_STEP,
         stack_num=env_config.frame_stack,
@@ -562,6 +574,12 @@ def _check_kwarg_type(key: str, value, default, env_id: str) -> None:
     if not fits:
         raise ConfigError(
             f"env.kwargs.{key} must be {kind} (envpool's default for {env_id}: "
+            f"{default!r}), got {value!r}"
+        )
+    minimum = _KWARG_MINIMUM.get(key)
+    if minimum is not None and value < minimum:
+        raise ConfigError(
+            f"env.kwargs.{key} must be >= {minimum} (envpool's default for {env_id}: "
             f"{default!r}), got {value!r}"
         )
     # A count or an index (levels, steps, threads) whose default is not negative: envpool
@@ -888,23 +906,39 @@ class EpisodeTracker:
         finished_returns: list[float],
         finished_lengths: list[int],
         finished_env_ids: list[int],
+        game_overs=None,
     ):
         """Records one env step; returns the step's validity mask [num_envs].
 
         The episodes that ended on this step are appended, in env order, to the three
-        lists: raw return, length in agent steps and global env index.
+        lists: raw return, length in agent steps and global env index. `game_overs`
+        (`game_overs()`; default: the terminations) says which terminations end the
+        scored episode: with Atari's `episodic_life` a lost life terminates and resets
+        the env, but the game, its return and its length go on.
         """
         valid = ~self.resetting
         self.returns += np.where(valid, raw_rewards, 0.0)
         self.lengths += valid
         done = np.logical_or(terminations, truncations)
-        finished_returns.extend(self.returns[done].tolist())
-        finished_lengths.extend(self.lengths[done].tolist())
-        finished_env_ids.extend(self.env_ids[done].tolist())
-        self.returns[done] = 0.0
-        self.lengths[done] = 0
+        ended = done if game_overs is None else np.logical_or(game_overs, truncations)
+        finished_returns.extend(self.returns[ended].tolist())
+        finished_lengths.extend(self.lengths[ended].tolist())
+        finished_env_ids.extend(self.env_ids[ended].tolist())
+        self.returns[ended] = 0.0
+        self.lengths[ended] = 0
         self.resetting = done
         return valid
+
+
+def game_overs(terminations, info):
+    """[n] bool: the terminations that end a scored episode, from a step's `info`.
+
+    envpool's Atari flags the game's end in `info["terminated"]`, which differs from the
+    termination only with `episodic_life` (every lost life terminates); the other tasks
+    have no such flag and every termination ends the episode. NumPy or JAX arrays.
+    """
+    flags = info.get("terminated") if isinstance(info, dict) else None
+    return terminations if flags is None else flags.astype(bool)
 
 
 if __name__ == "__main__":

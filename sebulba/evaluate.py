@@ -159,9 +159,14 @@ def run_episodes(
         if recording:
             frames.append(_render(envs))
         running = np.ones(len(ids), bool)
+        # Envs that ended a life but play the game on (Atari's episodic_life): the next
+        # step is envpool's reset, where a recurrent policy restarts, as in training.
+        starts = np.zeros(len(ids), bool)
         step = 0
         while running.any():
-            actions = policy.actions(obs, step=step, row_ids=ids.astype(np.int32))
+            actions = policy.actions(
+                obs, step=step, row_ids=ids.astype(np.int32), episode_starts=starts
+            )
             obs, rewards, terminations, truncations, info = envs.step(
                 policy.env_spec.action.to_env(actions)
             )
@@ -173,7 +178,8 @@ def run_episodes(
                 successes[ids] |= running & (np.asarray(info[key]) > 0)
             returns[ids] += np.where(running, rewards, 0.0)
             lengths[ids] += running
-            running &= ~np.logical_or(terminations, truncations)
+            starts = np.logical_or(terminations, truncations)
+            running &= ~np.logical_or(envs_lib.game_overs(terminations, info), truncations)
             step += 1
             if step == max_steps:
                 running[:] = False

@@ -64,7 +64,7 @@ from sebulba.agents.api import (
 )
 from sebulba.config.sizes import Sizes
 from sebulba.environments import spaces
-from sebulba.envs import EpisodeTracker, learning_rewards
+from sebulba.envs import EpisodeTracker, game_overs, learning_rewards
 from sebulba.errors import NonFiniteRolloutError
 from sebulba.lag_schedule import required_policy_version
 from sebulba.mesh import DeviceLayout
@@ -230,7 +230,9 @@ class _HostRollout:
 
         jax.tree.map(write, self.obs, group.obs)
 
-    def record_step(self, t, group: _EnvGroup, raw_rewards, terminations, truncations) -> None:
+    def record_step(
+        self, t, group: _EnvGroup, raw_rewards, terminations, truncations, info
+    ) -> None:
         columns = group.columns
         self.valid[t, columns] = group.tracker.step(
             raw_rewards,
@@ -239,6 +241,7 @@ class _HostRollout:
             self.episode_returns,
             self.episode_lengths,
             self.episode_env_ids,
+            game_overs(terminations, info),
         )
         self.rewards[t, columns] = raw_rewards
         self.terminations[t, columns] = terminations
@@ -469,7 +472,7 @@ class Pipeline:
             nonlocal states
             control.raise_if_stopped()
             states, episode_fields, pieces = program(params, states)
-            raw_rewards, terminations, truncations = jax.device_get(episode_fields)
+            raw_rewards, terminations, truncations, ended_games = jax.device_get(episode_fields)
             rollout = _ScanRollout(pieces)
             # The episodes, in the step loop's order (step by step, group by group).
             for t in range(self.sizes.num_steps):
@@ -482,6 +485,7 @@ class Pipeline:
                         rollout.episode_returns,
                         rollout.episode_lengths,
                         rollout.episode_env_ids,
+                        ended_games[t, columns],
                     )
             return rollout
 
@@ -531,9 +535,9 @@ class Pipeline:
                 rollout.actions[t, group.columns] = actions
                 group.pool.send(action_spec.to_env(actions))
             for g, group in enumerate(groups):
-                obs, raw_rewards, terminations, truncations, _ = group.pool.recv()
+                obs, raw_rewards, terminations, truncations, info = group.pool.recv()
                 group.obs = spaces.host_observation(self.env_spec.observation, obs)
-                rollout.record_step(t, group, raw_rewards, terminations, truncations)
+                rollout.record_step(t, group, raw_rewards, terminations, truncations, info)
                 # An auto-reset step returns the first observation of an episode.
                 group.starts = ~rollout.valid[t, group.columns]
                 dispatch(g, t + 1)  # obs[T] and its outputs only bootstrap.

@@ -1,5 +1,6 @@
-"""envpool construction: the Atari options reach envpool."""
+"""envpool construction: the Atari options reach envpool, and lives are not games."""
 
+import numpy as np
 import pytest
 
 from configs import impala_atari, ppo_atari, ppo_cartpole
@@ -22,3 +23,66 @@ def test_cleanba_configs_fire_on_reset_and_the_base_config_does_not():
     assert ppo_atari.get_config().env.use_fire_reset
     assert impala_atari.get_config().env.use_fire_reset
     assert not ppo_cartpole.get_config().env.use_fire_reset
+
+
+# CleanRL's ppo_atari_envpool protocol, asked for through env.kwargs (sebulba.envs).
+CLEANRL_ATARI_KWARGS = {"episodic_life": True, "noop_max": 30}
+
+
+def cleanrl_atari_env_config():
+    config = ppo_atari.get_config("smoke")
+    config.env.kwargs = dict(CLEANRL_ATARI_KWARGS)
+    config.env.repeat_action_probability = 0.0
+    config.env.full_action_space = False
+    return config.env
+
+
+def test_cleanrl_atari_protocol_reaches_envpool_and_bad_values_are_one_line():
+    pool = envs.make_envs(cleanrl_atari_env_config(), 1, seed=0)
+    assert pool.spec.config.episodic_life and pool.spec.config.noop_max == 30
+    pool.close()
+    env_config = cleanrl_atari_env_config()
+    env_config.kwargs = {"noop_max": 0}  # envpool draws from [0, noop_max - 1].
+    with pytest.raises(envs.ConfigError, match=r"^env.kwargs.noop_max must be >= 1 .*got 0$"):
+        envs.check_env_kwargs(env_config)
+    env_config.kwargs = {"episodic_life": 1}
+    with pytest.raises(envs.ConfigError, match="env.kwargs.episodic_life must be True or False"):
+        envs.check_env_kwargs(env_config)
+    env_config.kwargs = {"frame_skip": 3}  # Still the protocol's.
+    with pytest.raises(envs.ConfigError, match="frame_skip is set by sebulba for Atari"):
+        envs.check_env_kwargs(env_config)
+
+
+def test_a_lost_life_terminates_but_the_scored_episode_is_the_whole_game():
+    # Random Breakout with episodic_life: lives end long before the game does.
+    pool = envs.make_envs(cleanrl_atari_env_config(), 2, seed=3)
+    pool.reset()
+    tracker = envs.EpisodeTracker([10, 11])
+    returns, lengths, env_ids = [], [], []
+    rng = np.random.default_rng(0)
+    terminations_seen = game_overs_seen = 0
+    reset_steps_after_a_life = 0
+    for _ in range(1500):
+        _, rewards, terminations, truncations, info = pool.step(rng.integers(0, 4, 2))
+        over = envs.game_overs(terminations, info)
+        resetting = tracker.resetting.copy()
+        valid = tracker.step(rewards, terminations, truncations, returns, lengths, env_ids, over)
+        assert np.array_equal(valid, ~resetting)  # Every reset step is invalid, lives too.
+        reset_steps_after_a_life += int(np.sum(resetting & ~np.asarray(info["terminated"], bool)))
+        terminations_seen += int(terminations.sum())
+        game_overs_seen += int(over.sum())
+    pool.close()
+    assert len(returns) == game_overs_seen > 0
+    assert terminations_seen >= 4 * game_overs_seen  # Breakout: 5 lives per game.
+    assert reset_steps_after_a_life > 0
+    assert set(env_ids) <= {10, 11}
+    # Each game is scored whole: a game lasts several lives, not one.
+    steps_per_life = 2 * 1500 / terminations_seen
+    assert np.mean(lengths) > 3 * steps_per_life
+
+
+def test_without_episodic_life_game_overs_are_the_terminations():
+    terminations = np.array([True, False, True])
+    info = {"terminated": np.array([1, 0, 1], np.int32), "lives": np.zeros(3, np.int32)}
+    assert np.array_equal(envs.game_overs(terminations, info), terminations)
+    assert envs.game_overs(terminations, {}) is terminations  # Tasks without the flag.

@@ -490,3 +490,36 @@ def test_success_counts_a_flag_at_any_step_of_the_episode_and_only_where_the_tas
         assert successes is None
     else:
         assert successes.tolist() == [True, False]
+
+
+class RandomBreakoutPolicy:
+    """What `evaluate.run_episodes` needs of a policy: random actions, restarts counted."""
+
+    jax_env = None
+
+    def __init__(self, config):
+        self.config = config
+        pool = envs_lib.make_envs(config.env, 1, seed=0)
+        self.env_spec = envs_lib.env_spec_of(config.env, pool)
+        pool.close()
+        self.rng = np.random.default_rng(0)
+        self.restarted_rows = []
+
+    def reset(self):
+        pass
+
+    def actions(self, obs, *, step, row_ids, episode_starts=None):
+        self.restarted_rows.extend(np.flatnonzero(episode_starts).tolist())
+        return self.rng.integers(0, 4, len(row_ids)).astype(np.int32)
+
+
+def test_evaluation_plays_whole_games_when_lives_terminate():
+    config = load_config("ppo_atari", "smoke")
+    config.env.kwargs = {"episodic_life": True, "noop_max": 30}  # CleanRL's protocol.
+    config.env.full_action_space = False
+    policy = RandomBreakoutPolicy(config)
+    returns, lengths, _, _ = evaluate.run_episodes(policy, episodes=2, seed=0, num_envs=2)
+    # Breakout's 5 lives: each game went on after 4 lost lives, whose next step restarted
+    # a recurrent policy's carry, as in training.
+    assert all(policy.restarted_rows.count(row) >= 4 for row in (0, 1))
+    assert np.all(lengths > 0) and np.all(returns >= 0)

@@ -246,6 +246,7 @@ def test_runs_in_anakin_mode_on_minatar(tmp_path):
 def test_atari_smoke_runs_with_the_nature_cnn(tmp_path):
     config = load_config("pqn_atari", "purejaxql,smoke")
     assert config.env.repeat_action_probability == 0.0 and not config.env.full_action_space
+    assert config.env.kwargs.to_dict() == {"episodic_life": True, "noop_max": 30}
     config.log.tensorboard = False
     train.train(config, str(tmp_path))
     lines = read_metrics(str(tmp_path))

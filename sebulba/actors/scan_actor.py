@@ -245,8 +245,8 @@ def build_rollout_program(
 
     `actor_step(params, carry, obs, starts, env_ids, step_index)` is the step loop's
     policy step (-> carry it used, next carry, actions, outputs, step_index + 1). The
-    program takes `(params, [GroupState per group])` and returns
-    `(next_states, (raw_rewards, terminations, truncations), pieces)`: the groups' states
+    program takes `(params, [GroupState per group])` and returns `(next_states,
+    (raw_rewards, terminations, truncations, game_overs), pieces)`: the groups' states
     for the next rollout, the [T, n] arrays the host's episode bookkeeping reads, and
     the thread's rollout as `num_slices` `Rollout`s of consecutive envs (one per local
     learner device), still on the actor device.
@@ -288,7 +288,8 @@ def build_rollout_program(
             rewards, terminations, truncations = (
                 jnp.concatenate([p[i] for p in parts], axis=0) for i in (1, 2, 3)
             )
-            results.append((new_handles, obs, rewards, terminations, truncations))
+            ended_games = jnp.concatenate([envs_lib.game_overs(p[2], p[4]) for p in parts], axis=0)
+            results.append((new_handles, obs, rewards, terminations, truncations, ended_games))
         return results
 
     def policy(params, state: GroupState):
@@ -310,7 +311,7 @@ def build_rollout_program(
             group_states = [state for state, _, _ in loop]
             received = send_and_recv(group_states, [actions for _, actions, _ in loop])
             new_loop, per_group = [], []
-            for (state, actions, _), (handles, raw_obs, rewards, terms, truncs) in zip(
+            for (state, actions, _), (handles, raw_obs, rewards, terms, truncs, ends) in zip(
                 loop, received, strict=True
             ):
                 # envs.EpisodeTracker's rule: a step after an episode's end is envpool's
@@ -332,7 +333,7 @@ def build_rollout_program(
                         carry_in,
                     )
                 )
-                per_group.append((obs, actions, rewards, terms, truncs, valid, outputs))
+                per_group.append((obs, actions, rewards, terms, truncs, valid, outputs, ends))
             return new_loop, per_group
 
         loop, steps = jax.lax.scan(body, loop, None, length=num_steps)
@@ -364,7 +365,12 @@ def build_rollout_program(
             env_ids=joined(0, *[s.env_ids for s in states]),
             initial_carry=jax.tree.map(lambda *xs: joined(0, *xs), *initial_carry),
         )
-        episode_fields = (raw_rewards, rollout.terminations, rollout.truncations)
+        episode_fields = (
+            raw_rewards,
+            rollout.terminations,
+            rollout.truncations,
+            across_groups(7),  # envs.game_overs: which terminations end the scored episode.
+        )
         return next_states, episode_fields, split_envs(rollout, num_slices)
 
     handles = [tuple(handle for handle, *_ in fns) for fns in xla_fns]
