@@ -8,7 +8,7 @@ IMPALA paper's LSTM of 256 units after the ResNet torso (`agent.core`), e.g. `:l
 """
 
 from sebulba.agents import defaults
-from sebulba.config import atari_game, base_config, parse_variant
+from sebulba.config import atari_game, base_config, parse_variant, smoke_run
 
 
 def get_config(arg: str | None = None):
@@ -42,10 +42,6 @@ def get_config(arg: str | None = None):
         config.agent.core = "lstm"
         config.agent.lstm_size = 256
     if "smoke" in variant:
-        config.env.num_envs = 4
         config.pipeline.num_actor_threads = 1
-        config.agent.num_steps = 8
-        config.agent.num_minibatches = 2
-        config.total_timesteps = 4 * 8 * 2
-        config.log.every_updates = 1
+        smoke_run(config, num_envs=4, num_steps=8, updates=2)
     return config

@@ -16,7 +16,7 @@ as the CNNs take 4 channels at most), any Google Research Football scenario
 """
 
 from sebulba.agents import defaults
-from sebulba.config import atari_game, base_config, parse_variant
+from sebulba.config import atari_game, base_config, parse_variant, smoke_run
 
 # The other families whose tasks observe screens (uint8 [C, H, W] or [H, W, C]).
 IMAGE_FAMILIES = ("ViZDoom", "Google Research Football", "Box2D")
@@ -69,10 +69,5 @@ def get_config(arg: str | None = None):
     config.agent.max_grad_norm = 0.5
     config.log.every_updates = 10
     if "smoke" in variant:
-        config.env.num_envs = 4
-        config.agent.num_steps = 8
-        config.agent.num_minibatches = 2
-        config.agent.update_epochs = 1
-        config.total_timesteps = 4 * 8 * 2
-        config.log.every_updates = 1
+        smoke_run(config, num_envs=4, num_steps=8, update_epochs=1, updates=2)
     return config

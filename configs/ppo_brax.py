@@ -15,7 +15,7 @@ locomotion tasks step 10-100x slower than the pendulum on a CPU (docs/anakin.md)
 is a seconds-long run.
 """
 
-from sebulba.config import BRAX_TASKS, jax_suite_tasks, parse_variant, sibling_config
+from sebulba.config import BRAX_TASKS, jax_suite_tasks, parse_variant, sibling_config, smoke_run
 
 SUITE = "brax"
 TASKS = BRAX_TASKS
@@ -35,10 +35,5 @@ def get_config(arg: str | None = None):
     config.pipeline.policy_lag = 0
     config.total_timesteps = 1_000_000
     if "smoke" in variant:
-        config.env.num_envs = 8
-        config.total_timesteps = 8 * 16 * 4
-        config.agent.num_steps = 16
-        config.agent.num_minibatches = 2
-        config.agent.update_epochs = 2
-        config.log.every_updates = 1
+        smoke_run(config, num_envs=8, num_steps=16, update_epochs=2, updates=4)
     return config

@@ -12,7 +12,7 @@ one vector selects the task (untuned there; `:LunarLander-v2,smoke`).
 """
 
 from sebulba.agents import defaults
-from sebulba.config import base_config, envpool_tasks, parse_variant
+from sebulba.config import base_config, envpool_tasks, parse_variant, smoke_run
 
 _TASKS = envpool_tasks("classic control", "Box2D", vector_observations=True)
 
@@ -37,10 +37,5 @@ def get_config(arg: str | None = None):
     config.agent.ent_coef = 0.01
     config.log.every_updates = 10
     if "smoke" in variant:
-        config.env.num_envs = 8
-        config.total_timesteps = 8 * 16 * 4
-        config.agent.num_steps = 16
-        config.agent.num_minibatches = 2
-        config.agent.update_epochs = 2
-        config.log.every_updates = 1
+        smoke_run(config, num_envs=8, num_steps=16, update_epochs=2, updates=4)
     return config

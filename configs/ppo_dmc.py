@@ -15,7 +15,7 @@ used by the tests (with a task: `:WalkerWalk-v1,smoke`).
 """
 
 from sebulba.agents import defaults
-from sebulba.config import base_config, envpool_tasks, parse_variant
+from sebulba.config import base_config, envpool_tasks, parse_variant, smoke_run
 
 _TASKS = envpool_tasks("dm_control", "Gymnasium Robotics", "MuJoCo Playground")
 
@@ -48,9 +48,5 @@ def get_config(arg: str | None = None):
     if variant.task is not None:
         config.env.id = variant.task
     if "smoke" in variant:
-        config.total_timesteps = 8 * 16 * 4
-        config.agent.num_steps = 16
-        config.agent.num_minibatches = 2
-        config.agent.update_epochs = 2
-        config.log.every_updates = 1
+        smoke_run(config, num_envs=8, num_steps=16, update_epochs=2, updates=4)
     return config

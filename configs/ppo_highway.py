@@ -22,7 +22,7 @@ docs/environments.md). `:smoke` is a seconds-long run used by the tests (with a 
 """
 
 from sebulba.agents import defaults
-from sebulba.config import base_config, envpool_tasks, parse_variant
+from sebulba.config import base_config, envpool_tasks, parse_variant, smoke_run
 
 _TASKS = envpool_tasks("highway-env")
 
@@ -46,9 +46,5 @@ def get_config(arg: str | None = None):
     config.agent.normalize_observations = True
     config.log.every_updates = 10
     if "smoke" in variant:
-        config.total_timesteps = 8 * 16 * 2
-        config.agent.num_steps = 16
-        config.agent.num_minibatches = 2
-        config.agent.update_epochs = 2
-        config.log.every_updates = 1
+        smoke_run(config, num_envs=8, num_steps=16, update_epochs=2, updates=2)
     return config

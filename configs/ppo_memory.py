@@ -16,7 +16,7 @@ pole is moving. tests/test_learning.py asserts both at 200k steps.
 """
 
 from sebulba.agents import defaults
-from sebulba.config import base_config, parse_variant
+from sebulba.config import base_config, parse_variant, smoke_run
 
 
 def get_config(arg: str | None = None):
@@ -37,9 +37,5 @@ def get_config(arg: str | None = None):
     config.agent.ent_coef = 0.01
     config.log.every_updates = 10
     if "smoke" in variant:
-        config.total_timesteps = 16 * 16 * 4
-        config.agent.num_steps = 16
-        config.agent.num_minibatches = 2
-        config.agent.update_epochs = 2
-        config.log.every_updates = 1
+        smoke_run(config, num_envs=16, num_steps=16, update_epochs=2, updates=4)
     return config

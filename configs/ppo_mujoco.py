@@ -26,7 +26,7 @@ tests, of Hopper-v4 or of the task named with it (`:BipedalWalker-v3,smoke`).
 """
 
 from sebulba.agents import defaults
-from sebulba.config import base_config, continuous_control_tasks, parse_variant
+from sebulba.config import base_config, continuous_control_tasks, parse_variant, smoke_run
 
 _TASKS = continuous_control_tasks()
 
@@ -68,9 +68,5 @@ def get_config(arg: str | None = None):
     if variant.task is not None:
         config.env.id = variant.task
     if "smoke" in variant:
-        config.total_timesteps = 8 * 16 * 4
-        config.agent.num_steps = 16
-        config.agent.num_minibatches = 2
-        config.agent.update_epochs = 2
-        config.log.every_updates = 1
+        smoke_run(config, num_envs=8, num_steps=16, update_epochs=2, updates=4)
     return config

@@ -43,7 +43,7 @@ selects the task; `:smoke` is a seconds-long run used by the tests (with a task:
 """
 
 from sebulba.agents import defaults
-from sebulba.config import base_config, envpool_tasks, parse_variant
+from sebulba.config import base_config, envpool_tasks, parse_variant, smoke_run
 
 # Procgen's 16 games; a bare name means its easy mode, the paper's generalisation setting.
 GAMES = (
@@ -108,9 +108,5 @@ def get_config(arg: str | None = None):
     config.agent.reward_clip = 10.0
     config.log.every_updates = 1
     if "smoke" in variant:
-        config.env.num_envs = 4
-        config.agent.num_steps = 16
-        config.agent.num_minibatches = 2
-        config.agent.update_epochs = 1
-        config.total_timesteps = 4 * 16 * 2
+        smoke_run(config, num_envs=4, num_steps=16, update_epochs=1, updates=2)
     return config

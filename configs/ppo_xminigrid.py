@@ -13,7 +13,7 @@ and on-policy (`pipeline.policy_lag=0`, docs/anakin.md). 1M env steps.
 """
 
 from sebulba.agents import defaults
-from sebulba.config import base_config, jax_suite_tasks, parse_variant
+from sebulba.config import base_config, jax_suite_tasks, parse_variant, smoke_run
 
 SUITE = "xminigrid"
 # The suite's MiniGrid tasks (xminigrid 0.9; its XLand tasks need a downloaded ruleset and
@@ -69,10 +69,5 @@ def get_config(arg: str | None = None):
     config.agent.ent_coef = 0.01
     config.log.every_updates = 10
     if "smoke" in variant:
-        config.env.num_envs = 8
-        config.total_timesteps = 8 * 16 * 4
-        config.agent.num_steps = 16
-        config.agent.num_minibatches = 2
-        config.agent.update_epochs = 2
-        config.log.every_updates = 1
+        smoke_run(config, num_envs=8, num_steps=16, update_epochs=2, updates=4)
     return config

@@ -37,7 +37,7 @@ CPUs and tests; they combine (`:Pong-v5,purejaxql,smoke`).
 """
 
 from sebulba.agents import defaults
-from sebulba.config import atari_game, base_config, parse_variant
+from sebulba.config import atari_game, base_config, parse_variant, smoke_run
 
 
 def get_config(arg: str | None = None):
@@ -69,10 +69,5 @@ def get_config(arg: str | None = None):
     config.agent.exploration_fraction = 0.1
     config.log.every_updates = 10
     if "smoke" in variant:
-        config.env.num_envs = 4
-        config.agent.num_steps = 8
-        config.agent.num_minibatches = 2
-        config.agent.update_epochs = 1
-        config.total_timesteps = 4 * 8 * 2
-        config.log.every_updates = 1
+        smoke_run(config, num_envs=4, num_steps=8, update_epochs=1, updates=2)
     return config

@@ -28,7 +28,7 @@ selects the game; `:smoke` is a seconds-long run used by the tests (with a game:
 """
 
 from sebulba.agents import defaults
-from sebulba.config import base_config, minatar_variant
+from sebulba.config import base_config, minatar_variant, smoke_run
 
 
 def get_config(arg: str | None = None):
@@ -54,10 +54,5 @@ def get_config(arg: str | None = None):
     config.agent.exploration_fraction = 0.1
     config.log.every_updates = 50
     if "smoke" in variant:
-        config.env.num_envs = 8
-        config.total_timesteps = 8 * 16 * 4
-        config.agent.num_steps = 16
-        config.agent.num_minibatches = 2
-        config.agent.update_epochs = 2
-        config.log.every_updates = 1
+        smoke_run(config, num_envs=8, num_steps=16, update_epochs=2, updates=4)
     return config
