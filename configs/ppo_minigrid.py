@@ -31,17 +31,11 @@ def get_config(arg: str | None = None):
         tasks=_TASKS,
         tasks_known="a MiniGrid/BabyAI, Jumanji or pgx task id such as MiniGrid-DoorKey-5x5-v0",
     )
-    config = base_config(defaults.ppo_config())
+    config = base_config(defaults.cleanrl_ppo_config())
     config.env.id = "MiniGrid-DoorKey-5x5-v0"
     config.env.num_envs = 16
     config.total_timesteps = 500_000
     config.agent.network = "multi_input"
-    config.agent.num_steps = 128
-    config.agent.learning_rate = 2.5e-4
-    config.agent.num_minibatches = 4
-    config.agent.update_epochs = 4
-    config.agent.clip_coef = 0.2
-    config.agent.ent_coef = 0.01
     config.log.every_updates = 10
     if variant.task is not None:
         config.env.id = variant.task

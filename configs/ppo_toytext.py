@@ -23,17 +23,11 @@ def get_config(arg: str | None = None):
     variant = parse_variant(
         arg, "ppo_toytext", tasks=_TASKS, tasks_known="a toy-text task id such as Taxi-v3"
     )
-    config = base_config(defaults.ppo_config())
+    config = base_config(defaults.cleanrl_ppo_config())
     config.env.id = variant.task or "FrozenLake-v1"
     config.env.num_envs = 8
     config.total_timesteps = 200_000
     config.agent.network = "multi_input"
-    config.agent.num_steps = 128
-    config.agent.learning_rate = 2.5e-4
-    config.agent.num_minibatches = 4
-    config.agent.update_epochs = 4
-    config.agent.clip_coef = 0.2
-    config.agent.ent_coef = 0.01
     config.log.every_updates = 10
     if "smoke" in variant:
         smoke_run(config, num_envs=8, num_steps=16, update_epochs=2, updates=2)
