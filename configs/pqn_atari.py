@@ -44,7 +44,7 @@ def get_config(arg: str | None = None):
     variant = parse_variant(
         arg, "pqn_atari", ("smoke", "purejaxql"), tasks=atari_game, tasks_known="GAME-v5"
     )
-    config = base_config(defaults.pqn_config())
+    config = base_config(defaults.pqn_config())  # purejaxql's Atari settings, listed above.
     config.env.id = variant.task or "Breakout-v5"
     config.env.num_envs = 128
     config.env.clip_rewards = True
@@ -55,18 +55,6 @@ def get_config(arg: str | None = None):
         config.env.kwargs = {"episodic_life": True, "noop_max": 30}
     config.total_timesteps = 50_000_000
     config.agent.network = "nature_cnn"
-    config.agent.norm = "layer_norm"
-    config.agent.num_steps = 32
-    config.agent.num_minibatches = 32
-    config.agent.update_epochs = 2
-    config.agent.learning_rate = 2.5e-4
-    config.agent.anneal_lr = False
-    config.agent.max_grad_norm = 10.0
-    config.agent.gamma = 0.99
-    config.agent.q_lambda = 0.65
-    config.agent.epsilon_start = 1.0
-    config.agent.epsilon_finish = 0.001
-    config.agent.exploration_fraction = 0.1
     config.log.every_updates = 10
     if "smoke" in variant:
         smoke_run(config, num_envs=4, num_steps=8, update_epochs=1, updates=2)
