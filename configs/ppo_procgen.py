@@ -83,7 +83,9 @@ def get_config(arg: str | None = None):
         tasks=_is_task,
         tasks_known="a Procgen game (Starpilot, Bigfish, ...) or task id (StarpilotHard-v0)",
     )
-    config = base_config(defaults.ppo_config())
+    # CleanRL's ppo_procgen keeps ppo.py's PPO (clip 0.2 with value clipping, entropy 0.01,
+    # GAE lambda 0.95, ...) but for the lines below.
+    config = base_config(defaults.cleanrl_ppo_config())
     config.env.id = task_id(variant.task or "starpilot")
     config.env.num_envs = 64
     config.env.kwargs.num_levels = 200
@@ -95,17 +97,9 @@ def get_config(arg: str | None = None):
     config.agent.learning_rate = 5e-4
     config.agent.anneal_lr = False
     config.agent.gamma = 0.999
-    config.agent.gae_lambda = 0.95
     config.agent.num_minibatches = 8
     config.agent.update_epochs = 3
-    config.agent.norm_adv = "minibatch"
-    config.agent.clip_coef = 0.2
-    config.agent.clip_vloss = True
-    config.agent.ent_coef = 0.01
-    config.agent.vf_coef = 0.5
-    config.agent.max_grad_norm = 0.5
-    config.agent.normalize_rewards = True
-    config.agent.reward_clip = 10.0
+    config.agent.normalize_rewards = True  # Clipped to +-10 (agent.reward_clip).
     config.log.every_updates = 1
     if "smoke" in variant:
         smoke_run(config, num_envs=4, num_steps=16, update_epochs=1, updates=2)
