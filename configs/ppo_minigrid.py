@@ -32,13 +32,11 @@ def get_config(arg: str | None = None):
         tasks_known="a MiniGrid/BabyAI, Jumanji or pgx task id such as MiniGrid-DoorKey-5x5-v0",
     )
     config = base_config(defaults.cleanrl_ppo_config())
-    config.env.id = "MiniGrid-DoorKey-5x5-v0"
+    config.env.id = variant.task or "MiniGrid-DoorKey-5x5-v0"
     config.env.num_envs = 16
     config.total_timesteps = 500_000
     config.agent.network = "multi_input"
     config.log.every_updates = 10
-    if variant.task is not None:
-        config.env.id = variant.task
     if "smoke" in variant:
         smoke_run(config, num_envs=8, num_steps=16, update_epochs=2, updates=4)
     return config
