@@ -317,3 +317,15 @@ BRAX_TASKS = (
     "swimmer",
     "walker2d",
 )
+
+
+def brax_variant(arg: str | None, config_name: str) -> tuple[Variant, str]:
+    """A Brax config's `:TASK[,smoke]` parsed: the variant and its task's env id
+    (`brax:inverted_pendulum`, which learns in minutes on a CPU, when no task is named)."""
+    variant = parse_variant(
+        arg,
+        config_name,
+        tasks=jax_suite_tasks(BRAX_TASKS),
+        tasks_known="a Brax task such as inverted_pendulum, hopper or ant",
+    )
+    return variant, f"brax:{variant.task or 'inverted_pendulum'}"
