@@ -20,7 +20,7 @@ real hardware: GPUs or TPUs and many CPU cores (docs/multitask.md).
 `:smoke` is a tiny 2-game run (Breakout, Pong) for CPUs and tests.
 """
 
-from sebulba.config import parse_variant, sibling_config
+from sebulba.config import parse_variant, sibling_config, smoke_run
 from sebulba.experiments.atari_scores import RANDOM_AND_HUMAN_SCORES
 
 # envpool's Skiing-v5 has 9 actions with full_action_space=True, every other game 18.
@@ -41,9 +41,5 @@ def get_config(arg: str | None = None):
     if "smoke" in variant:
         config.env.ids = ("Breakout-v5", "Pong-v5")
         config.env.id = "Breakout-v5"
-        config.env.num_envs = 4
-        config.agent.num_steps = 8
-        config.agent.num_minibatches = 2
-        config.total_timesteps = 4 * 8 * 2
-        config.log.every_updates = 1
+        smoke_run(config, num_envs=4, num_steps=8, updates=2)
     return config

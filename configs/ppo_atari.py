@@ -2,8 +2,10 @@
 
 IMPALA ResNet, 50M env steps, 128 envs x 128 steps, Machado et al. (2018) protocol, and
 Cleanba's choices where they differ from baselines: lecun_normal convolutions, advantages
-normalised once per rollout, no value clipping, fire on reset. docs/agents.md lists what
-still differs from Cleanba.
+normalised once per rollout, no value clipping, fire on reset; otherwise baselines' PPO
+settings, the agent's defaults (Adam 2.5e-4 annealed, gamma 0.99, GAE lambda 0.95,
+4 minibatches x 4 epochs, clip 0.1, entropy 0.01, value coefficient 0.5, gradient norm
+0.5). docs/agents.md lists what still differs from Cleanba.
 `:GAME-v5` selects the game (default Breakout-v5); `:smoke` (or `:smoke,GAME-v5`) is a
 tiny end-to-end run for CPUs and tests.
 
@@ -16,7 +18,7 @@ as the CNNs take 4 channels at most), any Google Research Football scenario
 """
 
 from sebulba.agents import defaults
-from sebulba.config import atari_game, base_config, parse_variant
+from sebulba.config import atari_game, base_config, parse_variant, smoke_run
 
 # The other families whose tasks observe screens (uint8 [C, H, W] or [H, W, C]).
 IMAGE_FAMILIES = ("ViZDoom", "Google Research Football", "Box2D")
@@ -40,7 +42,7 @@ def get_config(arg: str | None = None):
         tasks=_image_task,
         tasks_known="GAME-v5 or a ViZDoom, Football or CarRacing task id",
     )
-    config = base_config(defaults.ppo_config())
+    config = base_config(defaults.ppo_config())  # baselines' Atari PPO, changed below.
     config.env.id = variant.task or "Breakout-v5"
     if not atari_game(config.env.id):
         from sebulba import envs
@@ -54,25 +56,9 @@ def get_config(arg: str | None = None):
     config.total_timesteps = 50_000_000
     config.agent.network = "impala_resnet"
     config.agent.conv_init = "lecun_normal"  # Cleanba keeps flax's default for its convs.
-    config.agent.num_steps = 128
-    config.agent.learning_rate = 2.5e-4
-    config.agent.anneal_lr = True
-    config.agent.gamma = 0.99
-    config.agent.gae_lambda = 0.95
-    config.agent.num_minibatches = 4
-    config.agent.update_epochs = 4
     config.agent.norm_adv = "batch"  # Cleanba normalises once per rollout.
-    config.agent.clip_coef = 0.1
     config.agent.clip_vloss = False  # Cleanba does not clip the value loss.
-    config.agent.vf_coef = 0.5
-    config.agent.ent_coef = 0.01
-    config.agent.max_grad_norm = 0.5
     config.log.every_updates = 10
     if "smoke" in variant:
-        config.env.num_envs = 4
-        config.agent.num_steps = 8
-        config.agent.num_minibatches = 2
-        config.agent.update_epochs = 1
-        config.total_timesteps = 4 * 8 * 2
-        config.log.every_updates = 1
+        smoke_run(config, num_envs=4, num_steps=8, update_epochs=1, updates=2)
     return config

@@ -15,30 +15,19 @@ locomotion tasks step 10-100x slower than the pendulum on a CPU (docs/anakin.md)
 is a seconds-long run.
 """
 
-from sebulba.config import BRAX_TASKS, jax_suite_tasks, parse_variant, sibling_config
+from sebulba.config import BRAX_TASKS, brax_variant, sibling_config, smoke_run
 
-SUITE = "brax"
-TASKS = BRAX_TASKS
+TASKS = BRAX_TASKS  # The tasks `:TASK` takes (tests/test_config_variants.py).
 
 
 def get_config(arg: str | None = None):
-    variant = parse_variant(
-        arg,
-        "ppo_brax",
-        tasks=jax_suite_tasks(TASKS),
-        tasks_known="a Brax task such as inverted_pendulum, hopper or ant",
-    )
+    variant, env_id = brax_variant(arg, "ppo_brax")
     config = sibling_config(__file__, "ppo_mujoco")
-    config.env.id = f"{SUITE}:" + (variant.task or "inverted_pendulum")
+    config.env.id = env_id
     config.env.num_envs = 64
     config.agent.num_steps = 32
     config.pipeline.policy_lag = 0
     config.total_timesteps = 1_000_000
     if "smoke" in variant:
-        config.env.num_envs = 8
-        config.total_timesteps = 8 * 16 * 4
-        config.agent.num_steps = 16
-        config.agent.num_minibatches = 2
-        config.agent.update_epochs = 2
-        config.log.every_updates = 1
+        smoke_run(config, num_envs=8, num_steps=16, update_epochs=2, updates=4)
     return config

@@ -12,7 +12,7 @@ one vector selects the task (untuned there; `:LunarLander-v2,smoke`).
 """
 
 from sebulba.agents import defaults
-from sebulba.config import base_config, envpool_tasks, parse_variant
+from sebulba.config import base_config, envpool_tasks, parse_variant, smoke_run
 
 _TASKS = envpool_tasks("classic control", "Box2D", vector_observations=True)
 
@@ -24,23 +24,12 @@ def get_config(arg: str | None = None):
         tasks=_TASKS,
         tasks_known="a classic-control or Box2D vector task such as Acrobot-v1",
     )
-    config = base_config(defaults.ppo_config())
+    config = base_config(defaults.cleanrl_ppo_config())
     config.env.id = variant.task or "CartPole-v1"
     config.env.num_envs = 4
     config.total_timesteps = 500_000
     config.agent.network = "mlp"
-    config.agent.num_steps = 128
-    config.agent.learning_rate = 2.5e-4
-    config.agent.num_minibatches = 4
-    config.agent.update_epochs = 4
-    config.agent.clip_coef = 0.2
-    config.agent.ent_coef = 0.01
     config.log.every_updates = 10
     if "smoke" in variant:
-        config.env.num_envs = 8
-        config.total_timesteps = 8 * 16 * 4
-        config.agent.num_steps = 16
-        config.agent.num_minibatches = 2
-        config.agent.update_epochs = 2
-        config.log.every_updates = 1
+        smoke_run(config, num_envs=8, num_steps=16, update_epochs=2, updates=4)
     return config

@@ -14,8 +14,7 @@ Playground (the `state` and `privileged_state` dicts of `:Go1JoystickFlatTerrain
 used by the tests (with a task: `:WalkerWalk-v1,smoke`).
 """
 
-from sebulba.agents import defaults
-from sebulba.config import base_config, envpool_tasks, parse_variant
+from sebulba.config import envpool_tasks, parse_variant, sibling_config
 
 _TASKS = envpool_tasks("dm_control", "Gymnasium Robotics", "MuJoCo Playground")
 
@@ -27,30 +26,8 @@ def get_config(arg: str | None = None):
         tasks=_TASKS,
         tasks_known="a dm_control, Gymnasium Robotics or MuJoCo Playground task id",
     )
-    config = base_config(defaults.ppo_config())
-    config.env.id = "CheetahRun-v1"
-    config.env.num_envs = 8
-    config.total_timesteps = 1_000_000
+    # ppo_mujoco's continuous-control settings (and its :smoke sizes), written once.
+    config = sibling_config(__file__, "ppo_mujoco", "smoke" if "smoke" in variant else None)
+    config.env.id = variant.task or "CheetahRun-v1"
     config.agent.network = "multi_input"
-    config.agent.num_steps = 256
-    config.agent.learning_rate = 3e-4
-    config.agent.num_minibatches = 32
-    config.agent.update_epochs = 10
-    # "auto" rolls these MLPs' 320 minibatch steps (unrolled they take minutes and
-    # gigabytes to compile); given a convolutional network on a CPU it unrolls them
-    # instead, since a rolled loop runs conv gradients 8-40x slower there.
-    config.agent.minibatch_loop = "auto"
-    config.agent.clip_coef = 0.2
-    config.agent.ent_coef = 0.0
-    config.agent.normalize_observations = True
-    config.agent.normalize_rewards = True
-    config.log.every_updates = 10
-    if variant.task is not None:
-        config.env.id = variant.task
-    if "smoke" in variant:
-        config.total_timesteps = 8 * 16 * 4
-        config.agent.num_steps = 16
-        config.agent.num_minibatches = 2
-        config.agent.update_epochs = 2
-        config.log.every_updates = 1
     return config

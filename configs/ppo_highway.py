@@ -22,7 +22,7 @@ docs/environments.md). `:smoke` is a seconds-long run used by the tests (with a 
 """
 
 from sebulba.agents import defaults
-from sebulba.config import base_config, envpool_tasks, parse_variant
+from sebulba.config import base_config, envpool_tasks, parse_variant, smoke_run
 
 _TASKS = envpool_tasks("highway-env")
 
@@ -31,24 +31,16 @@ def get_config(arg: str | None = None):
     variant = parse_variant(
         arg, "ppo_highway", tasks=_TASKS, tasks_known="a highway-env task id such as Merge-v0"
     )
-    config = base_config(defaults.ppo_config())
+    config = base_config(defaults.cleanrl_ppo_config())
     config.env.id = variant.task or "HighwayFast-v0"
     config.env.num_envs = 8
     config.total_timesteps = 200_000
     config.agent.network = "multi_input"
-    config.agent.num_steps = 128
     config.agent.learning_rate = 5e-4
     config.agent.gamma = 0.8
-    config.agent.num_minibatches = 4
     config.agent.update_epochs = 10
-    config.agent.clip_coef = 0.2
-    config.agent.ent_coef = 0.01
     config.agent.normalize_observations = True
     config.log.every_updates = 10
     if "smoke" in variant:
-        config.total_timesteps = 8 * 16 * 2
-        config.agent.num_steps = 16
-        config.agent.num_minibatches = 2
-        config.agent.update_epochs = 2
-        config.log.every_updates = 1
+        smoke_run(config, num_envs=8, num_steps=16, update_epochs=2, updates=2)
     return config

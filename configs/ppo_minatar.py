@@ -37,11 +37,12 @@ selects the game; `:smoke` is a seconds-long run used by the tests (with a game:
 """
 
 from sebulba.agents import defaults
-from sebulba.config import base_config, minatar_variant
+from sebulba.config import base_config, minatar_variant, smoke_run
 
 
 def get_config(arg: str | None = None):
     variant, env_id = minatar_variant(arg, "ppo_minatar")
+    # The agent's defaults (baselines') are pgx's but for the lines below.
     config = base_config(defaults.ppo_config())
     config.env.id = env_id
     config.env.num_envs = 128
@@ -51,22 +52,10 @@ def get_config(arg: str | None = None):
     config.agent.num_steps = 128
     config.agent.learning_rate = 3e-4
     config.agent.anneal_lr = False
-    config.agent.gamma = 0.99
-    config.agent.gae_lambda = 0.95
-    config.agent.num_minibatches = 4
+    config.agent.num_minibatches = 4  # Of 4096 samples, as pgx's.
     config.agent.update_epochs = 3
-    config.agent.norm_adv = "minibatch"
     config.agent.clip_coef = 0.2
-    config.agent.clip_vloss = True
-    config.agent.ent_coef = 0.01
-    config.agent.vf_coef = 0.5
-    config.agent.max_grad_norm = 0.5
     config.log.every_updates = 10
     if "smoke" in variant:
-        config.env.num_envs = 8
-        config.total_timesteps = 8 * 16 * 4
-        config.agent.num_steps = 16
-        config.agent.num_minibatches = 2
-        config.agent.update_epochs = 2
-        config.log.every_updates = 1
+        smoke_run(config, num_envs=8, num_steps=16, update_epochs=2, updates=4)
     return config

@@ -19,7 +19,7 @@ single-player game, `:Play2048-v1`, whose [4, 4, 31] planes `multi_input` flatte
 """
 
 from sebulba.agents import defaults
-from sebulba.config import base_config, envpool_tasks, parse_variant
+from sebulba.config import base_config, envpool_tasks, parse_variant, smoke_run
 
 _TASKS = envpool_tasks("MiniGrid/BabyAI", "Jumanji", "pgx")
 
@@ -31,25 +31,12 @@ def get_config(arg: str | None = None):
         tasks=_TASKS,
         tasks_known="a MiniGrid/BabyAI, Jumanji or pgx task id such as MiniGrid-DoorKey-5x5-v0",
     )
-    config = base_config(defaults.ppo_config())
-    config.env.id = "MiniGrid-DoorKey-5x5-v0"
+    config = base_config(defaults.cleanrl_ppo_config())
+    config.env.id = variant.task or "MiniGrid-DoorKey-5x5-v0"
     config.env.num_envs = 16
     config.total_timesteps = 500_000
     config.agent.network = "multi_input"
-    config.agent.num_steps = 128
-    config.agent.learning_rate = 2.5e-4
-    config.agent.num_minibatches = 4
-    config.agent.update_epochs = 4
-    config.agent.clip_coef = 0.2
-    config.agent.ent_coef = 0.01
     config.log.every_updates = 10
-    if variant.task is not None:
-        config.env.id = variant.task
     if "smoke" in variant:
-        config.env.num_envs = 8
-        config.total_timesteps = 8 * 16 * 4
-        config.agent.num_steps = 16
-        config.agent.num_minibatches = 2
-        config.agent.update_epochs = 2
-        config.log.every_updates = 1
+        smoke_run(config, num_envs=8, num_steps=16, update_epochs=2, updates=4)
     return config

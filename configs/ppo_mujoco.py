@@ -26,7 +26,7 @@ tests, of Hopper-v4 or of the task named with it (`:BipedalWalker-v3,smoke`).
 """
 
 from sebulba.agents import defaults
-from sebulba.config import base_config, continuous_control_tasks, parse_variant
+from sebulba.config import base_config, continuous_control_tasks, parse_variant, smoke_run
 
 _TASKS = continuous_control_tasks()
 
@@ -38,39 +38,27 @@ def get_config(arg: str | None = None):
         tasks=_TASKS,
         tasks_known="a Box-action vector task: Hopper-v4, BipedalWalker-v3, ...",
     )
-    config = base_config(defaults.ppo_config())
-    config.env.id = "Hopper-v4"
+    # CleanRL's ppo_continuous_action keeps ppo.py's PPO for what the lines below leave:
+    # gamma 0.99, GAE lambda 0.95, clip 0.2 with value clipping, value coefficient 0.5,
+    # gradient norm 0.5, advantages normalised per minibatch, the step size annealed.
+    config = base_config(defaults.cleanrl_ppo_config())
+    config.env.id = variant.task or "Hopper-v4"
     config.env.num_envs = 8
     config.total_timesteps = 1_000_000
     config.agent.network = "mlp"
-    config.agent.num_steps = 256
+    config.agent.num_steps = 256  # x 8 envs: CleanRL's 2048 steps of 1 env.
     config.agent.learning_rate = 3e-4
-    config.agent.anneal_lr = True
-    config.agent.gamma = 0.99
-    config.agent.gae_lambda = 0.95
     config.agent.num_minibatches = 32
     config.agent.update_epochs = 10
     # "auto" rolls these MLPs' 320 minibatch steps (unrolled they take minutes and
     # gigabytes to compile); given a convolutional network on a CPU it unrolls them
     # instead, since a rolled loop runs conv gradients 8-40x slower there.
     config.agent.minibatch_loop = "auto"
-    config.agent.norm_adv = "minibatch"
-    config.agent.clip_coef = 0.2
-    config.agent.clip_vloss = True
     config.agent.ent_coef = 0.0
-    config.agent.vf_coef = 0.5
-    config.agent.max_grad_norm = 0.5
+    # Clipped to +-10 after normalisation (the agent's observation_clip and reward_clip).
     config.agent.normalize_observations = True
     config.agent.normalize_rewards = True
-    config.agent.observation_clip = 10.0
-    config.agent.reward_clip = 10.0
     config.log.every_updates = 10
-    if variant.task is not None:
-        config.env.id = variant.task
     if "smoke" in variant:
-        config.total_timesteps = 8 * 16 * 4
-        config.agent.num_steps = 16
-        config.agent.num_minibatches = 2
-        config.agent.update_epochs = 2
-        config.log.every_updates = 1
+        smoke_run(config, num_envs=8, num_steps=16, update_epochs=2, updates=4)
     return config

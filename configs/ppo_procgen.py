@@ -43,7 +43,7 @@ selects the task; `:smoke` is a seconds-long run used by the tests (with a task:
 """
 
 from sebulba.agents import defaults
-from sebulba.config import base_config, envpool_tasks, parse_variant
+from sebulba.config import base_config, envpool_tasks, parse_variant, smoke_run
 
 # Procgen's 16 games; a bare name means its easy mode, the paper's generalisation setting.
 GAMES = (
@@ -83,7 +83,9 @@ def get_config(arg: str | None = None):
         tasks=_is_task,
         tasks_known="a Procgen game (Starpilot, Bigfish, ...) or task id (StarpilotHard-v0)",
     )
-    config = base_config(defaults.ppo_config())
+    # CleanRL's ppo_procgen keeps ppo.py's PPO (clip 0.2 with value clipping, entropy 0.01,
+    # GAE lambda 0.95, ...) but for the lines below.
+    config = base_config(defaults.cleanrl_ppo_config())
     config.env.id = task_id(variant.task or "starpilot")
     config.env.num_envs = 64
     config.env.kwargs.num_levels = 200
@@ -95,22 +97,10 @@ def get_config(arg: str | None = None):
     config.agent.learning_rate = 5e-4
     config.agent.anneal_lr = False
     config.agent.gamma = 0.999
-    config.agent.gae_lambda = 0.95
     config.agent.num_minibatches = 8
     config.agent.update_epochs = 3
-    config.agent.norm_adv = "minibatch"
-    config.agent.clip_coef = 0.2
-    config.agent.clip_vloss = True
-    config.agent.ent_coef = 0.01
-    config.agent.vf_coef = 0.5
-    config.agent.max_grad_norm = 0.5
-    config.agent.normalize_rewards = True
-    config.agent.reward_clip = 10.0
+    config.agent.normalize_rewards = True  # Clipped to +-10 (agent.reward_clip).
     config.log.every_updates = 1
     if "smoke" in variant:
-        config.env.num_envs = 4
-        config.agent.num_steps = 16
-        config.agent.num_minibatches = 2
-        config.agent.update_epochs = 1
-        config.total_timesteps = 4 * 16 * 2
+        smoke_run(config, num_envs=4, num_steps=16, update_epochs=1, updates=2)
     return config

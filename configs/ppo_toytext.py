@@ -14,7 +14,7 @@ tests (with a task: `:Taxi-v3,smoke`). envpool draws no toy-text task, so
 """
 
 from sebulba.agents import defaults
-from sebulba.config import base_config, envpool_tasks, parse_variant
+from sebulba.config import base_config, envpool_tasks, parse_variant, smoke_run
 
 _TASKS = envpool_tasks("toy text")
 
@@ -23,22 +23,12 @@ def get_config(arg: str | None = None):
     variant = parse_variant(
         arg, "ppo_toytext", tasks=_TASKS, tasks_known="a toy-text task id such as Taxi-v3"
     )
-    config = base_config(defaults.ppo_config())
+    config = base_config(defaults.cleanrl_ppo_config())
     config.env.id = variant.task or "FrozenLake-v1"
     config.env.num_envs = 8
     config.total_timesteps = 200_000
     config.agent.network = "multi_input"
-    config.agent.num_steps = 128
-    config.agent.learning_rate = 2.5e-4
-    config.agent.num_minibatches = 4
-    config.agent.update_epochs = 4
-    config.agent.clip_coef = 0.2
-    config.agent.ent_coef = 0.01
     config.log.every_updates = 10
     if "smoke" in variant:
-        config.total_timesteps = 8 * 16 * 2
-        config.agent.num_steps = 16
-        config.agent.num_minibatches = 2
-        config.agent.update_epochs = 2
-        config.log.every_updates = 1
+        smoke_run(config, num_envs=8, num_steps=16, update_epochs=2, updates=2)
     return config

@@ -13,7 +13,7 @@ and on-policy (`pipeline.policy_lag=0`, docs/anakin.md). 1M env steps.
 """
 
 from sebulba.agents import defaults
-from sebulba.config import base_config, jax_suite_tasks, parse_variant
+from sebulba.config import base_config, jax_suite_tasks, parse_variant, smoke_run
 
 SUITE = "xminigrid"
 # The suite's MiniGrid tasks (xminigrid 0.9; its XLand tasks need a downloaded ruleset and
@@ -55,24 +55,13 @@ def get_config(arg: str | None = None):
         tasks=jax_suite_tasks(TASKS),
         tasks_known="an XLand-MiniGrid task such as MiniGrid-DoorKey-5x5",
     )
-    config = base_config(defaults.ppo_config())
+    config = base_config(defaults.cleanrl_ppo_config())
     config.env.id = f"{SUITE}:" + (variant.task or "MiniGrid-DoorKey-5x5")
     config.env.num_envs = 64
     config.total_timesteps = 1_000_000
     config.pipeline.policy_lag = 0
     config.agent.network = "multi_input"
-    config.agent.num_steps = 128
-    config.agent.learning_rate = 2.5e-4
-    config.agent.num_minibatches = 4
-    config.agent.update_epochs = 4
-    config.agent.clip_coef = 0.2
-    config.agent.ent_coef = 0.01
     config.log.every_updates = 10
     if "smoke" in variant:
-        config.env.num_envs = 8
-        config.total_timesteps = 8 * 16 * 4
-        config.agent.num_steps = 16
-        config.agent.num_minibatches = 2
-        config.agent.update_epochs = 2
-        config.log.every_updates = 1
+        smoke_run(config, num_envs=8, num_steps=16, update_epochs=2, updates=4)
     return config

@@ -37,14 +37,14 @@ CPUs and tests; they combine (`:Pong-v5,purejaxql,smoke`).
 """
 
 from sebulba.agents import defaults
-from sebulba.config import atari_game, base_config, parse_variant
+from sebulba.config import atari_game, base_config, parse_variant, smoke_run
 
 
 def get_config(arg: str | None = None):
     variant = parse_variant(
         arg, "pqn_atari", ("smoke", "purejaxql"), tasks=atari_game, tasks_known="GAME-v5"
     )
-    config = base_config(defaults.pqn_config())
+    config = base_config(defaults.pqn_config())  # purejaxql's Atari settings, listed above.
     config.env.id = variant.task or "Breakout-v5"
     config.env.num_envs = 128
     config.env.clip_rewards = True
@@ -55,24 +55,7 @@ def get_config(arg: str | None = None):
         config.env.kwargs = {"episodic_life": True, "noop_max": 30}
     config.total_timesteps = 50_000_000
     config.agent.network = "nature_cnn"
-    config.agent.norm = "layer_norm"
-    config.agent.num_steps = 32
-    config.agent.num_minibatches = 32
-    config.agent.update_epochs = 2
-    config.agent.learning_rate = 2.5e-4
-    config.agent.anneal_lr = False
-    config.agent.max_grad_norm = 10.0
-    config.agent.gamma = 0.99
-    config.agent.q_lambda = 0.65
-    config.agent.epsilon_start = 1.0
-    config.agent.epsilon_finish = 0.001
-    config.agent.exploration_fraction = 0.1
     config.log.every_updates = 10
     if "smoke" in variant:
-        config.env.num_envs = 4
-        config.agent.num_steps = 8
-        config.agent.num_minibatches = 2
-        config.agent.update_epochs = 1
-        config.total_timesteps = 4 * 8 * 2
-        config.log.every_updates = 1
+        smoke_run(config, num_envs=4, num_steps=8, update_epochs=1, updates=2)
     return config

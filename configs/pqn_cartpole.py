@@ -22,36 +22,28 @@ Deliberate differences from purejaxql:
 """
 
 from sebulba.agents import defaults
-from sebulba.config import base_config, parse_variant
+from sebulba.config import base_config, parse_variant, smoke_run
 
 
 def get_config(arg: str | None = None):
     variant = parse_variant(arg, "pqn_cartpole")
+    # purejaxql's Atari settings (the agent's defaults) but for the lines below.
     config = base_config(defaults.pqn_config())
     config.env.id = "CartPole-v1"
     config.env.num_envs = 32
     config.total_timesteps = 500_000
     config.agent.network = "mlp"
-    config.agent.norm = "layer_norm"
     config.agent.hidden_sizes = (256, 256)
     config.agent.num_steps = 64
     config.agent.num_minibatches = 16
     config.agent.update_epochs = 4
     config.agent.learning_rate = 1e-4
     config.agent.anneal_lr = True
-    config.agent.max_grad_norm = 10.0
-    config.agent.gamma = 0.99
     config.agent.q_lambda = 0.95
     config.agent.reward_scale = 0.1
-    config.agent.epsilon_start = 1.0
     config.agent.epsilon_finish = 0.2
     config.agent.exploration_fraction = 0.2
     config.log.every_updates = 10
     if "smoke" in variant:
-        config.env.num_envs = 8
-        config.total_timesteps = 8 * 16 * 4
-        config.agent.num_steps = 16
-        config.agent.num_minibatches = 2
-        config.agent.update_epochs = 2
-        config.log.every_updates = 1
+        smoke_run(config, num_envs=8, num_steps=16, update_epochs=2, updates=4)
     return config

@@ -28,36 +28,23 @@ selects the game; `:smoke` is a seconds-long run used by the tests (with a game:
 """
 
 from sebulba.agents import defaults
-from sebulba.config import base_config, minatar_variant
+from sebulba.config import base_config, minatar_variant, smoke_run
 
 
 def get_config(arg: str | None = None):
     variant, env_id = minatar_variant(arg, "pqn_minatar")
+    # purejaxql's MinAtar settings are its Atari ones (the agent's defaults) but for these.
     config = base_config(defaults.pqn_config())
     config.env.id = env_id
     config.env.num_envs = 128
     config.total_timesteps = 10_000_000
     config.pipeline.policy_lag = 0
     config.agent.network = "minatar"
-    config.agent.norm = "layer_norm"
     config.agent.hidden_sizes = (128,)
-    config.agent.num_steps = 32
-    config.agent.num_minibatches = 32
-    config.agent.update_epochs = 2
     config.agent.learning_rate = 5e-4
     config.agent.anneal_lr = True
-    config.agent.max_grad_norm = 10.0
-    config.agent.gamma = 0.99
-    config.agent.q_lambda = 0.65
-    config.agent.epsilon_start = 1.0
     config.agent.epsilon_finish = 0.05
-    config.agent.exploration_fraction = 0.1
     config.log.every_updates = 50
     if "smoke" in variant:
-        config.env.num_envs = 8
-        config.total_timesteps = 8 * 16 * 4
-        config.agent.num_steps = 16
-        config.agent.num_minibatches = 2
-        config.agent.update_epochs = 2
-        config.log.every_updates = 1
+        smoke_run(config, num_envs=8, num_steps=16, update_epochs=2, updates=4)
     return config

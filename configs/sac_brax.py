@@ -16,21 +16,15 @@ sac_mujoco's 1M steps (`--config.total_timesteps=1000000`). `:smoke` is a second
 run (its first update compiles Brax's physics: about a minute on 2 CPU cores).
 """
 
-from sebulba.config import BRAX_TASKS, jax_suite_tasks, parse_variant, sibling_config
+from sebulba.config import BRAX_TASKS, brax_variant, sibling_config
 
-SUITE = "brax"
-TASKS = BRAX_TASKS
+TASKS = BRAX_TASKS  # The tasks `:TASK` takes (tests/test_config_variants.py).
 
 
 def get_config(arg: str | None = None):
-    variant = parse_variant(
-        arg,
-        "sac_brax",
-        tasks=jax_suite_tasks(TASKS),
-        tasks_known="a Brax task such as inverted_pendulum, hopper or ant",
-    )
+    variant, env_id = brax_variant(arg, "sac_brax")
     config = sibling_config(__file__, "sac_mujoco", "smoke" if "smoke" in variant else None)
-    config.env.id = f"{SUITE}:" + (variant.task or "inverted_pendulum")
+    config.env.id = env_id
     config.pipeline.policy_lag = 0
     if "smoke" not in variant:
         config.total_timesteps = 100_000

@@ -44,7 +44,7 @@ def get_config(arg: str | None = None):
         tasks_known="a Box-action vector task: HalfCheetah-v4, Pendulum-v1, ...",
     )
     config = base_config(defaults.sac_config())
-    config.env.id = "HalfCheetah-v4"
+    config.env.id = variant.task or "HalfCheetah-v4"
     config.env.num_envs = 8
     config.total_timesteps = 1_000_000
     config.agent.num_steps = 8
@@ -64,8 +64,6 @@ def get_config(arg: str | None = None):
     config.agent.alpha = 0.2
     config.agent.autotune = True
     config.log.every_updates = 50
-    if variant.task is not None:
-        config.env.id = variant.task
     if "smoke" in variant:
         config.env.num_envs = 4
         config.agent.num_steps = 4

@@ -211,6 +211,15 @@ def ppo_config() -> ml_collections.ConfigDict:
     return config
 
 
+def cleanrl_ppo_config() -> ml_collections.ConfigDict:
+    """The `agent` section of CleanRL `ppo.py` (its classic-control PPO): the baselines
+    defaults of `ppo_config` (128 steps, Adam 2.5e-4 annealed to 0, gamma 0.99, GAE lambda
+    0.95, 4 minibatches x 4 epochs, entropy 0.01) with the surrogate clipped at 0.2."""
+    config = ppo_config()
+    config.clip_coef = 0.2  # baselines' Atari setting: 0.1.
+    return config
+
+
 def impala_config() -> ml_collections.ConfigDict:
     """The `agent` section of an IMPALA config (Cleanba paper defaults)."""
     config = ml_collections.ConfigDict()

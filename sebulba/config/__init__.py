@@ -104,6 +104,30 @@ def sibling_config(
     return module.get_config(arg)
 
 
+def smoke_run(
+    config: ml_collections.ConfigDict,
+    *,
+    num_envs: int,
+    num_steps: int,
+    updates: int,
+    update_epochs: int | None = None,
+    num_minibatches: int = 2,
+) -> None:
+    """Shrinks `config` in place to its `:smoke` variant: a seconds-long run for CPUs and tests.
+
+    `updates` updates of `num_envs` x `num_steps` env steps, each cut into `num_minibatches`
+    minibatches (and passed over `update_epochs` times, for agents with epochs), with a
+    metrics line after every update.
+    """
+    config.env.num_envs = num_envs
+    config.agent.num_steps = num_steps
+    config.agent.num_minibatches = num_minibatches
+    if update_epochs is not None:
+        config.agent.update_epochs = update_epochs
+    config.total_timesteps = num_envs * num_steps * updates
+    config.log.every_updates = 1
+
+
 def check_run_ranges(config: ml_collections.ConfigDict) -> None:
     """Raises ConfigError naming the first key of `RUN_RANGES` outside its interval."""
     for dotted, allowed in RUN_RANGES.items():
@@ -293,3 +317,15 @@ BRAX_TASKS = (
     "swimmer",
     "walker2d",
 )
+
+
+def brax_variant(arg: str | None, config_name: str) -> tuple[Variant, str]:
+    """A Brax config's `:TASK[,smoke]` parsed: the variant and its task's env id
+    (`brax:inverted_pendulum`, which learns in minutes on a CPU, when no task is named)."""
+    variant = parse_variant(
+        arg,
+        config_name,
+        tasks=jax_suite_tasks(BRAX_TASKS),
+        tasks_known="a Brax task such as inverted_pendulum, hopper or ant",
+    )
+    return variant, f"brax:{variant.task or 'inverted_pendulum'}"
