@@ -11,6 +11,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from sebulba.agents.api import rollout_partition_specs
 from sebulba.config import base_config
+from sebulba.pipeline import Pipeline
 
 # PPO with a small LSTM on CartPole without velocities (configs/ppo_memory.py, shrunk):
 # `agent_config(ppo, **LSTM_RUN)`.
@@ -62,6 +63,30 @@ def small_update_config(agent_module, num_steps, num_envs, **agent):
     for name, value in agent.items():
         config.agent[name] = value
     return config
+
+
+def make_pipeline(setup, **options):
+    """The Sebulba pipeline of `train.prepare`'s `setup`, as a test drives it.
+
+    The run's seed, policy lag and reward clipping unless `options` say otherwise; any other
+    `Pipeline` argument (`actor_loop`, `transfer_guard`, ...) keeps the Pipeline's default
+    unless given, so a test runs the per-step actor loop unless it asks for another.
+    """
+    config = setup.config
+    settings = {
+        "seed": config.seed,
+        "policy_lag": config.pipeline.policy_lag,
+        "clip_rewards": config.env.clip_rewards,
+        **options,
+    }
+    return Pipeline(
+        setup.agent,
+        setup.layout,
+        setup.sizes,
+        setup.envs_per_thread,
+        env_spec=setup.env_spec,
+        **settings,
+    )
 
 
 def logged_learning_rates(agent, rollouts):

@@ -22,7 +22,6 @@ import pytest
 
 from sebulba import checkpoint, train
 from sebulba.anakin.env_api import JaxEnv, reset_envs, step_envs
-from sebulba.anakin.runner import AnakinRunner
 from sebulba.environments.spaces import ArraySpec, Discrete, EnvSpec
 from sebulba.errors import ConfigError
 from tests import minimal_agent, probe_agent
@@ -162,15 +161,9 @@ def test_one_and_two_learner_devices_learn_the_same_policy(finished_run, tmp_pat
 def test_the_acting_state_is_split_over_the_learner_devices_in_mesh_order():
     config = probe_config(mesh__learner_device_ids=[3, 1], pipeline__policy_lag=1)
     setup = train.prepare(config)
-    runner = AnakinRunner(
-        setup.agent,
-        setup.layout,
-        setup.sizes,
-        setup.jax_env,
-        setup.env_spec,
-        seed=config.seed,
-        policy_lag=1,
-        clip_rewards=False,
+    # The run's policy lag (1) and reward clipping (off), as a run builds it.
+    runner = train.make_anakin_runner(
+        config, setup.agent, setup.layout, setup.sizes, setup.jax_env, setup.env_spec
     )
     devices = jax.local_devices()
     runner.acting = runner.initial_acting_state()

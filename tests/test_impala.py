@@ -13,11 +13,11 @@ from sebulba.agents.networks import make_network
 from sebulba.config.sizes import derive_sizes
 from sebulba.errors import ConfigError
 from sebulba.lag_schedule import required_policy_version
-from sebulba.pipeline import Pipeline
 from tests.helpers import (
     assert_update_agrees_across_layouts,
     assert_update_moves_no_rollout_data,
     logged_learning_rates,
+    make_pipeline,
     read_metrics,
     read_summary,
     small_update_config,
@@ -292,16 +292,7 @@ def _run_recording(config):
     """Runs the pipeline; returns per update the rollout's obs and logits, and every version."""
     setup = train.prepare(config)
     state = train.init_learner_state(setup)
-    pipeline = Pipeline(
-        setup.agent,
-        setup.layout,
-        setup.sizes,
-        setup.envs_per_thread,
-        env_spec=setup.env_spec,
-        seed=config.seed,
-        policy_lag=config.pipeline.policy_lag,
-        clip_rewards=False,
-    )
+    pipeline = make_pipeline(setup, clip_rewards=False)
     versions = {1: jax.device_get(setup.agent.policy_params(state))}
     rollouts = []
     original_assemble = pipeline._assemble
