@@ -53,6 +53,33 @@ def time_shuffled(tree, key: jax.Array, env_ids: jax.Array, num_minibatches: int
     return jax.tree.map(shuffle, tree)
 
 
+def time_shuffled_epochs(
+    shape: tuple[int, int], key: jax.Array, env_ids: jax.Array, num_minibatches: int, epochs: int
+) -> jax.Array:
+    """The time steps each minibatch of every epoch takes, for `take_time_steps`.
+
+    Epoch e shuffles `arange(T)` in every env column with `time_shuffled` and the key
+    `fold_in(key, e)`, so no shuffled copy of the rollout itself is materialised.
+
+    Args:
+      shape: [T, B] of the rollout (e.g. `rollout.valid.shape`).
+      key: key of this update.
+      env_ids: [B] global env ids (sharded like B).
+      num_minibatches: M; must divide T.
+      epochs: how many passes over the rollout.
+
+    Returns:
+      [epochs * M, T // M, B] int32: one leading axis to loop over.
+    """
+    time_index = jnp.broadcast_to(jnp.arange(shape[0])[:, None], shape)
+    return jnp.concatenate(
+        [
+            time_shuffled(time_index, jax.random.fold_in(key, epoch), env_ids, num_minibatches)
+            for epoch in range(epochs)
+        ]
+    )
+
+
 def take_time_steps(tree, time_index: jax.Array):
     """Gathers, column by column, the time steps `time_index` names (device-local).
 
