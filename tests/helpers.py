@@ -2,6 +2,7 @@
 
 import json
 import os
+import signal
 
 import jax
 import numpy as np
@@ -9,6 +10,7 @@ import pytest
 from jax.experimental.compilation_cache import compilation_cache
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from sebulba import train
 from sebulba.agents.api import rollout_partition_specs
 from sebulba.config import base_config
 from sebulba.pipeline import Pipeline
@@ -87,6 +89,34 @@ def make_pipeline(setup, **options):
         env_spec=setup.env_spec,
         **settings,
     )
+
+
+def sigint_after(update: int):
+    """An `on_update` that sends this process SIGINT once `update` is done; the run stops
+    after the update in flight when the signal lands, and saves a checkpoint."""
+
+    def interrupt(report, state):
+        del state
+        if report.update == update:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    return interrupt
+
+
+def assert_an_interrupted_run_resumes_exactly(make_config, tmp_path):
+    """Trains `make_config()` once uninterrupted, once stopped by SIGINT after update 3 and
+    resumed; asserts the resumed run ends on the same checksum and the same final state, to
+    the bit (a replay agent's buffer too). Returns the resumed run's workdir and final state."""
+    reference = str(tmp_path / "reference")
+    expected = jax.device_get(train.train(make_config(), reference))
+    workdir = str(tmp_path / "run")
+    train.train(make_config(), workdir, on_update=sigint_after(3))
+    assert not os.path.exists(os.path.join(workdir, "summary.json"))
+    state = train.train(make_config(), workdir)  # Resumes after update 3.
+    assert read_summary(workdir)["params_checksum"] == read_summary(reference)["params_checksum"]
+    for a, b in zip(jax.tree.leaves(expected), jax.tree.leaves(state), strict=True):
+        np.testing.assert_array_equal(a, jax.device_get(b))
+    return workdir, state
 
 
 def logged_learning_rates(agent, rollouts):
