@@ -1,8 +1,11 @@
 """Shared helpers for the tests: configs, run outputs, and an agent's sharded update."""
 
+import importlib.util
 import json
 import os
 import signal
+import subprocess
+import sys
 
 import jax
 import numpy as np
@@ -14,6 +17,36 @@ from sebulba import train
 from sebulba.agents.api import rollout_partition_specs
 from sebulba.config import base_config
 from sebulba.pipeline import Pipeline
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def config_module(name):
+    """The module of configs/NAME.py (configs/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "configs", f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def load_config(name, arg=None):
+    """`get_config(arg)` of configs/NAME.py, as `--config=configs/NAME.py:ARG` loads it."""
+    return config_module(name).get_config(arg)
+
+
+def run_evaluate_cli(*flags):
+    """`python -m sebulba.evaluate FLAGS` on the CPU from the repository root."""
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    return subprocess.run(
+        [sys.executable, "-m", "sebulba.evaluate", *flags],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env=env,
+    )
+
 
 # PPO with a small LSTM on CartPole without velocities (configs/ppo_memory.py, shrunk):
 # `agent_config(ppo, **LSTM_RUN)`.

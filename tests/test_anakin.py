@@ -28,11 +28,11 @@ from tests import minimal_agent, probe_agent
 from tests.helpers import (  # noqa: F401 - module_compilation_cache is an autouse fixture.
     LSTM_RUN,
     agent_config,
+    load_config,
     module_compilation_cache,
     read_metrics,
     read_summary,
 )
-from tests.test_config_variants import load_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV_ID = "gymnax:CartPole-v1"

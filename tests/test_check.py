@@ -23,7 +23,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from sebulba import check
 from sebulba.errors import ConfigError
 from sebulba.preflight import accelerators, check_report, hlo_cost
-from tests.test_config_variants import load_config
+from tests.helpers import load_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS, BATCH, WIDTH = 8, 64, 256

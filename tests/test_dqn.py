@@ -25,13 +25,13 @@ from sebulba.preflight import memory
 from tests.helpers import (
     assert_an_interrupted_run_resumes_exactly,
     assert_update_moves_no_rollout_data,
+    load_config,
     mesh_of,
     read_metrics,
     read_summary,
     run_update,
     small_update_config,
 )
-from tests.test_config_variants import load_config
 
 T, B = 4, 4
 CARTPOLE = EnvSpec("CartPole-v1", ArraySpec((4,), "float32"), Discrete(2))

@@ -1,6 +1,5 @@
 """Evaluation: deterministic episodes from a checkpoint, eval.json, clear refusals."""
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -15,31 +14,7 @@ from sebulba import envs as envs_lib
 from sebulba import evaluate, train
 from sebulba.experiments import atari_scores
 from tests import minimal_agent
-from tests.helpers import agent_config
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def load_config(name, arg=None):
-    path = os.path.join(ROOT, "configs", f"{name}.py")
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config(arg)
-
-
-def run_evaluate_cli(*flags):
-    env = dict(os.environ)
-    env["JAX_PLATFORMS"] = "cpu"
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    return subprocess.run(
-        [sys.executable, "-m", "sebulba.evaluate", *flags],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-        env=env,
-    )
+from tests.helpers import ROOT, agent_config, load_config, run_evaluate_cli
 
 
 @pytest.fixture(scope="module")

@@ -16,13 +16,13 @@ from sebulba.lag_schedule import required_policy_version
 from tests.helpers import (
     assert_update_agrees_across_layouts,
     assert_update_moves_no_rollout_data,
+    load_config,
     logged_learning_rates,
     make_pipeline,
     read_metrics,
     read_summary,
     small_update_config,
 )
-from tests.test_learning import load_config
 
 T, B, A = 8, 8, 2
 CARTPOLE = EnvSpec("CartPole-v1", ArraySpec((4,), "float32"), Discrete(A))

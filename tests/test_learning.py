@@ -1,24 +1,12 @@
 """End to end: PPO learns CartPole and InvertedPendulum; Atari and the task configs run."""
 
-import importlib.util
-import os
-
 import jax
 import numpy as np
 import pytest
 
 from sebulba import envs as envs_lib
 from sebulba import train
-from tests.helpers import make_pipeline, read_metrics, read_summary
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def load_config(name, arg=None):
-    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "configs", f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config(arg)
+from tests.helpers import load_config, make_pipeline, read_metrics, read_summary
 
 
 def test_ppo_cartpole_smoke_config_runs(tmp_path):

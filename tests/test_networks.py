@@ -138,8 +138,7 @@ def test_a_cnn_too_big_for_the_image_is_refused_in_one_line():
 @pytest.mark.parametrize("network", ["nature_cnn", "impala_resnet"])
 def test_car_racing_trains_with_both_cnns(tmp_path, network):
     from sebulba import train
-    from tests.helpers import read_summary
-    from tests.test_learning import load_config
+    from tests.helpers import load_config, read_summary
 
     config = load_config("ppo_cartpole", "smoke")
     config.env.id = "CarRacing-v2"  # uint8 [96, 96, 3], Box(3) actions.

@@ -19,11 +19,11 @@ from sebulba.errors import ConfigError
 from tests.helpers import (
     agent_config,
     assert_update_moves_no_rollout_data,
+    load_config,
     popart_overrides,
     read_summary,
     small_update_config,
 )
-from tests.test_learning import load_config
 
 T, B = 8, 8
 TWO_TASKS = ("CartPole-v1", "CartPole-v0")

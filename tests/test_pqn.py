@@ -18,6 +18,7 @@ from sebulba.lag_schedule import required_policy_version
 from tests.helpers import (
     assert_update_agrees_across_layouts,
     assert_update_moves_no_rollout_data,
+    load_config,
     make_pipeline,
     module_compilation_cache,  # noqa: F401 (autouse: reruns load what a run compiled)
     read_metrics,
@@ -25,7 +26,6 @@ from tests.helpers import (
     small_update_config,
 )
 from tests.test_impala import random_rollout
-from tests.test_learning import load_config
 
 T, B, A = 8, 8, 2
 CARTPOLE = EnvSpec("CartPole-v1", ArraySpec((4,), "float32"), Discrete(A))

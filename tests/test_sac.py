@@ -17,12 +17,12 @@ from sebulba.config.sizes import derive_sizes
 from sebulba.errors import ConfigError
 from tests.helpers import (
     assert_an_interrupted_run_resumes_exactly,
+    load_config,
     module_compilation_cache,  # noqa: F401 (autouse: reruns load what a run compiled)
     read_metrics,
     run_update,
     small_update_config,
 )
-from tests.test_config_variants import load_config
 
 T, B = 4, 4
 # Asymmetric bounds, so that the rescaling's scale and offset both matter.
