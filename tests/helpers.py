@@ -34,16 +34,18 @@ def load_config(name, arg=None):
     return config_module(name).get_config(arg)
 
 
-def run_evaluate_cli(*flags):
-    """`python -m sebulba.evaluate FLAGS` on the CPU from the repository root."""
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
+def run_evaluate_cli(*flags, cwd=ROOT, timeout=120, unset=(), **environ):
+    """`python -m sebulba.evaluate FLAGS` on the CPU, run from `cwd`, without the variables
+    named in `unset` and with `environ` added."""
+    env = {k: v for k, v in os.environ.items() if k not in unset}
+    env.update(JAX_PLATFORMS="cpu", **environ)
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
     return subprocess.run(
         [sys.executable, "-m", "sebulba.evaluate", *flags],
         capture_output=True,
         text=True,
-        timeout=120,
-        cwd=ROOT,
+        timeout=timeout,
+        cwd=cwd,
         env=env,
     )
 

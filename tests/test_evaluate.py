@@ -281,17 +281,8 @@ def test_a_joint_atari_run_reports_human_normalized_scores_per_game(tmp_path):
 
 def run_evaluate_cli_in(cwd, *flags, **environ):
     """`python -m sebulba.evaluate` run from `cwd`, headless (no DISPLAY, no MUJOCO_GL)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "MUJOCO_GL")}
-    env.update(JAX_PLATFORMS="cpu", **environ)
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    return subprocess.run(
-        [sys.executable, "-m", "sebulba.evaluate", *flags],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=cwd,
-        env=env,
-    )
+    unset = ("DISPLAY", "MUJOCO_GL")
+    return run_evaluate_cli(*flags, cwd=cwd, timeout=300, unset=unset, **environ)
 
 
 @pytest.fixture(scope="module")
