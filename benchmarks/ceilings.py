@@ -41,7 +41,6 @@ JSON object with the keys `raw_envpool_sps`, `raw_envpool_scan_sps`,
 from __future__ import annotations
 
 import argparse
-import ast
 import json
 import os
 import queue
@@ -54,11 +53,11 @@ import time
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import importlib.util  # noqa: E402
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+from config_spec import apply_overrides, load_config  # noqa: E402
 
 from sebulba import envs as envs_lib  # noqa: E402
 from sebulba import random_streams, train
@@ -67,30 +66,6 @@ from sebulba.actors.handoff import RunControl, StartGate  # noqa: E402
 from sebulba.config.sizes import derive_sizes  # noqa: E402
 from sebulba.environments import spaces  # noqa: E402
 from sebulba.pipeline import Pipeline  # noqa: E402
-
-
-def load_config(spec: str):
-    """`path/to/config.py[:arg]` -> the config its `get_config(arg)` returns."""
-    path, _, arg = spec.partition(":")
-    module_spec = importlib.util.spec_from_file_location("benchmarked_config", path)
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    return module.get_config(arg or None)
-
-
-def apply_overrides(config, overrides: list[str]) -> None:
-    """Applies `KEY=VALUE` overrides (VALUE as a Python literal, else a string)."""
-    for item in overrides:
-        key, _, text = item.partition("=")
-        try:
-            value = ast.literal_eval(text)
-        except (ValueError, SyntaxError):
-            value = text
-        *parents, name = key.split(".")
-        node = config
-        for parent in parents:
-            node = node[parent]
-        node[name] = value
 
 
 def random_actions(action_spec, n: int, rng: np.random.Generator) -> np.ndarray:
