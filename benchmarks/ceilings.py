@@ -65,7 +65,6 @@ from sebulba.actors import scan_actor
 from sebulba.actors.handoff import RunControl, StartGate  # noqa: E402
 from sebulba.config.sizes import derive_sizes  # noqa: E402
 from sebulba.environments import spaces  # noqa: E402
-from sebulba.pipeline import Pipeline  # noqa: E402
 
 
 def random_actions(action_spec, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -185,24 +184,9 @@ class _FixedParams:
         return self.params_per_device[device_index]
 
 
-def _pipeline(setup, config, actor_loop: str = "step") -> Pipeline:
-    return Pipeline(
-        setup.agent,
-        setup.layout,
-        setup.sizes,
-        setup.envs_per_thread,
-        env_spec=setup.env_spec,
-        seed=config.seed,
-        policy_lag=config.pipeline.policy_lag,
-        clip_rewards=config.env.clip_rewards,
-        transfer_guard=config.debug.transfer_guard,
-        actor_loop=actor_loop,
-    )
-
-
 def actor_only_sps(setup, config, seconds: float, actor_loop: str):
     """Steps/s of the pipeline's actor threads alone; also returns one assembled rollout."""
-    pipeline = _pipeline(setup, config, actor_loop)
+    pipeline = train.make_pipeline(setup, actor_loop=actor_loop)
     state = train.init_learner_state(setup)
     params = setup.agent.policy_params(state)
     store = _FixedParams([jax.device_put(params, device) for device in setup.layout.actor_devices])

@@ -16,7 +16,6 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from sebulba import train
 from sebulba.agents.api import rollout_partition_specs
 from sebulba.config import base_config
-from sebulba.pipeline import Pipeline
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -103,27 +102,16 @@ def small_update_config(agent_module, num_steps, num_envs, **agent):
 
 
 def make_pipeline(setup, **options):
-    """The Sebulba pipeline of `train.prepare`'s `setup`, as a test drives it.
-
-    The run's seed, policy lag and reward clipping unless `options` say otherwise; any other
-    `Pipeline` argument (`actor_loop`, `transfer_guard`, ...) keeps the Pipeline's default
-    unless given, so a test runs the per-step actor loop unless it asks for another.
-    """
-    config = setup.config
-    settings = {
-        "seed": config.seed,
-        "policy_lag": config.pipeline.policy_lag,
-        "clip_rewards": config.env.clip_rewards,
-        **options,
+    """`train.make_pipeline(setup)` as a test drives it: the run's seed, policy lag and reward
+    clipping, but the per-step actor loop, transfer guard "disallow" and no delays (the
+    `Pipeline` defaults), unless `options` say otherwise."""
+    pipeline_defaults = {
+        "actor_loop": "step",
+        "transfer_guard": "disallow",
+        "learner_delay_s": 0.0,
+        "actor_delay_s": 0.0,
     }
-    return Pipeline(
-        setup.agent,
-        setup.layout,
-        setup.sizes,
-        setup.envs_per_thread,
-        env_spec=setup.env_spec,
-        **settings,
-    )
+    return train.make_pipeline(setup, **{**pipeline_defaults, **options})
 
 
 def sigint_after(update: int):
