@@ -153,6 +153,19 @@ def logged_learning_rates(agent, rollouts):
     return rates
 
 
+def assert_rollouts_came_from_the_lagged_version(lines, policy_lag):
+    """Each metrics line k of a probe-agent run (its parameter is its version): rollout k
+    was collected, every sample of it, by version max(1, k - policy_lag), and the learner
+    took version k to k + 1."""
+    for line in lines:
+        k = line["update"]
+        expected = max(1, k - policy_lag)
+        assert line["behaviour_version_min"] == line["behaviour_version_max"] == expected
+        assert line["actor_policy_version"] == expected
+        assert line["learner_version_in"] == k
+        assert line["learner_policy_version"] == k + 1
+
+
 def read_metrics(workdir):
     with open(os.path.join(workdir, "metrics.jsonl"), encoding="utf-8") as f:
         return [json.loads(line) for line in f]

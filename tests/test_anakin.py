@@ -28,6 +28,7 @@ from tests import minimal_agent, probe_agent
 from tests.helpers import (  # noqa: F401 - module_compilation_cache is an autouse fixture.
     LSTM_RUN,
     agent_config,
+    assert_rollouts_came_from_the_lagged_version,
     load_config,
     module_compilation_cache,
     read_metrics,
@@ -251,14 +252,7 @@ def test_an_interrupted_run_resumes_bit_identically(finished_run, tmp_path, case
 def test_rollout_k_is_collected_by_version_k_minus_the_lag(probe_run, policy_lag):
     lines = read_metrics(probe_run(policy_lag))
     assert [line["update"] for line in lines] == list(range(1, NUM_UPDATES + 1))
-    for line in lines:
-        k = line["update"]
-        expected = max(1, k - policy_lag)
-        # The probe's parameter is its version: this is what really acted on rollout k.
-        assert line["behaviour_version_min"] == line["behaviour_version_max"] == expected
-        assert line["actor_policy_version"] == expected
-        assert line["learner_version_in"] == k
-        assert line["learner_policy_version"] == k + 1
+    assert_rollouts_came_from_the_lagged_version(lines, policy_lag)
     summary = read_summary(probe_run(policy_lag))
     assert summary["policy_lag"] == policy_lag and summary["architecture"] == "anakin"
 

@@ -15,6 +15,7 @@ from tests import minimal_agent, probe_agent
 from tests.helpers import (
     LSTM_RUN,
     agent_config,
+    assert_rollouts_came_from_the_lagged_version,
     make_pipeline,
     normalized_continuous_overrides,
     popart_overrides,
@@ -65,16 +66,10 @@ def test_lag_schedule_holds_in_the_data(tmp_path, policy_lag, delays):
     train.train(config, str(tmp_path))
     lines = read_metrics(str(tmp_path))
     assert [line["update"] for line in lines] == list(range(1, 7))
-    for line in lines:
-        k = line["update"]
-        expected = max(1, k - policy_lag)
-        # Every sample of rollout k, from both threads, came from version max(1, k - lag).
-        assert line["behaviour_version_min"] == line["behaviour_version_max"] == expected
-        assert line["actor_policy_version"] == expected
-        assert line["learner_version_in"] == k
-        assert line["learner_policy_version"] == k + 1
-        if k >= 2:
-            assert line["learner_policy_version"] - line["actor_policy_version"] == policy_lag + 1
+    # Every sample of rollout k, from both threads, came from version max(1, k - lag).
+    assert_rollouts_came_from_the_lagged_version(lines, policy_lag)
+    for line in lines[1:]:
+        assert line["learner_policy_version"] - line["actor_policy_version"] == policy_lag + 1
 
 
 def _checksum_and_params(tmp_path, name, case="minimal", **overrides):
