@@ -16,6 +16,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from sebulba import train
 from sebulba.agents.api import rollout_partition_specs
 from sebulba.config import base_config
+from sebulba.environments.spaces import ArraySpec, Discrete, EnvSpec
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -48,6 +49,9 @@ def run_evaluate_cli(*flags, cwd=ROOT, timeout=120, unset=(), **environ):
         env=env,
     )
 
+
+# CartPole-v1's spec, for unit tests of an agent that build no env.
+CARTPOLE = EnvSpec("CartPole-v1", ArraySpec((4,), "float32"), Discrete(2))
 
 # PPO with a small LSTM on CartPole without velocities (configs/ppo_memory.py, shrunk):
 # `agent_config(ppo, **LSTM_RUN)`.

@@ -14,7 +14,6 @@ from sebulba.agents import dqn, replay
 from sebulba.agents.api import (
     ArraySpec,
     Box,
-    Discrete,
     EnvSpec,
     Rollout,
     rollout_partition_specs,
@@ -23,6 +22,7 @@ from sebulba.config.sizes import derive_sizes
 from sebulba.errors import ConfigError
 from sebulba.preflight import memory
 from tests.helpers import (
+    CARTPOLE,
     assert_an_interrupted_run_resumes_exactly,
     assert_update_moves_no_rollout_data,
     load_config,
@@ -34,7 +34,6 @@ from tests.helpers import (
 )
 
 T, B = 4, 4
-CARTPOLE = EnvSpec("CartPole-v1", ArraySpec((4,), "float32"), Discrete(2))
 
 
 def make_agent(**agent):

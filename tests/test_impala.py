@@ -8,12 +8,13 @@ import rlax
 
 from sebulba import train
 from sebulba.agents import impala
-from sebulba.agents.api import ArraySpec, Discrete, EnvSpec, Rollout
+from sebulba.agents.api import Discrete, Rollout
 from sebulba.agents.networks import make_network
 from sebulba.config.sizes import derive_sizes
 from sebulba.errors import ConfigError
 from sebulba.lag_schedule import required_policy_version
 from tests.helpers import (
+    CARTPOLE,
     assert_update_agrees_across_layouts,
     assert_update_moves_no_rollout_data,
     load_config,
@@ -25,7 +26,6 @@ from tests.helpers import (
 )
 
 T, B, A = 8, 8, 2
-CARTPOLE = EnvSpec("CartPole-v1", ArraySpec((4,), "float32"), Discrete(A))
 
 
 def make_agent(**agent):

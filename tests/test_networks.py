@@ -13,11 +13,10 @@ from sebulba.agents.api import ArraySpec, Discrete, EnvSpec
 from sebulba.agents.networks import check_network_fits, make_network
 from sebulba.config.sizes import derive_sizes
 from sebulba.errors import ConfigError
-from tests.helpers import small_update_config
+from tests.helpers import CARTPOLE, small_update_config
 
 FRAMES = (4, 84, 84)
 BREAKOUT = EnvSpec("Breakout-v5", ArraySpec(FRAMES, "uint8"), Discrete(18), is_atari=True)
-CARTPOLE = EnvSpec("CartPole-v1", ArraySpec((4,), "float32"), Discrete(2))
 
 
 def _init(name, conv_init):

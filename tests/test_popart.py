@@ -11,12 +11,13 @@ import rlax
 import sebulba
 from sebulba import train
 from sebulba.agents import impala, learner, popart, ppo
-from sebulba.agents.api import ArraySpec, Discrete, EnvSpec, Rollout
+from sebulba.agents.api import Discrete, Rollout
 from sebulba.agents.networks import make_network
 from sebulba.config.sizes import derive_sizes
 from sebulba.environments import tasks
 from sebulba.errors import ConfigError
 from tests.helpers import (
+    CARTPOLE,
     agent_config,
     assert_update_moves_no_rollout_data,
     load_config,
@@ -27,7 +28,6 @@ from tests.helpers import (
 
 T, B = 8, 8
 TWO_TASKS = ("CartPole-v1", "CartPole-v0")
-CARTPOLE = EnvSpec("CartPole-v1", ArraySpec((4,), "float32"), Discrete(2))
 
 
 def random_statistics(rng, num_tasks):

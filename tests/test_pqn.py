@@ -16,6 +16,7 @@ from sebulba.config.sizes import derive_sizes
 from sebulba.errors import ConfigError
 from sebulba.lag_schedule import required_policy_version
 from tests.helpers import (
+    CARTPOLE,
     assert_update_agrees_across_layouts,
     assert_update_moves_no_rollout_data,
     load_config,
@@ -28,7 +29,6 @@ from tests.helpers import (
 from tests.test_impala import random_rollout
 
 T, B, A = 8, 8, 2
-CARTPOLE = EnvSpec("CartPole-v1", ArraySpec((4,), "float32"), Discrete(A))
 # Frames of the smallest size the Nature CNN takes: the layers are those of 84 x 84 frames.
 ATARI = EnvSpec("Breakout-v5", ArraySpec((4, 36, 36), "uint8"), Discrete(4))
 MINATAR = EnvSpec("gymnax:Breakout-MinAtar", ArraySpec((10, 10, 4), "bool"), Discrete(3))
