@@ -53,28 +53,28 @@ def time_shuffled(tree, key: jax.Array, env_ids: jax.Array, num_minibatches: int
     return jax.tree.map(shuffle, tree)
 
 
-def time_shuffled_epochs(
-    shape: tuple[int, int], key: jax.Array, env_ids: jax.Array, num_minibatches: int, epochs: int
-) -> jax.Array:
+def time_shuffled_epochs(rollout, key: jax.Array, num_minibatches: int, epochs: int) -> jax.Array:
     """The time steps each minibatch of every epoch takes, for `take_time_steps`.
 
     Epoch e shuffles `arange(T)` in every env column with `time_shuffled` and the key
     `fold_in(key, e)`, so no shuffled copy of the rollout itself is materialised.
 
     Args:
-      shape: [T, B] of the rollout (e.g. `rollout.valid.shape`).
+      rollout: the `Rollout` of T steps of B envs (its `valid` [T, B] and `env_ids` [B]).
       key: key of this update.
-      env_ids: [B] global env ids (sharded like B).
       num_minibatches: M; must divide T.
       epochs: how many passes over the rollout.
 
     Returns:
       [epochs * M, T // M, B] int32: one leading axis to loop over.
     """
+    shape = rollout.valid.shape
     time_index = jnp.broadcast_to(jnp.arange(shape[0])[:, None], shape)
     return jnp.concatenate(
         [
-            time_shuffled(time_index, jax.random.fold_in(key, epoch), env_ids, num_minibatches)
+            time_shuffled(
+                time_index, jax.random.fold_in(key, epoch), rollout.env_ids, num_minibatches
+            )
             for epoch in range(epochs)
         ]
     )

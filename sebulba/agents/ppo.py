@@ -396,11 +396,7 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
             # Shuffle time indices, not the samples: each step gathers its own
             # (micro-)batch. [epochs * minibatches, T / M, B]: one leading axis to loop over.
             batches = minibatches.time_shuffled_epochs(
-                rollout.valid.shape,
-                update_key,
-                rollout.env_ids,
-                hp.num_minibatches,
-                hp.update_epochs,
+                rollout, update_key, hp.num_minibatches, hp.update_epochs
             )
 
             def gathered_loss(params, batch_time_index):

@@ -219,11 +219,7 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         # As PPO's: each env column shuffles its own T steps, so a minibatch holds the
         # same samples on any number of learner devices and never leaves its device.
         batches = minibatches.time_shuffled_epochs(
-            rollout.valid.shape,
-            update_key,
-            rollout.env_ids,
-            hp.num_minibatches,
-            hp.update_epochs,
+            rollout, update_key, hp.num_minibatches, hp.update_epochs
         )  # [epochs * minibatches, T / M, B]
 
         def gathered_loss(params, batch_time_index):
