@@ -34,20 +34,20 @@ def load_config(name, arg=None):
     return config_module(name).get_config(arg)
 
 
+def run_python(*args, env, cwd=ROOT, timeout=120):
+    """`python ARGS` in a subprocess with `env`, its output captured as text."""
+    return subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env
+    )
+
+
 def run_evaluate_cli(*flags, cwd=ROOT, timeout=120, unset=(), **environ):
     """`python -m sebulba.evaluate FLAGS` on the CPU, run from `cwd`, without the variables
     named in `unset` and with `environ` added."""
     env = {k: v for k, v in os.environ.items() if k not in unset}
     env.update(JAX_PLATFORMS="cpu", **environ)
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    return subprocess.run(
-        [sys.executable, "-m", "sebulba.evaluate", *flags],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=cwd,
-        env=env,
-    )
+    return run_python("-m", "sebulba.evaluate", *flags, env=env, cwd=cwd, timeout=timeout)
 
 
 # CartPole-v1's spec, for unit tests of an agent that build no env.

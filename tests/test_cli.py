@@ -9,6 +9,8 @@ import time
 
 import pytest
 
+from tests.helpers import run_python
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEST_CONFIG = os.path.join(ROOT, "tests", "configs", "minimal_cartpole.py")
 
@@ -23,22 +25,8 @@ def cli_env(devices=2):
 
 
 def run_cli(workdir, *overrides, config=TEST_CONFIG, devices=2, timeout=120):
-    env = cli_env(devices)
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "sebulba.main",
-            f"--config={config}",
-            f"--workdir={workdir}",
-            *overrides,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=ROOT,
-        env=env,
-    )
+    flags = [f"--config={config}", f"--workdir={workdir}", *overrides]
+    return run_python("-m", "sebulba.main", *flags, env=cli_env(devices), timeout=timeout)
 
 
 def test_run_leaves_the_documented_workdir(tmp_path):

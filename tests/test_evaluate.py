@@ -2,8 +2,6 @@
 
 import json
 import os
-import subprocess
-import sys
 
 import envpool
 import numpy as np
@@ -14,7 +12,7 @@ from sebulba import envs as envs_lib
 from sebulba import evaluate, train
 from sebulba.experiments import atari_scores
 from tests import minimal_agent
-from tests.helpers import ROOT, agent_config, load_config, run_evaluate_cli
+from tests.helpers import ROOT, agent_config, load_config, run_evaluate_cli, run_python
 
 
 @pytest.fixture(scope="module")
@@ -401,14 +399,7 @@ def test_every_supported_family_can_be_animated(tmp_path):
         with pytest.raises(envs_lib.RenderingError, match=f"^cannot render {undrawn}: envpool"):
             envs_lib.check_rendering(undrawn)
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": ROOT}
-    result = subprocess.run(
-        [sys.executable, "-c", _RENDER_EVERY_FAMILY, *ids],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=tmp_path,
-        env=env,
-    )
+    result = run_python("-c", _RENDER_EVERY_FAMILY, *ids, env=env, cwd=tmp_path, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     sizes = json.loads(result.stdout.strip().splitlines()[-1])
     assert sizes["Hopper-v4"][0] == sizes["CheetahRun-v1"][0] == [480, 480, 3]
