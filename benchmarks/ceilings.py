@@ -184,7 +184,7 @@ class _FixedParams:
         return self.params_per_device[device_index]
 
 
-def actor_only_sps(setup, config, seconds: float, actor_loop: str):
+def actor_only_sps(setup, seconds: float, actor_loop: str):
     """Steps/s of the pipeline's actor threads alone; also returns one assembled rollout."""
     pipeline = train.make_pipeline(setup, actor_loop=actor_loop)
     state = train.init_learner_state(setup)
@@ -362,7 +362,7 @@ def measure(config, seconds: float, updates: int, only=MEASUREMENTS) -> dict:
         for loop in loops:
             setup = train.prepare(config)  # Fresh envs for each measurement.
             try:
-                actor, pipeline, state, rollouts = actor_only_sps(setup, config, seconds, loop)
+                actor, pipeline, state, rollouts = actor_only_sps(setup, seconds, loop)
             finally:
                 _close(setup)
             result[f"actor_only_{loop}_sps"] = actor
