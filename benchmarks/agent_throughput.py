@@ -60,31 +60,29 @@ def steady_sps(config) -> float:
     )
 
 
-def cartpole(name: str, updates: int):
+def run_config(name: str, updates: int, num_envs: int, num_steps: int, learner_device: int):
+    """configs/NAME.py for `updates` updates of num_envs x num_steps, acting on device 0;
+    metrics every 5 updates, no TensorBoard, no checkpoints."""
     config = load_config(name)
-    config.env.num_envs = 32
-    config.agent.num_steps = 64
-    config.total_timesteps = 32 * 64 * updates
+    config.env.num_envs = num_envs
+    config.agent.num_steps = num_steps
+    config.total_timesteps = num_envs * num_steps * updates
     config.mesh.actor_device_ids = (0,)
-    config.mesh.learner_device_ids = (1,)
-    config.pipeline.policy_lag = 1
+    config.mesh.learner_device_ids = (learner_device,)
     config.log.every_updates = 5
     config.log.tensorboard = False
     config.ckpt.every_updates = 0
+    return config
+
+
+def cartpole(name: str, updates: int):
+    config = run_config(name, updates, num_envs=32, num_steps=64, learner_device=1)
+    config.pipeline.policy_lag = 1
     return config
 
 
 def minatar(name: str, updates: int):
-    config = load_config(name)
-    config.env.num_envs = 128
-    config.agent.num_steps = 32
-    config.total_timesteps = 128 * 32 * updates
-    config.mesh.actor_device_ids = (0,)
-    config.mesh.learner_device_ids = (0,)
-    config.log.every_updates = 5
-    config.log.tensorboard = False
-    config.ckpt.every_updates = 0
-    return config
+    return run_config(name, updates, num_envs=128, num_steps=32, learner_device=0)
 
 
 PAIRS = {

@@ -41,9 +41,7 @@ to stderr.
 from __future__ import annotations
 
 import argparse
-import ast
 import contextlib
-import importlib.util
 import itertools
 import json
 import os
@@ -58,6 +56,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+from config_spec import apply_overrides, load_config  # noqa: E402
 
 from sebulba import random_streams, train
 from sebulba.anakin.env_api import reset_envs, step_envs  # noqa: E402
@@ -68,30 +67,6 @@ from sebulba.preflight.memory import update_compiler_options  # noqa: E402
 
 SECTIONS = ("ceiling", "end_to_end", "seeds")
 DEFAULT_CONFIG = "configs/ppo_cartpole_anakin.py"
-
-
-def load_config(spec: str):
-    """`path/to/config.py[:arg]` -> the config its `get_config(arg)` returns."""
-    path, _, arg = spec.partition(":")
-    module_spec = importlib.util.spec_from_file_location("benchmarked_config", path)
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    return module.get_config(arg or None)
-
-
-def apply_overrides(config, overrides: list[str]) -> None:
-    """Applies `KEY=VALUE` overrides (VALUE as a Python literal, else a string)."""
-    for item in overrides:
-        key, _, text = item.partition("=")
-        try:
-            value = ast.literal_eval(text)
-        except (ValueError, SyntaxError):
-            value = text
-        *parents, name = key.split(".")
-        node = config
-        for parent in parents:
-            node = node[parent]
-        node[name] = value
 
 
 def quiet_config(config, updates: int | None = None):

@@ -41,7 +41,6 @@ JSON object with the keys `raw_envpool_sps`, `raw_envpool_scan_sps`,
 from __future__ import annotations
 
 import argparse
-import ast
 import json
 import os
 import queue
@@ -54,11 +53,11 @@ import time
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import importlib.util  # noqa: E402
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+from config_spec import apply_overrides, load_config  # noqa: E402
 
 from sebulba import envs as envs_lib  # noqa: E402
 from sebulba import random_streams, train
@@ -66,31 +65,6 @@ from sebulba.actors import scan_actor
 from sebulba.actors.handoff import RunControl, StartGate  # noqa: E402
 from sebulba.config.sizes import derive_sizes  # noqa: E402
 from sebulba.environments import spaces  # noqa: E402
-from sebulba.pipeline import Pipeline  # noqa: E402
-
-
-def load_config(spec: str):
-    """`path/to/config.py[:arg]` -> the config its `get_config(arg)` returns."""
-    path, _, arg = spec.partition(":")
-    module_spec = importlib.util.spec_from_file_location("benchmarked_config", path)
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    return module.get_config(arg or None)
-
-
-def apply_overrides(config, overrides: list[str]) -> None:
-    """Applies `KEY=VALUE` overrides (VALUE as a Python literal, else a string)."""
-    for item in overrides:
-        key, _, text = item.partition("=")
-        try:
-            value = ast.literal_eval(text)
-        except (ValueError, SyntaxError):
-            value = text
-        *parents, name = key.split(".")
-        node = config
-        for parent in parents:
-            node = node[parent]
-        node[name] = value
 
 
 def random_actions(action_spec, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -210,24 +184,9 @@ class _FixedParams:
         return self.params_per_device[device_index]
 
 
-def _pipeline(setup, config, actor_loop: str = "step") -> Pipeline:
-    return Pipeline(
-        setup.agent,
-        setup.layout,
-        setup.sizes,
-        setup.envs_per_thread,
-        env_spec=setup.env_spec,
-        seed=config.seed,
-        policy_lag=config.pipeline.policy_lag,
-        clip_rewards=config.env.clip_rewards,
-        transfer_guard=config.debug.transfer_guard,
-        actor_loop=actor_loop,
-    )
-
-
-def actor_only_sps(setup, config, seconds: float, actor_loop: str):
+def actor_only_sps(setup, seconds: float, actor_loop: str):
     """Steps/s of the pipeline's actor threads alone; also returns one assembled rollout."""
-    pipeline = _pipeline(setup, config, actor_loop)
+    pipeline = train.make_pipeline(setup, actor_loop=actor_loop)
     state = train.init_learner_state(setup)
     params = setup.agent.policy_params(state)
     store = _FixedParams([jax.device_put(params, device) for device in setup.layout.actor_devices])
@@ -403,7 +362,7 @@ def measure(config, seconds: float, updates: int, only=MEASUREMENTS) -> dict:
         for loop in loops:
             setup = train.prepare(config)  # Fresh envs for each measurement.
             try:
-                actor, pipeline, state, rollouts = actor_only_sps(setup, config, seconds, loop)
+                actor, pipeline, state, rollouts = actor_only_sps(setup, seconds, loop)
             finally:
                 _close(setup)
             result[f"actor_only_{loop}_sps"] = actor

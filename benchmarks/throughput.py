@@ -73,15 +73,21 @@ def measure(label: str, config) -> dict:
     return row
 
 
-def cartpole(policy_lag: int):
-    config = load_config("ppo_cartpole")
-    config.total_timesteps = 8 * 128 * 40
+def measured(config, policy_lag: int):
+    """`config` acting on device 0 and learning on device 1 with `policy_lag`, logging every
+    update, without TensorBoard."""
     config.mesh.actor_device_ids = (0,)
     config.mesh.learner_device_ids = (1,)
     config.pipeline.policy_lag = policy_lag
     config.log.every_updates = 1
     config.log.tensorboard = False
     return config
+
+
+def cartpole(policy_lag: int):
+    config = load_config("ppo_cartpole")
+    config.total_timesteps = 8 * 128 * 40
+    return measured(config, policy_lag)
 
 
 def atari(policy_lag: int, network: str):
@@ -92,12 +98,7 @@ def atari(policy_lag: int, network: str):
     config.agent.update_epochs = 1
     config.agent.network = network
     config.total_timesteps = 16 * 32 * 6
-    config.mesh.actor_device_ids = (0,)
-    config.mesh.learner_device_ids = (1,)
-    config.pipeline.policy_lag = policy_lag
-    config.log.every_updates = 1
-    config.log.tensorboard = False
-    return config
+    return measured(config, policy_lag)
 
 
 def with_lstm(config, frame_stack: int | None = None):

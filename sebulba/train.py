@@ -168,6 +168,30 @@ def make_anakin_runner(
     )
 
 
+def make_pipeline(setup: RunSetup, **options) -> Pipeline:
+    """The Sebulba pipeline of a run, every setting from its config and the actor loop
+    `prepare` chose; `options` replace `Pipeline` arguments (a benchmark picks the loop)."""
+    config = setup.config
+    settings = {
+        "seed": config.seed,
+        "policy_lag": config.pipeline.policy_lag,
+        "clip_rewards": config.env.clip_rewards,
+        "learner_delay_s": config.debug.learner_delay_s,
+        "actor_delay_s": config.debug.actor_delay_s,
+        "transfer_guard": config.debug.transfer_guard,
+        "actor_loop": setup.actor_loop,
+        **options,
+    }
+    return Pipeline(
+        setup.agent,
+        setup.layout,
+        setup.sizes,
+        setup.envs_per_thread,
+        env_spec=setup.env_spec,
+        **settings,
+    )
+
+
 def choose_actor_loop(
     config, sizes: Sizes, layout: DeviceLayout, envs_per_thread, env_spec
 ) -> tuple[str, str]:
@@ -559,20 +583,7 @@ def train(
             sizes.num_updates,
             sizes.steps_per_update,
         )
-        pipeline = runner or Pipeline(
-            setup.agent,
-            layout,
-            sizes,
-            setup.envs_per_thread,
-            env_spec=setup.env_spec,
-            seed=config.seed,
-            policy_lag=config.pipeline.policy_lag,
-            clip_rewards=config.env.clip_rewards,
-            learner_delay_s=config.debug.learner_delay_s,
-            actor_delay_s=config.debug.actor_delay_s,
-            transfer_guard=config.debug.transfer_guard,
-            actor_loop=setup.actor_loop,
-        )
+        pipeline = runner or make_pipeline(setup)
         compiled = pipeline.compile_update(start.state)
         _log_compiled(compiled)
         if not config.debug.skip_memory_check:

@@ -1,7 +1,11 @@
 """Shared helpers for the tests: configs, run outputs, and an agent's sharded update."""
 
+import importlib.util
 import json
 import os
+import signal
+import subprocess
+import sys
 
 import jax
 import numpy as np
@@ -9,8 +13,45 @@ import pytest
 from jax.experimental.compilation_cache import compilation_cache
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from sebulba import train
 from sebulba.agents.api import rollout_partition_specs
 from sebulba.config import base_config
+from sebulba.environments.spaces import ArraySpec, Discrete, EnvSpec
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def config_module(name):
+    """The module of configs/NAME.py (configs/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "configs", f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def load_config(name, arg=None):
+    """`get_config(arg)` of configs/NAME.py, as `--config=configs/NAME.py:ARG` loads it."""
+    return config_module(name).get_config(arg)
+
+
+def run_python(*args, env, cwd=ROOT, timeout=120):
+    """`python ARGS` in a subprocess with `env`, its output captured as text."""
+    return subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env
+    )
+
+
+def run_evaluate_cli(*flags, cwd=ROOT, timeout=120, unset=(), **environ):
+    """`python -m sebulba.evaluate FLAGS` on the CPU, run from `cwd`, without the variables
+    named in `unset` and with `environ` added."""
+    env = {k: v for k, v in os.environ.items() if k not in unset}
+    env.update(JAX_PLATFORMS="cpu", **environ)
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    return run_python("-m", "sebulba.evaluate", *flags, env=env, cwd=cwd, timeout=timeout)
+
+
+# CartPole-v1's spec, for unit tests of an agent that build no env.
+CARTPOLE = EnvSpec("CartPole-v1", ArraySpec((4,), "float32"), Discrete(2))
 
 # PPO with a small LSTM on CartPole without velocities (configs/ppo_memory.py, shrunk):
 # `agent_config(ppo, **LSTM_RUN)`.
@@ -64,6 +105,47 @@ def small_update_config(agent_module, num_steps, num_envs, **agent):
     return config
 
 
+def make_pipeline(setup, **options):
+    """`train.make_pipeline(setup)` as a test drives it: the run's seed, policy lag and reward
+    clipping, but the per-step actor loop, transfer guard "disallow" and no delays (the
+    `Pipeline` defaults), unless `options` say otherwise."""
+    pipeline_defaults = {
+        "actor_loop": "step",
+        "transfer_guard": "disallow",
+        "learner_delay_s": 0.0,
+        "actor_delay_s": 0.0,
+    }
+    return train.make_pipeline(setup, **{**pipeline_defaults, **options})
+
+
+def sigint_after(update: int):
+    """An `on_update` that sends this process SIGINT once `update` is done; the run stops
+    after the update in flight when the signal lands, and saves a checkpoint."""
+
+    def interrupt(report, state):
+        del state
+        if report.update == update:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    return interrupt
+
+
+def assert_an_interrupted_run_resumes_exactly(make_config, tmp_path):
+    """Trains `make_config()` once uninterrupted, once stopped by SIGINT after update 3 and
+    resumed; asserts the resumed run ends on the same checksum and the same final state, to
+    the bit (a replay agent's buffer too). Returns the resumed run's workdir and final state."""
+    reference = str(tmp_path / "reference")
+    expected = jax.device_get(train.train(make_config(), reference))
+    workdir = str(tmp_path / "run")
+    train.train(make_config(), workdir, on_update=sigint_after(3))
+    assert not os.path.exists(os.path.join(workdir, "summary.json"))
+    state = train.train(make_config(), workdir)  # Resumes after update 3.
+    assert read_summary(workdir)["params_checksum"] == read_summary(reference)["params_checksum"]
+    for a, b in zip(jax.tree.leaves(expected), jax.tree.leaves(state), strict=True):
+        np.testing.assert_array_equal(a, jax.device_get(b))
+    return workdir, state
+
+
 def logged_learning_rates(agent, rollouts):
     """The `learning_rate` metric of successive jitted updates, one per rollout."""
     state = agent.init(jax.random.key(0))
@@ -73,6 +155,19 @@ def logged_learning_rates(agent, rollouts):
         state, metrics = update(state, rollout)
         rates.append(float(metrics["learning_rate"]))
     return rates
+
+
+def assert_rollouts_came_from_the_lagged_version(lines, policy_lag):
+    """Each metrics line k of a probe-agent run (its parameter is its version): rollout k
+    was collected, every sample of it, by version max(1, k - policy_lag), and the learner
+    took version k to k + 1."""
+    for line in lines:
+        k = line["update"]
+        expected = max(1, k - policy_lag)
+        assert line["behaviour_version_min"] == line["behaviour_version_max"] == expected
+        assert line["actor_policy_version"] == expected
+        assert line["learner_version_in"] == k
+        assert line["learner_policy_version"] == k + 1
 
 
 def read_metrics(workdir):

@@ -20,8 +20,7 @@ from sebulba.config.sizes import derive_sizes
 from sebulba.environments import spaces
 from sebulba.environments.spaces import ArraySpec, Box, Discrete, EnvSpec, MultiDiscrete
 from sebulba.errors import ConfigError
-from tests.helpers import read_metrics, small_update_config
-from tests.test_config_variants import load_config
+from tests.helpers import load_config, read_metrics, small_update_config
 
 NUM_SAMPLES = 4096
 

@@ -22,18 +22,18 @@ import pytest
 
 from sebulba import checkpoint, train
 from sebulba.anakin.env_api import JaxEnv, reset_envs, step_envs
-from sebulba.anakin.runner import AnakinRunner
 from sebulba.environments.spaces import ArraySpec, Discrete, EnvSpec
 from sebulba.errors import ConfigError
 from tests import minimal_agent, probe_agent
 from tests.helpers import (  # noqa: F401 - module_compilation_cache is an autouse fixture.
     LSTM_RUN,
     agent_config,
+    assert_rollouts_came_from_the_lagged_version,
+    load_config,
     module_compilation_cache,
     read_metrics,
     read_summary,
 )
-from tests.test_config_variants import load_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV_ID = "gymnax:CartPole-v1"
@@ -162,15 +162,9 @@ def test_one_and_two_learner_devices_learn_the_same_policy(finished_run, tmp_pat
 def test_the_acting_state_is_split_over_the_learner_devices_in_mesh_order():
     config = probe_config(mesh__learner_device_ids=[3, 1], pipeline__policy_lag=1)
     setup = train.prepare(config)
-    runner = AnakinRunner(
-        setup.agent,
-        setup.layout,
-        setup.sizes,
-        setup.jax_env,
-        setup.env_spec,
-        seed=config.seed,
-        policy_lag=1,
-        clip_rewards=False,
+    # The run's policy lag (1) and reward clipping (off), as a run builds it.
+    runner = train.make_anakin_runner(
+        config, setup.agent, setup.layout, setup.sizes, setup.jax_env, setup.env_spec
     )
     devices = jax.local_devices()
     runner.acting = runner.initial_acting_state()
@@ -258,14 +252,7 @@ def test_an_interrupted_run_resumes_bit_identically(finished_run, tmp_path, case
 def test_rollout_k_is_collected_by_version_k_minus_the_lag(probe_run, policy_lag):
     lines = read_metrics(probe_run(policy_lag))
     assert [line["update"] for line in lines] == list(range(1, NUM_UPDATES + 1))
-    for line in lines:
-        k = line["update"]
-        expected = max(1, k - policy_lag)
-        # The probe's parameter is its version: this is what really acted on rollout k.
-        assert line["behaviour_version_min"] == line["behaviour_version_max"] == expected
-        assert line["actor_policy_version"] == expected
-        assert line["learner_version_in"] == k
-        assert line["learner_policy_version"] == k + 1
+    assert_rollouts_came_from_the_lagged_version(lines, policy_lag)
     summary = read_summary(probe_run(policy_lag))
     assert summary["policy_lag"] == policy_lag and summary["architecture"] == "anakin"
 

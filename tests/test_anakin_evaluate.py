@@ -1,10 +1,7 @@
 """Evaluation and `load_policy` of Anakin runs (JAX envs): same contracts as envpool's."""
 
-import importlib.util
 import json
 import os
-import subprocess
-import sys
 
 import jax
 import numpy as np
@@ -12,34 +9,17 @@ import pytest
 
 from sebulba import evaluate, load_policy, train
 from sebulba.policy import PolicyError
+from tests.helpers import load_config, run_evaluate_cli
 
 pytest.importorskip("gymnax")
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIELDS = ("mean_return", "std_return", "min_return", "max_return", "episodes", "checkpoint")
 
 
 def anakin_config(arg=None):
-    path = os.path.join(ROOT, "configs", "ppo_cartpole_anakin.py")
-    spec = importlib.util.spec_from_file_location("ppo_cartpole_anakin", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    config = module.get_config(arg)
+    config = load_config("ppo_cartpole_anakin", arg)
     config.log.tensorboard = False
     return config
-
-
-def run_evaluate_cli(*flags):
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    return subprocess.run(
-        [sys.executable, "-m", "sebulba.evaluate", *flags],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-        env=env,
-    )
 
 
 @pytest.fixture(scope="module")

@@ -19,11 +19,11 @@ from sebulba.anakin.env_api import JointJaxEnv, reset_envs, step_envs
 from sebulba.environments.tasks import TaskLayout
 from sebulba.errors import ConfigError
 from tests.helpers import (  # noqa: F401 - module_compilation_cache is an autouse fixture.
+    load_config,
     module_compilation_cache,
     read_metrics,
     read_summary,
 )
-from tests.test_config_variants import load_config
 
 pytest.importorskip("xminigrid")
 

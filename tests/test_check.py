@@ -10,8 +10,6 @@ import importlib.util
 import json
 import os
 import re
-import subprocess
-import sys
 import types
 
 import jax
@@ -23,7 +21,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from sebulba import check
 from sebulba.errors import ConfigError
 from sebulba.preflight import accelerators, check_report, hlo_cost
-from tests.test_config_variants import load_config
+from tests.helpers import load_config, run_python
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS, BATCH, WIDTH = 8, 64, 256
@@ -373,14 +371,7 @@ def test_a_config_that_cannot_run_on_the_slice_fails_as_at_launch():
 def _run_check(*args):
     env = {**os.environ}
     env.pop("XLA_FLAGS", None)  # The check asks for the devices it needs.
-    return subprocess.run(
-        [sys.executable, "-m", "sebulba.check", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    return run_python("-m", "sebulba.check", *args, env=env, timeout=600)
 
 
 def test_the_command_line_refuses_a_bad_topology_in_one_line():

@@ -9,30 +9,24 @@ import time
 
 import pytest
 
+from tests.helpers import run_python
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEST_CONFIG = os.path.join(ROOT, "tests", "configs", "minimal_cartpole.py")
 
 
-def run_cli(workdir, *overrides, config=TEST_CONFIG, devices=2, timeout=120):
+def cli_env(devices=2):
+    """The environment of a `python -m sebulba.main` subprocess: `devices` virtual CPUs."""
     env = dict(os.environ)
     env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
     env["JAX_PLATFORMS"] = "cpu"
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "sebulba.main",
-            f"--config={config}",
-            f"--workdir={workdir}",
-            *overrides,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=ROOT,
-        env=env,
-    )
+    return env
+
+
+def run_cli(workdir, *overrides, config=TEST_CONFIG, devices=2, timeout=120):
+    flags = [f"--config={config}", f"--workdir={workdir}", *overrides]
+    return run_python("-m", "sebulba.main", *flags, env=cli_env(devices), timeout=timeout)
 
 
 def test_run_leaves_the_documented_workdir(tmp_path):
@@ -221,10 +215,7 @@ def test_a_refused_run_leaves_no_trace_next_to_its_workdir(tmp_path):
 
 def test_ctrl_c_saves_a_checkpoint_and_exits_130(tmp_path):
     workdir = tmp_path / "run"
-    env = dict(os.environ)
-    env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
-    env["JAX_PLATFORMS"] = "cpu"
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env = cli_env()
     process = subprocess.Popen(
         [
             sys.executable,
@@ -311,10 +302,7 @@ def test_ctrl_c_during_start_up_stops_at_once_without_a_checkpoint_and_exits_130
     if not os.path.exists("/proc/self/status"):
         pytest.skip("needs Linux's /proc to see when the stop handler is installed")
     workdir = tmp_path / "run"
-    env = dict(os.environ)
-    env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
-    env["JAX_PLATFORMS"] = "cpu"
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env = cli_env()
     process = subprocess.Popen(
         [sys.executable, "-m", "sebulba.main", f"--config={TEST_CONFIG}", f"--workdir={workdir}"],
         stdout=subprocess.PIPE,

@@ -1,27 +1,14 @@
 """Config variants (`--config=FILE:ARG`): one parser for every config file."""
 
-import importlib.util
 import os
 
 import pytest
 
 from sebulba import train
 from sebulba.config import parse_variant
-from tests.helpers import read_metrics
+from tests.helpers import ROOT, config_module, load_config, read_metrics
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = sorted(f[:-3] for f in os.listdir(os.path.join(ROOT, "configs")) if f.endswith(".py"))
-
-
-def _config_module(name):
-    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "configs", f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def load_config(name, arg=None):
-    return _config_module(name).get_config(arg)
 
 
 def _minigrid(task):
@@ -119,7 +106,7 @@ def test_an_anakin_config_lists_the_tasks_its_suite_offers(name, suite, keep):
         offered = suites.task_ids(suite)
     except ConfigError:
         pytest.skip(f"the {suite} suite is not installed")
-    module = _config_module(name)
+    module = config_module(name)
     assert set(module.TASKS) == {task for task in offered if keep(task)}
     for task in module.TASKS:
         assert load_config(name, f"{task},smoke").env.id == f"{suite}:{task}"

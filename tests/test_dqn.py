@@ -2,8 +2,6 @@
 its sharding on the learner mesh, learning_starts, layout invariance, resume, refusals."""
 
 import functools
-import os
-import signal
 
 import jax
 import jax.numpy as jnp
@@ -16,7 +14,6 @@ from sebulba.agents import dqn, replay
 from sebulba.agents.api import (
     ArraySpec,
     Box,
-    Discrete,
     EnvSpec,
     Rollout,
     rollout_partition_specs,
@@ -25,17 +22,18 @@ from sebulba.config.sizes import derive_sizes
 from sebulba.errors import ConfigError
 from sebulba.preflight import memory
 from tests.helpers import (
+    CARTPOLE,
+    assert_an_interrupted_run_resumes_exactly,
     assert_update_moves_no_rollout_data,
+    load_config,
     mesh_of,
     read_metrics,
     read_summary,
     run_update,
     small_update_config,
 )
-from tests.test_config_variants import load_config
 
 T, B = 4, 4
-CARTPOLE = EnvSpec("CartPole-v1", ArraySpec((4,), "float32"), Discrete(2))
 
 
 def make_agent(**agent):
@@ -270,23 +268,8 @@ def _anakin_config(**mesh):
 
 
 def test_an_interrupted_anakin_run_resumes_with_the_same_checksum(tmp_path):
-    reference = str(tmp_path / "reference")
-    expected = jax.device_get(train.train(_anakin_config(), reference))
-    workdir = str(tmp_path / "run")
-
-    def interrupt(report, state):
-        del state
-        if report.update == 3:
-            os.kill(os.getpid(), signal.SIGINT)
-
-    train.train(_anakin_config(), workdir, on_update=interrupt)
-    assert not os.path.exists(os.path.join(workdir, "summary.json"))
-    state = train.train(_anakin_config(), workdir)  # Resumes after update 3.
-    summary = read_summary(workdir)
-    assert summary["params_checksum"] == read_summary(reference)["params_checksum"]
+    workdir, state = assert_an_interrupted_run_resumes_exactly(_anakin_config, tmp_path)
     assert int(state.count) == 6 * 10 and float(read_metrics(workdir)[-1]["learning"]) == 1.0
-    for a, b in zip(jax.tree.leaves(expected), jax.tree.leaves(state), strict=True):
-        np.testing.assert_array_equal(a, jax.device_get(b))  # The buffer too.
 
 
 def test_a_sebulba_checkpoint_restores_the_buffer_sharded_with_its_last_step_cut(tmp_path):

@@ -2,27 +2,18 @@
 
 import os
 import re
-import subprocess
-import sys
 
 import pytest
 
 from sebulba import envs
 from sebulba.environments import env_catalog
+from tests.helpers import run_python
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def run_listing(*args):
-    env = dict(os.environ, PYTHONPATH=ROOT)
-    return subprocess.run(
-        [sys.executable, "-m", "sebulba.envs", *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=env,
-        timeout=120,
-    )
+    return run_python("-m", "sebulba.envs", *args, env=dict(os.environ, PYTHONPATH=ROOT))
 
 
 def test_without_argument_it_lists_every_family_with_its_count():

@@ -1,10 +1,7 @@
 """Evaluation: deterministic episodes from a checkpoint, eval.json, clear refusals."""
 
-import importlib.util
 import json
 import os
-import subprocess
-import sys
 
 import envpool
 import numpy as np
@@ -15,31 +12,7 @@ from sebulba import envs as envs_lib
 from sebulba import evaluate, train
 from sebulba.experiments import atari_scores
 from tests import minimal_agent
-from tests.helpers import agent_config
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def load_config(name, arg=None):
-    path = os.path.join(ROOT, "configs", f"{name}.py")
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config(arg)
-
-
-def run_evaluate_cli(*flags):
-    env = dict(os.environ)
-    env["JAX_PLATFORMS"] = "cpu"
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    return subprocess.run(
-        [sys.executable, "-m", "sebulba.evaluate", *flags],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-        env=env,
-    )
+from tests.helpers import ROOT, agent_config, load_config, run_evaluate_cli, run_python
 
 
 @pytest.fixture(scope="module")
@@ -306,17 +279,8 @@ def test_a_joint_atari_run_reports_human_normalized_scores_per_game(tmp_path):
 
 def run_evaluate_cli_in(cwd, *flags, **environ):
     """`python -m sebulba.evaluate` run from `cwd`, headless (no DISPLAY, no MUJOCO_GL)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "MUJOCO_GL")}
-    env.update(JAX_PLATFORMS="cpu", **environ)
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    return subprocess.run(
-        [sys.executable, "-m", "sebulba.evaluate", *flags],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=cwd,
-        env=env,
-    )
+    unset = ("DISPLAY", "MUJOCO_GL")
+    return run_evaluate_cli(*flags, cwd=cwd, timeout=300, unset=unset, **environ)
 
 
 @pytest.fixture(scope="module")
@@ -435,14 +399,7 @@ def test_every_supported_family_can_be_animated(tmp_path):
         with pytest.raises(envs_lib.RenderingError, match=f"^cannot render {undrawn}: envpool"):
             envs_lib.check_rendering(undrawn)
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": ROOT}
-    result = subprocess.run(
-        [sys.executable, "-c", _RENDER_EVERY_FAMILY, *ids],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=tmp_path,
-        env=env,
-    )
+    result = run_python("-c", _RENDER_EVERY_FAMILY, *ids, env=env, cwd=tmp_path, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     sizes = json.loads(result.stdout.strip().splitlines()[-1])
     assert sizes["Hopper-v4"][0] == sizes["CheetahRun-v1"][0] == [480, 480, 3]

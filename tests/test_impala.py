@@ -8,24 +8,24 @@ import rlax
 
 from sebulba import train
 from sebulba.agents import impala
-from sebulba.agents.api import ArraySpec, Discrete, EnvSpec, Rollout
+from sebulba.agents.api import Discrete, Rollout
 from sebulba.agents.networks import make_network
 from sebulba.config.sizes import derive_sizes
 from sebulba.errors import ConfigError
 from sebulba.lag_schedule import required_policy_version
-from sebulba.pipeline import Pipeline
 from tests.helpers import (
+    CARTPOLE,
     assert_update_agrees_across_layouts,
     assert_update_moves_no_rollout_data,
+    load_config,
     logged_learning_rates,
+    make_pipeline,
     read_metrics,
     read_summary,
     small_update_config,
 )
-from tests.test_learning import load_config
 
 T, B, A = 8, 8, 2
-CARTPOLE = EnvSpec("CartPole-v1", ArraySpec((4,), "float32"), Discrete(A))
 
 
 def make_agent(**agent):
@@ -292,16 +292,7 @@ def _run_recording(config):
     """Runs the pipeline; returns per update the rollout's obs and logits, and every version."""
     setup = train.prepare(config)
     state = train.init_learner_state(setup)
-    pipeline = Pipeline(
-        setup.agent,
-        setup.layout,
-        setup.sizes,
-        setup.envs_per_thread,
-        env_spec=setup.env_spec,
-        seed=config.seed,
-        policy_lag=config.pipeline.policy_lag,
-        clip_rewards=False,
-    )
+    pipeline = make_pipeline(setup, clip_rewards=False)
     versions = {1: jax.device_get(setup.agent.policy_params(state))}
     rollouts = []
     original_assemble = pipeline._assemble

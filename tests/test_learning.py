@@ -1,25 +1,12 @@
 """End to end: PPO learns CartPole and InvertedPendulum; Atari and the task configs run."""
 
-import importlib.util
-import os
-
 import jax
 import numpy as np
 import pytest
 
 from sebulba import envs as envs_lib
 from sebulba import train
-from sebulba.pipeline import Pipeline
-from tests.helpers import read_metrics, read_summary
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def load_config(name, arg=None):
-    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "configs", f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config(arg)
+from tests.helpers import load_config, make_pipeline, read_metrics, read_summary
 
 
 def test_ppo_cartpole_smoke_config_runs(tmp_path):
@@ -41,16 +28,7 @@ def test_atari_end_to_end(tmp_path, network):
     setup = train.prepare(config)
     assert setup.env_spec.obs_shape == (4, 84, 84) and setup.env_spec.num_actions == 18
     state = train.init_learner_state(setup)
-    pipeline = Pipeline(
-        setup.agent,
-        setup.layout,
-        setup.sizes,
-        setup.envs_per_thread,
-        env_spec=setup.env_spec,
-        seed=config.seed,
-        policy_lag=1,
-        clip_rewards=True,
-    )
+    pipeline = make_pipeline(setup, policy_lag=1, clip_rewards=True)
     seen = []
 
     def on_update(report, new_state):

@@ -17,8 +17,7 @@ from sebulba.agents.api import ArraySpec, Discrete, EnvSpec, Rollout, rollout_pa
 from sebulba.config.sizes import derive_sizes
 from sebulba.errors import ConfigError
 from sebulba.preflight import memory
-from tests.helpers import agent_config, mesh_of, small_update_config
-from tests.test_learning import load_config
+from tests.helpers import agent_config, load_config, mesh_of, small_update_config
 
 
 class _ConvNet(nn.Module):

@@ -10,8 +10,7 @@ from sebulba import train
 from sebulba.agents.api import ArraySpec, Discrete, EnvSpec
 from sebulba.agents.networks import check_network_fits, make_network
 from sebulba.errors import ConfigError
-from tests.helpers import read_metrics, read_summary
-from tests.test_config_variants import load_config
+from tests.helpers import load_config, read_metrics, read_summary
 
 GAMES = ("Breakout", "Asterix", "Freeway", "SpaceInvaders", "Seaquest")
 

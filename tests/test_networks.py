@@ -13,11 +13,10 @@ from sebulba.agents.api import ArraySpec, Discrete, EnvSpec
 from sebulba.agents.networks import check_network_fits, make_network
 from sebulba.config.sizes import derive_sizes
 from sebulba.errors import ConfigError
-from tests.helpers import small_update_config
+from tests.helpers import CARTPOLE, small_update_config
 
 FRAMES = (4, 84, 84)
 BREAKOUT = EnvSpec("Breakout-v5", ArraySpec(FRAMES, "uint8"), Discrete(18), is_atari=True)
-CARTPOLE = EnvSpec("CartPole-v1", ArraySpec((4,), "float32"), Discrete(2))
 
 
 def _init(name, conv_init):
@@ -138,8 +137,7 @@ def test_a_cnn_too_big_for_the_image_is_refused_in_one_line():
 @pytest.mark.parametrize("network", ["nature_cnn", "impala_resnet"])
 def test_car_racing_trains_with_both_cnns(tmp_path, network):
     from sebulba import train
-    from tests.helpers import read_summary
-    from tests.test_learning import load_config
+    from tests.helpers import load_config, read_summary
 
     config = load_config("ppo_cartpole", "smoke")
     config.env.id = "CarRacing-v2"  # uint8 [96, 96, 3], Box(3) actions.

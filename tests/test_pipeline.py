@@ -1,5 +1,6 @@
 """The pipeline's guarantees: lag schedule, reproducibility, layouts, failure, steady state."""
 
+import dataclasses
 import threading
 import time
 
@@ -10,11 +11,12 @@ import pytest
 from sebulba import train
 from sebulba.agents import impala, ppo
 from sebulba.lag_schedule import required_policy_version
-from sebulba.pipeline import Pipeline
 from tests import minimal_agent, probe_agent
 from tests.helpers import (
     LSTM_RUN,
     agent_config,
+    assert_rollouts_came_from_the_lagged_version,
+    make_pipeline,
     normalized_continuous_overrides,
     popart_overrides,
     read_metrics,
@@ -64,16 +66,10 @@ def test_lag_schedule_holds_in_the_data(tmp_path, policy_lag, delays):
     train.train(config, str(tmp_path))
     lines = read_metrics(str(tmp_path))
     assert [line["update"] for line in lines] == list(range(1, 7))
-    for line in lines:
-        k = line["update"]
-        expected = max(1, k - policy_lag)
-        # Every sample of rollout k, from both threads, came from version max(1, k - lag).
-        assert line["behaviour_version_min"] == line["behaviour_version_max"] == expected
-        assert line["actor_policy_version"] == expected
-        assert line["learner_version_in"] == k
-        assert line["learner_policy_version"] == k + 1
-        if k >= 2:
-            assert line["learner_policy_version"] - line["actor_policy_version"] == policy_lag + 1
+    # Every sample of rollout k, from both threads, came from version max(1, k - lag).
+    assert_rollouts_came_from_the_lagged_version(lines, policy_lag)
+    for line in lines[1:]:
+        assert line["learner_policy_version"] - line["actor_policy_version"] == policy_lag + 1
 
 
 def _checksum_and_params(tmp_path, name, case="minimal", **overrides):
@@ -172,16 +168,7 @@ def test_rollout_is_sharded_over_learner_devices_without_gathering(tmp_path):
     config = agent_config(probe_agent, mesh__learner_device_ids=[3, 1], total_timesteps=8 * 4)
     setup = train.prepare(config)
     state = train.init_learner_state(setup)
-    pipeline = Pipeline(
-        setup.agent,
-        setup.layout,
-        setup.sizes,
-        setup.envs_per_thread,
-        env_spec=setup.env_spec,
-        seed=0,
-        policy_lag=1,
-        clip_rewards=False,
-    )
+    pipeline = make_pipeline(setup, seed=0, policy_lag=1, clip_rewards=False)
     struct = pipeline.rollout_struct(state)
     devices = jax.local_devices()
     assert struct.obs.sharding.spec == jax.sharding.PartitionSpec(None, "batch")
@@ -216,19 +203,10 @@ class _FailingEnvs:
 
 def _pipeline(config, wrap_envs=None):
     setup = train.prepare(config)
-    envs = setup.envs_per_thread
     if wrap_envs is not None:
-        envs = [wrap_envs(e) for e in envs]
-    pipeline = Pipeline(
-        setup.agent,
-        setup.layout,
-        setup.sizes,
-        envs,
-        env_spec=setup.env_spec,
-        seed=config.seed,
-        policy_lag=1,
-        clip_rewards=False,
-    )
+        wrapped = [wrap_envs(e) for e in setup.envs_per_thread]
+        setup = dataclasses.replace(setup, envs_per_thread=wrapped)
+    pipeline = make_pipeline(setup, policy_lag=1, clip_rewards=False)
     return pipeline, train.init_learner_state(setup)
 
 

@@ -1,12 +1,11 @@
 """No libtpu noise on a machine without accelerators: JAX starts its CPU backend alone."""
 
 import os
-import subprocess
-import sys
 
 import pytest
 
 from sebulba.runtime import platforms
+from tests.helpers import run_python
 from tests.test_cli import ROOT, TEST_CONFIG
 
 
@@ -32,14 +31,7 @@ def test_a_run_and_an_evaluation_print_no_tpu_errors_on_a_cpu_machine(tmp_path):
         ["sebulba.evaluate", f"--workdir={workdir}", "--episodes=1"],
     ]
     for command in commands:
-        result = subprocess.run(
-            [sys.executable, "-m", *command],
-            capture_output=True,
-            text=True,
-            timeout=180,
-            cwd=ROOT,
-            env=env,
-        )
+        result = run_python("-m", *command, env=env, timeout=180)
         assert result.returncode == 0, result.stderr[-2000:]
         for noise in ("TPU_ACCELERATOR_TYPE", "TPU_WORKER_HOSTNAMES", "E0000"):
             assert noise not in result.stderr, result.stderr[-2000:]

@@ -11,23 +11,23 @@ import rlax
 import sebulba
 from sebulba import train
 from sebulba.agents import impala, learner, popart, ppo
-from sebulba.agents.api import ArraySpec, Discrete, EnvSpec, Rollout
+from sebulba.agents.api import Discrete, Rollout
 from sebulba.agents.networks import make_network
 from sebulba.config.sizes import derive_sizes
 from sebulba.environments import tasks
 from sebulba.errors import ConfigError
 from tests.helpers import (
+    CARTPOLE,
     agent_config,
     assert_update_moves_no_rollout_data,
+    load_config,
     popart_overrides,
     read_summary,
     small_update_config,
 )
-from tests.test_learning import load_config
 
 T, B = 8, 8
 TWO_TASKS = ("CartPole-v1", "CartPole-v0")
-CARTPOLE = EnvSpec("CartPole-v1", ArraySpec((4,), "float32"), Discrete(2))
 
 
 def random_statistics(rng, num_tasks):
@@ -156,8 +156,8 @@ def make_two_task_agent(agent_module, **agent):
     return agent_module.make(config, CARTPOLE, derive_sizes(config))
 
 
-def ppo_rollout(seed=0, num_tasks=2):
-    """A random PPO rollout whose behaviour values differ per task column: [T + 1, B, K]."""
+def _random_rollout(seed, draw_policy_outputs):
+    """Random CartPole-shaped data; `draw_policy_outputs(rng)` draws the agent's outputs last."""
     rng = np.random.default_rng(seed)
     return Rollout(
         obs=rng.normal(size=(T + 1, B, 4)).astype(np.float32),
@@ -166,27 +166,25 @@ def ppo_rollout(seed=0, num_tasks=2):
         terminations=rng.random((T, B)) < 0.1,
         truncations=rng.random((T, B)) < 0.05,
         valid=rng.random((T, B)) > 0.1,
-        policy_outputs={
-            "logprob": np.log(rng.uniform(0.2, 0.8, size=(T + 1, B))).astype(np.float32),
-            "value": (rng.normal(size=(T + 1, B, num_tasks)) + 10 * np.arange(num_tasks)).astype(
-                np.float32
-            ),
-        },
+        policy_outputs=draw_policy_outputs(rng),
         env_ids=np.arange(B, dtype=np.int32),
     )
 
 
+def ppo_rollout(seed=0, num_tasks=2):
+    """A random PPO rollout whose behaviour values differ per task column: [T + 1, B, K]."""
+
+    def draw(rng):
+        logprob = np.log(rng.uniform(0.2, 0.8, size=(T + 1, B))).astype(np.float32)
+        values = rng.normal(size=(T + 1, B, num_tasks)) + 10 * np.arange(num_tasks)
+        return {"logprob": logprob, "value": values.astype(np.float32)}
+
+    return _random_rollout(seed, draw)
+
+
 def impala_rollout(seed=0):
-    rng = np.random.default_rng(seed)
-    return Rollout(
-        obs=rng.normal(size=(T + 1, B, 4)).astype(np.float32),
-        actions=rng.integers(0, 2, size=(T, B)).astype(np.int32),
-        rewards=rng.normal(1.0, 1.0, size=(T, B)).astype(np.float32),
-        terminations=rng.random((T, B)) < 0.1,
-        truncations=rng.random((T, B)) < 0.05,
-        valid=rng.random((T, B)) > 0.1,
-        policy_outputs={"policy": rng.normal(size=(T + 1, B, 2)).astype(np.float32)},
-        env_ids=np.arange(B, dtype=np.int32),
+    return _random_rollout(
+        seed, lambda rng: {"policy": rng.normal(size=(T + 1, B, 2)).astype(np.float32)}
     )
 
 

@@ -10,12 +10,13 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
 from sebulba.agents import defaults, minibatches, ppo
-from sebulba.agents.api import ArraySpec, Discrete, EnvSpec, Rollout, rollout_partition_specs
+from sebulba.agents.api import Discrete, Rollout, rollout_partition_specs
 from sebulba.agents.networks import make_network
 from sebulba.config import resume as resume_config
 from sebulba.config.sizes import derive_sizes
 from sebulba.errors import ConfigError
 from tests.helpers import (
+    CARTPOLE,
     assert_update_agrees_across_layouts,
     assert_update_moves_no_rollout_data,
     logged_learning_rates,
@@ -25,7 +26,6 @@ from tests.helpers import (
 )
 
 T, B = 8, 8
-CARTPOLE = EnvSpec("CartPole-v1", ArraySpec((4,), "float32"), Discrete(2))
 
 
 def make_agent(**agent):

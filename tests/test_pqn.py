@@ -15,20 +15,20 @@ from sebulba.agents.networks import make_network
 from sebulba.config.sizes import derive_sizes
 from sebulba.errors import ConfigError
 from sebulba.lag_schedule import required_policy_version
-from sebulba.pipeline import Pipeline
 from tests.helpers import (
+    CARTPOLE,
     assert_update_agrees_across_layouts,
     assert_update_moves_no_rollout_data,
+    load_config,
+    make_pipeline,
     module_compilation_cache,  # noqa: F401 (autouse: reruns load what a run compiled)
     read_metrics,
     read_summary,
     small_update_config,
 )
 from tests.test_impala import random_rollout
-from tests.test_learning import load_config
 
 T, B, A = 8, 8, 2
-CARTPOLE = EnvSpec("CartPole-v1", ArraySpec((4,), "float32"), Discrete(A))
 # Frames of the smallest size the Nature CNN takes: the layers are those of 84 x 84 frames.
 ATARI = EnvSpec("Breakout-v5", ArraySpec((4, 36, 36), "uint8"), Discrete(4))
 MINATAR = EnvSpec("gymnax:Breakout-MinAtar", ArraySpec((10, 10, 4), "bool"), Discrete(3))
@@ -179,16 +179,7 @@ def test_sebulba_lag_one_actors_act_with_the_previous_versions_epsilon_and_netwo
     config.mesh.learner_device_ids = (1, 2)
     setup = train.prepare(config)
     state = train.init_learner_state(setup)
-    pipeline = Pipeline(
-        setup.agent,
-        setup.layout,
-        setup.sizes,
-        setup.envs_per_thread,
-        env_spec=setup.env_spec,
-        seed=config.seed,
-        policy_lag=1,
-        clip_rewards=False,
-    )
+    pipeline = make_pipeline(setup, policy_lag=1, clip_rewards=False)
     versions = {1: jax.device_get(setup.agent.policy_params(state))}
     rollouts = []
     original_assemble = pipeline._assemble

@@ -1,7 +1,6 @@
 """Procgen and `env.kwargs`: settings reach envpool, are checked first, stay fixed on resume;
 the Procgen config trains, and evaluation plays training and held-out levels."""
 
-import importlib.util
 import json
 import os
 
@@ -16,18 +15,10 @@ from sebulba.config import resume as resume_config
 from sebulba.errors import ConfigError
 from sebulba.experiments import sweep_plan
 from tests import minimal_agent
+from tests.helpers import ROOT, load_config
 from tests.test_cli import run_cli
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROCGEN = os.path.join(ROOT, "configs", "ppo_procgen.py:Starpilot")
-
-
-def load_config(name, arg=None):
-    path = os.path.join(ROOT, "configs", f"{name}.py")
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config(arg)
 
 
 def env_section(env_id, **kwargs):

@@ -15,8 +15,6 @@ import glob
 import os
 import re
 import shlex
-import subprocess
-import sys
 
 import pytest
 from absl import flags
@@ -24,6 +22,7 @@ from ml_collections import config_flags
 
 from sebulba import envs as envs_lib
 from sebulba import train
+from tests.helpers import run_python
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCUMENTS = ["README.md", *sorted(glob.glob("docs/*.md", root_dir=ROOT)), "slurm/README.md"]
@@ -207,14 +206,7 @@ def test_cheap_documented_commands_run_as_written(command, tmp_path):
     argv = [f"--workdir={workdir}" if a.startswith("--workdir=") else a for a in command.argv]
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "", **command.env}
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    result = subprocess.run(
-        [sys.executable, "-m", "sebulba.main", *argv],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-        env=env,
-    )
+    result = run_python("-m", "sebulba.main", *argv, env=env, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert (workdir / "summary.json").exists()
     assert re.search(r"^update \d+/\d+ step ", result.stdout, re.M)  # Progress is visible.
@@ -231,14 +223,7 @@ def test_readme_library_example_trains_quietly(tmp_path):
     # A library call logs like a library: a few progress lines, not one per update.
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    result = subprocess.run(
-        [sys.executable, "-c", _readme_library_example()],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=tmp_path,
-        env=env,
-    )
+    result = run_python("-c", _readme_library_example(), env=env, cwd=tmp_path, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     output = (result.stdout + result.stderr).splitlines()
     assert len(output) <= 15, "\n".join(output)

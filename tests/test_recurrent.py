@@ -12,9 +12,8 @@ from sebulba.agents.api import episode_starts, reset_carry
 from sebulba.agents.distributions import for_action_spec
 from sebulba.agents.networks import make_network
 from sebulba.errors import ConfigError
-from sebulba.pipeline import Pipeline
 from tests import counting_agent
-from tests.helpers import LSTM_RUN, agent_config, read_metrics
+from tests.helpers import LSTM_RUN, agent_config, make_pipeline, read_metrics
 
 
 def test_episode_starts_and_reset_carry_on_a_hand_checked_sequence():
@@ -40,14 +39,8 @@ def _capturing_pipeline(config, **run_kwargs):
     """Runs the pipeline and returns, per update, (behaviour-version params, rollout)."""
     setup = train.prepare(config)
     state = train.init_learner_state(setup)
-    pipeline = Pipeline(
-        setup.agent,
-        setup.layout,
-        setup.sizes,
-        setup.envs_per_thread,
-        env_spec=setup.env_spec,
-        seed=config.seed,
-        policy_lag=config.pipeline.policy_lag,
+    pipeline = make_pipeline(
+        setup,
         clip_rewards=False,
         transfer_guard="allow",  # The capture below copies every rollout to the host.
     )

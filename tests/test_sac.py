@@ -3,8 +3,6 @@ state, learning_starts, Polyak targets, alpha's autotune, refusals, layout invar
 resume, the buffer's sharding, and a short run that learns Pendulum."""
 
 import functools
-import os
-import signal
 
 import jax
 import jax.numpy as jnp
@@ -18,13 +16,13 @@ from sebulba.agents.api import ArraySpec, Box, Discrete, EnvSpec, Rollout
 from sebulba.config.sizes import derive_sizes
 from sebulba.errors import ConfigError
 from tests.helpers import (
+    assert_an_interrupted_run_resumes_exactly,
+    load_config,
     module_compilation_cache,  # noqa: F401 (autouse: reruns load what a run compiled)
     read_metrics,
-    read_summary,
     run_update,
     small_update_config,
 )
-from tests.test_config_variants import load_config
 
 T, B = 4, 4
 # Asymmetric bounds, so that the rescaling's scale and offset both matter.
@@ -256,22 +254,8 @@ def _anakin_config():
 
 
 def test_an_interrupted_anakin_run_resumes_with_the_same_checksum(tmp_path):
-    reference = str(tmp_path / "reference")
-    expected = jax.device_get(train.train(_anakin_config(), reference))
-    workdir = str(tmp_path / "run")
-
-    def interrupt(report, state):
-        del state
-        if report.update == 3:
-            os.kill(os.getpid(), signal.SIGINT)
-
-    train.train(_anakin_config(), workdir, on_update=interrupt)
-    assert not os.path.exists(os.path.join(workdir, "summary.json"))
-    state = train.train(_anakin_config(), workdir)  # Resumes after update 3.
-    assert read_summary(workdir)["params_checksum"] == read_summary(reference)["params_checksum"]
+    workdir, state = assert_an_interrupted_run_resumes_exactly(_anakin_config, tmp_path)
     assert int(state.count) == 6 * 4 and float(read_metrics(workdir)[-1]["learning"]) == 1.0
-    for a, b in zip(jax.tree.leaves(expected), jax.tree.leaves(state), strict=True):
-        np.testing.assert_array_equal(a, jax.device_get(b))  # The buffer and alpha too.
 
 
 def test_sac_learns_pendulum_in_a_short_run(tmp_path):

@@ -17,9 +17,14 @@ from sebulba.actors import scan_actor
 from sebulba.agents import impala, ppo
 from sebulba.environments import spaces
 from sebulba.errors import ConfigError
-from sebulba.pipeline import Pipeline
 from tests import minimal_agent
-from tests.helpers import LSTM_RUN, agent_config, normalized_continuous_overrides, read_summary
+from tests.helpers import (
+    LSTM_RUN,
+    agent_config,
+    make_pipeline,
+    normalized_continuous_overrides,
+    read_summary,
+)
 
 MINIGRID = {
     "env__id": "MiniGrid-Empty-5x5-v0",
@@ -59,18 +64,7 @@ def _run(config, actor_loop: str, **pipeline_options):
     """The rollouts the learner received, the episodes, and the final learner state."""
     setup = train.prepare(config)
     state = train.init_learner_state(setup)
-    pipeline = Pipeline(
-        setup.agent,
-        setup.layout,
-        setup.sizes,
-        setup.envs_per_thread,
-        env_spec=setup.env_spec,
-        seed=config.seed,
-        policy_lag=config.pipeline.policy_lag,
-        clip_rewards=config.env.clip_rewards,
-        actor_loop=actor_loop,
-        **pipeline_options,
-    )
+    pipeline = make_pipeline(setup, actor_loop=actor_loop, **pipeline_options)
     received = []
     to_learner = pipeline._to_learner_devices
 

@@ -15,8 +15,7 @@ from sebulba.agents.api import ArraySpec, Box, Discrete, MultiDiscrete
 from sebulba.environments import spaces
 from sebulba.errors import ConfigError
 from sebulba.evaluate import evaluate
-from sebulba.pipeline import Pipeline
-from tests.helpers import agent_config
+from tests.helpers import agent_config, make_pipeline
 
 
 def _env_spec(env_id):
@@ -213,16 +212,7 @@ def _record_rollouts(setup, envs_per_thread=None, env_spec=None, agent=None):
         agent=agent or setup.agent,
     )
     state = train.init_learner_state(setup)
-    pipeline = Pipeline(
-        setup.agent,
-        setup.layout,
-        setup.sizes,
-        setup.envs_per_thread,
-        env_spec=setup.env_spec,
-        seed=0,
-        policy_lag=1,
-        clip_rewards=False,
-    )
+    pipeline = make_pipeline(setup, seed=0, policy_lag=1, clip_rewards=False)
     rollouts = []
     assemble = pipeline._assemble
 

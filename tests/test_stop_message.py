@@ -4,7 +4,7 @@ import logging
 
 from sebulba import train
 from sebulba.runtime.stop_signals import StopSignals
-from tests.test_config_variants import load_config
+from tests.helpers import load_config
 
 
 def test_a_stopped_run_prints_its_stop_message_once(tmp_path, capfd, caplog):

@@ -19,12 +19,11 @@ from sebulba.config import base_config
 from sebulba.environments import tasks
 from sebulba.environments.spaces import ArraySpec
 from sebulba.errors import ConfigError
-from sebulba.pipeline import Pipeline
 from sebulba.runtime import compile_cache
 from sebulba.runtime.metrics import MetricsLogger
 from sebulba.update_report import UpdateReport
 from tests import minimal_agent, probe_agent
-from tests.helpers import agent_config, read_summary
+from tests.helpers import agent_config, make_pipeline, read_summary
 from tests.test_cli import run_cli
 
 
@@ -41,15 +40,8 @@ def _key_recording_pipeline(overlap: bool, num_envs: int = 6):
         return actions, {"keys": jax.random.key_data(keys), "obs": obs}
 
     agent = dataclasses.replace(setup.agent, act=act)
-    pipeline = Pipeline(
-        agent,
-        setup.layout,
-        setup.sizes,
-        setup.envs_per_thread,
-        env_spec=setup.env_spec,
-        seed=config.seed,
-        policy_lag=1,
-        clip_rewards=False,
+    pipeline = make_pipeline(
+        dataclasses.replace(setup, agent=agent), policy_lag=1, clip_rewards=False
     )
     return pipeline, setup
 

@@ -231,16 +231,12 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         )
         return new_state, metrics
 
-    def restart_envs(state: DQNState) -> DQNState:
-        # The restarted envs' first observations do not follow the last stored step.
-        return state.replace(buffer=replay.invalidate_last(state.buffer, state.count))
-
     return Agent(
         init=init,
         act=act,
         update=update,
         policy_params=policy_params,
         act_greedy=act_greedy,
-        restart_envs=restart_envs,
+        restart_envs=replay.restart_envs,
         state_partition_specs=replay.state_partition_specs,
     )

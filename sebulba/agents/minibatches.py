@@ -53,6 +53,33 @@ def time_shuffled(tree, key: jax.Array, env_ids: jax.Array, num_minibatches: int
     return jax.tree.map(shuffle, tree)
 
 
+def time_shuffled_epochs(rollout, key: jax.Array, num_minibatches: int, epochs: int) -> jax.Array:
+    """The time steps each minibatch of every epoch takes, for `take_time_steps`.
+
+    Epoch e shuffles `arange(T)` in every env column with `time_shuffled` and the key
+    `fold_in(key, e)`, so no shuffled copy of the rollout itself is materialised.
+
+    Args:
+      rollout: the `Rollout` of T steps of B envs (its `valid` [T, B] and `env_ids` [B]).
+      key: key of this update.
+      num_minibatches: M; must divide T.
+      epochs: how many passes over the rollout.
+
+    Returns:
+      [epochs * M, T // M, B] int32: one leading axis to loop over.
+    """
+    shape = rollout.valid.shape
+    time_index = jnp.broadcast_to(jnp.arange(shape[0])[:, None], shape)
+    return jnp.concatenate(
+        [
+            time_shuffled(
+                time_index, jax.random.fold_in(key, epoch), rollout.env_ids, num_minibatches
+            )
+            for epoch in range(epochs)
+        ]
+    )
+
+
 def take_time_steps(tree, time_index: jax.Array):
     """Gathers, column by column, the time steps `time_index` names (device-local).
 

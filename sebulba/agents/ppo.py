@@ -394,19 +394,10 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
             split = minibatches.env_micro_batches
         else:
             # Shuffle time indices, not the samples: each step gathers its own
-            # (micro-)batch, so no shuffled copy of the rollout per epoch is materialised.
-            time_index = jnp.broadcast_to(jnp.arange(hp.num_steps)[:, None], rollout.valid.shape)
-            epochs = [
-                minibatches.time_shuffled(
-                    time_index,
-                    jax.random.fold_in(update_key, epoch),
-                    rollout.env_ids,
-                    hp.num_minibatches,
-                )
-                for epoch in range(hp.update_epochs)
-            ]
-            # [epochs * minibatches, T / M, B]: one leading axis to loop over.
-            batches = jnp.concatenate(epochs)
+            # (micro-)batch. [epochs * minibatches, T / M, B]: one leading axis to loop over.
+            batches = minibatches.time_shuffled_epochs(
+                rollout, update_key, hp.num_minibatches, hp.update_epochs
+            )
 
             def gathered_loss(params, batch_time_index):
                 return loss_fn(

@@ -218,17 +218,8 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         update_key = jax.random.fold_in(key, state.update_count)
         # As PPO's: each env column shuffles its own T steps, so a minibatch holds the
         # same samples on any number of learner devices and never leaves its device.
-        time_index = jnp.broadcast_to(jnp.arange(hp.num_steps)[:, None], rollout.valid.shape)
-        batches = jnp.concatenate(
-            [
-                minibatches.time_shuffled(
-                    time_index,
-                    jax.random.fold_in(update_key, epoch),
-                    rollout.env_ids,
-                    hp.num_minibatches,
-                )
-                for epoch in range(hp.update_epochs)
-            ]
+        batches = minibatches.time_shuffled_epochs(
+            rollout, update_key, hp.num_minibatches, hp.update_epochs
         )  # [epochs * minibatches, T / M, B]
 
         def gathered_loss(params, batch_time_index):

@@ -155,6 +155,12 @@ def state_partition_specs(state):
     return replicated.replace(buffer=jax.tree.map(lambda _: PARTITION_SPEC, state.buffer))
 
 
+def restart_envs(state):
+    """A replay agent's `Agent.restart_envs`: its `buffer` with the last stored step invalid,
+    since the restarted envs' first observations do not follow it (`invalidate_last`)."""
+    return state.replace(buffer=invalidate_last(state.buffer, state.count))
+
+
 def empty(rollout: Rollout, capacity: int) -> Replay:
     """An empty buffer of `capacity` steps per env for rollouts shaped like `rollout`."""
 
