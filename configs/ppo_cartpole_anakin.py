@@ -6,6 +6,11 @@ which are also PureJaxRL's CartPole settings, with the JAX env `gymnax:CartPole-
 instead of envpool's. On-policy (`pipeline.policy_lag=0`), as PureJaxRL is: Anakin has
 no actors to overlap with the learner (docs/anakin.md).
 
+One call of the compiled program runs 100 updates (`pipeline.updates_per_call`), as
+PureJaxRL runs all of its updates in one: the host reads episodes and metrics back once per
+100 updates (0.4 s here), and blocks end at the checkpoints (`ckpt.every_updates`, 100).
+The numbers are those of one update per call, bit for bit.
+
 Variants: `:smoke` is a seconds-long run used by the tests.
 """
 
@@ -17,4 +22,5 @@ def get_config(arg: str | None = None):
     config = sibling_config(__file__, "ppo_cartpole", arg)
     config.env.id = "gymnax:CartPole-v1"
     config.pipeline.policy_lag = 0
+    config.pipeline.updates_per_call = 100
     return config

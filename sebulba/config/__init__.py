@@ -38,6 +38,7 @@ RUN_RANGES = {
     "env.repeat_action_probability": UNIT_INTERVAL,
     "env.max_episode_frames": POSITIVE_INT,
     "env.frame_stack": POSITIVE_INT,
+    "pipeline.updates_per_call": POSITIVE_INT,
 }
 
 
@@ -62,6 +63,8 @@ def base_config(agent: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     config.pipeline.overlap_env_steps = False  # Two env halves: one steps while the other infers.
     # Same data either way; auto takes scan where the actor devices and task allow it.
     config.pipeline.actor_loop = "auto"  # auto | scan (a rollout: one XLA program) | step.
+    # Anakin only: updates per call of its one program, read back by the host as a block.
+    config.pipeline.updates_per_call = 1
 
     config.log = ml_collections.ConfigDict()
     config.log.every_updates = 1  # Write a metrics line every this many updates.

@@ -39,6 +39,7 @@ MAY_CHANGE_ON_RESUME: dict[str, str] = {
     "agent.minibatch_loop": "how the minibatch loop is compiled (scan or unrolled), not its maths",
     "pipeline.overlap_env_steps": "envs stepped whole or as two halves: same envs, keys and data",
     "pipeline.actor_loop": "envs stepped from Python or inside one XLA program: same data",
+    "pipeline.updates_per_call": "how many Anakin updates one program call runs: same updates",
 }
 
 
