@@ -63,8 +63,8 @@ def base_config(agent: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     config.pipeline.overlap_env_steps = False  # Two env halves: one steps while the other infers.
     # Same data either way; auto takes scan where the actor devices and task allow it.
     config.pipeline.actor_loop = "auto"  # auto | scan (a rollout: one XLA program) | step.
-    # Anakin only: updates per call of its one program, read back by the host as a block.
-    config.pipeline.updates_per_call = 1
+    # Anakin only: the host reads the block's episodes and metrics back once per call.
+    config.pipeline.updates_per_call = 1  # Anakin updates per program call (1: one each).
 
     config.log = ml_collections.ConfigDict()
     config.log.every_updates = 1  # Write a metrics line every this many updates.
