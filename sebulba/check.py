@@ -129,6 +129,12 @@ def check(config, topology: str) -> dict[str, Any]:
     from sebulba import random_streams, train
     from sebulba.preflight import memory
 
+    if config.mesh.get("actor_platform", "default") != "default":
+        raise ConfigError(
+            f"mesh.actor_platform is {config.mesh.actor_platform!r}: sebulba.check prices "
+            "the actors on the target's accelerators and cannot price them on a host's "
+            "CPUs; check with mesh.actor_platform='default' for the learner's figures"
+        )
     devices, chip = accelerators.devices(topology)
     config = config.copy_and_resolve_references()
     if config.agent.get("minibatch_loop") == "auto":

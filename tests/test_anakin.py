@@ -479,6 +479,10 @@ def _cli(workdir, *overrides):
         ),
         ("debug.actor_delay_s=0.1", "debug.actor_delay_s must be 0.0 with a JAX env, got 0.1"),
         (
+            "mesh.actor_platform=cpu",
+            "mesh.actor_platform must be 'default' with a JAX env, got 'cpu'",
+        ),
+        (
             "env.id=gymnax:CartPol-v1",
             "env.id 'gymnax:CartPol-v1' is not a task of gymnax: did you mean 'gymnax:CartPole-v1'",
         ),
@@ -489,7 +493,14 @@ def _cli(workdir, *overrides):
             "'gymnax:CartPole-v1'?",
         ),
     ],
-    ids=["actor-threads", "actor-delay", "misspelt-task", "unknown-suite", "misspelt-suite"],
+    ids=[
+        "actor-threads",
+        "actor-delay",
+        "actor-platform",
+        "misspelt-task",
+        "unknown-suite",
+        "misspelt-suite",
+    ],
 )
 def test_what_anakin_cannot_do_is_one_line_before_any_work(tmp_path, override, expected):
     workdir = tmp_path / "run"

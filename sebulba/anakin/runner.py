@@ -505,6 +505,11 @@ def check_config(config, task_ids) -> bool:
         "pipeline.overlap_env_steps": (config.pipeline.overlap_env_steps, False, "envpool pools"),
         "debug.actor_delay_s": (config.debug.actor_delay_s, 0.0, "actors to delay"),
         "debug.learner_delay_s": (config.debug.learner_delay_s, 0.0, "learner thread to delay"),
+        "mesh.actor_platform": (
+            config.mesh.get("actor_platform", "default"),
+            "default",
+            "actor devices",
+        ),
     }
     for field, (value, default, what) in refused.items():
         if value != default:

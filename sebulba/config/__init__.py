@@ -54,6 +54,8 @@ def base_config(agent: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
 
     config.mesh = ml_collections.ConfigDict()
     config.mesh.actor_device_ids = (0,)  # Indices into jax.local_devices() for inference.
+    # cpu: actor_device_ids index the host's CPU devices, the accelerators left to learning.
+    config.mesh.actor_platform = "default"  # default (JAX's default backend) | cpu.
     config.mesh.learner_device_ids = (0,)  # Indices into jax.local_devices() for updates.
 
     config.pipeline = ml_collections.ConfigDict()
