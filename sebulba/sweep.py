@@ -20,7 +20,8 @@ reaches the running runs as SIGTERM: they save a checkpoint and stop, and the sw
 exits 130 (Ctrl-C) or 0 (otherwise), like sebulba.main. A second signal kills the runs
 unsaved. At the end WORKDIR/sweep.json holds the definition and the per-setting statistics
 (sebulba/experiments/sweep_report.py), and the table is printed. A WORKDIR that holds a different
-sweep is refused: one sweep, one directory.
+sweep is refused: one sweep, one directory. Every run's config is checked before any run
+starts, as sebulba.main checks it before importing JAX (sebulba/config/run_plan.py).
 """
 
 from __future__ import annotations

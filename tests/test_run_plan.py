@@ -11,6 +11,7 @@ import os
 import jax.numpy as jnp
 import pytest
 
+import sebulba
 from sebulba import check, evaluate, policy, sweep, train
 from sebulba import checkpoint as ckpt_lib
 from sebulba.anakin import seeds
@@ -120,6 +121,10 @@ def test_a_bad_field_is_one_line_naming_it_through_every_entry_point(
         "evaluate": "cannot rebuild the agent from config.json: ",
     }
     assert message.strip() == frames.get(entry_point, "") + expected
+
+
+def test_plan_is_public_api():
+    assert sebulba.plan is run_plan.plan and sebulba.RunPlan is run_plan.RunPlan
 
 
 def test_the_values_alone_are_checked_without_devices_or_envs():
