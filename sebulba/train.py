@@ -62,7 +62,8 @@ class RunSetup:
 
 
 def prepare(config: ml_collections.ConfigDict) -> RunSetup:
-    """Validates the config and builds devices, envs and agent.
+    """Checks the config (`sebulba.config.run_plan.plan`: sizes, devices, envs, agent),
+    then builds the envs and chooses the actor loop.
 
     Raises:
       ConfigError: with one line naming the offending field.

@@ -156,4 +156,8 @@ def test_the_sweep_checks_every_run_before_starting_any(tmp_path, capsys, monkey
     assert sweep.main([*argv, "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("sebulba.sweep: error: run env.num_envs=3/seed=1: env.num_envs (3)")
+    # Every seed too: envpool seeds are C ints.
+    assert sweep.main([*argv[:2], "--seeds=1,-1", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "run seed=-1: seed must be an integer in [0, 1073741824], got -1" in err
     assert not os.path.exists(workdir)

@@ -263,9 +263,13 @@ def check_runs(sweep: Sweep, num_processes: int | None = 1) -> None:
       ConfigError: "run DIR: " and the run's own one-line error, for the first run that
         fails.
     """
+    loaded: dict[tuple, config_dict.ConfigDict] = {}  # Seeds share their setting's config.
     for run in sweep.runs():
-        overrides = [f"--config.{key}={value}" for key, value in run.setting]
-        config = load_config(run.config, [*overrides, f"--config.seed={run.seed}"])
+        config = loaded.get((run.config, run.setting))
+        if config is None:
+            overrides = [f"--config.{key}={value}" for key, value in run.setting]
+            config = loaded[run.config, run.setting] = load_config(run.config, overrides)
+        config.seed = run.seed
         try:
             plan(config, num_processes=num_processes, values_only=True)
         except ConfigError as error:
