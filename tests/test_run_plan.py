@@ -161,3 +161,13 @@ def test_the_sweep_checks_every_run_before_starting_any(tmp_path, capsys, monkey
     err = capsys.readouterr().err
     assert "run seed=-1: seed must be an integer in [0, 1073741824], got -1" in err
     assert not os.path.exists(workdir)
+
+
+def test_seeds_refuse_an_envpool_run_before_building_its_envs(tmp_path, monkeypatch):
+    def no_envs(*args, **kwargs):
+        raise AssertionError("envs were built before the refusal")
+
+    monkeypatch.setattr(train, "make_env_pools", no_envs)
+    with pytest.raises(ConfigError, match=r"--seeds .* needs a JAX env .*'CartPole-v1' is an env"):
+        seeds.train_seeds(load_config("ppo_cartpole"), str(tmp_path / "runs"), (1, 2))
+    assert not (tmp_path / "runs").exists()
