@@ -4,6 +4,7 @@ The public API, imported on first use so that `import sebulba` stays cheap:
 
     sebulba.train.train(config, workdir)      # train; returns the final learner state
     sebulba.base_config(agent_section)        # every run-level key around an agent's
+    sebulba.plan(config)                      # check a config: sizes, devices, spec, agent
     sebulba.load_policy(workdir)(obs)         # act with a trained checkpoint
     sebulba.Agent, sebulba.EnvSpec, sebulba.Rollout   # the agent contract
 """
@@ -18,6 +19,8 @@ from typing import Any
 _EXPORTS = {
     "train": ("sebulba.train", None),
     "base_config": ("sebulba.config", "base_config"),
+    "plan": ("sebulba.config.run_plan", "plan"),
+    "RunPlan": ("sebulba.config.run_plan", "RunPlan"),
     "load_policy": ("sebulba.policy", "load_policy"),
     "Policy": ("sebulba.policy", "Policy"),
     "PolicyError": ("sebulba.policy", "PolicyError"),

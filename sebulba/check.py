@@ -126,7 +126,8 @@ def check(config, topology: str) -> dict[str, Any]:
     """
     import jax
 
-    from sebulba import random_streams, train
+    from sebulba import random_streams
+    from sebulba.config.run_plan import plan
     from sebulba.preflight import memory
 
     if config.mesh.get("actor_platform", "default") != "default":
@@ -141,7 +142,7 @@ def check(config, topology: str) -> dict[str, Any]:
         # "auto" unrolls the minibatch loop only for CPU learners (agents.learner); the
         # slice's learners keep the rolled scan, as they would at launch there.
         config.agent.minibatch_loop = "scan"
-    run = train.plan(config, devices, process_index=0)
+    run = plan(config, devices, process_index=0)
     layout, sizes, agent = run.layout, run.sizes, run.agent
     num_learner_devices = layout.learner_mesh.devices.size
 

@@ -26,10 +26,8 @@ import sys
 
 from absl import app, flags, logging
 
-from sebulba.agents.defaults import check_builtin_ranges
-from sebulba.config import check_run_config
 from sebulba.config import flag as config_flag
-from sebulba.config.sizes import derive_sizes
+from sebulba.config.run_plan import plan
 from sebulba.errors import ConfigError, NonFiniteRolloutError, TrainingDivergedError
 from sebulba.runtime import distributed, gpu_determinism, platforms
 from sebulba.runtime.stop_signals import StopSignals
@@ -143,12 +141,11 @@ def _run(signals: StopSignals) -> None:
     try:
         if not options.enabled:
             # In a fraction of a second, before importing JAX or envpool: the config's
-            # sizes and values (a built-in agent's too), then the workdir. Multi-process
-            # runs check them in train.train (sizes need the process count), where a
-            # failure on one process stops the others at once.
-            derive_sizes(config_flag.CONFIG.value, num_processes=1)
-            check_run_config(config_flag.CONFIG.value)
-            check_builtin_ranges(config_flag.CONFIG.value.agent)
+            # values (sizes, run-level values, a built-in agent's ranges), then the
+            # workdir. train.train checks them again with the rest of the plan; a
+            # multi-process run checks them only there (its sizes count the processes),
+            # where a failure on one process stops the others at once.
+            plan(config_flag.CONFIG.value, num_processes=1, values_only=True)
             check_workdir(_WORKDIR.value)
         seeds = _parse_seeds(_SEEDS.value)
         # XLA reads its flags when JAX starts a backend, which initialize may do.

@@ -48,7 +48,7 @@ from sebulba.anakin import suites as anakin_suites
 from sebulba.anakin.env_api import JaxEnv
 from sebulba.anakin.host_envs import HostJaxEnvs
 from sebulba.config import base_config
-from sebulba.config.sizes import derive_sizes
+from sebulba.config.run_plan import plan
 from sebulba.environments import spaces, tasks
 from sebulba.errors import ConfigError
 from sebulba.random_streams import inference_keys
@@ -60,7 +60,8 @@ class PolicyError(Exception):
 
 
 def load_run_config(workdir: str) -> ml_collections.ConfigDict:
-    """A run's resolved config, set up to act on one device whatever layout trained it.
+    """A run's resolved config, set up to act on one device whatever layout trained it
+    (and to log nowhere: a machine without wandb loads a run that logged to it).
 
     Raises:
       PolicyError: `workdir` holds no config.json.
@@ -73,6 +74,8 @@ def load_run_config(workdir: str) -> ml_collections.ConfigDict:
         config = with_current_defaults(json.load(f))
     config.mesh.actor_device_ids = (0,)
     config.mesh.learner_device_ids = (0,)
+    if "log" in config:
+        config.log.wandb = False
     return config
 
 
@@ -379,8 +382,9 @@ def load_policy(
       A callable `Policy`: `policy(obs [B, ...]) -> actions [B, ...]`.
 
     Raises:
-      PolicyError: in one line: not a workdir, no such checkpoint, or the agent cannot be
-        rebuilt (or has no `act_greedy` when `greedy`).
+      PolicyError: in one line: not a workdir, no such checkpoint, a config.json that
+        fails the run's checks (`sebulba.config.run_plan`), or an agent without
+        `act_greedy` when `greedy`.
     """
     workdir = os.path.abspath(workdir)
     config = load_run_config(workdir)
@@ -398,14 +402,15 @@ def load_policy(
     # returns of reward scaling), which counts the processes that trained the run.
     meta = ckpt_lib.read_meta(directory, available[-1] if checkpoint is None else checkpoint)
     try:
-        # Every task of a multi-task run shares the first task's spaces (checked when it
-        # trained); `env.id` means nothing when `env.ids` names the tasks.
+        # The run's own validation pass, laid out on the one device the policy acts on.
+        run = plan(config, [device], num_processes=meta.get("num_processes", 1))
+        # Every task of a multi-task run shares the first task's spaces (checked by the
+        # plan); `env.id` means nothing when `env.ids` names the tasks.
         first_task = tasks.task_env_config(config.env, tasks.task_ids(config.env)[0])
-        env_spec, env_observation, jax_env = _task_spec(first_task)
-        sizes = derive_sizes(config, num_processes=meta.get("num_processes", 1))
-        agent = resolve_agent(config.agent.name).make(config, env_spec, sizes)
+        env_observation, jax_env = _env_observation(first_task)
     except ConfigError as error:
         raise PolicyError(f"cannot rebuild the agent from config.json: {error}") from None
+    env_spec, agent = run.env_spec, run.agent
     if greedy and agent.act_greedy is None:
         raise PolicyError(
             f"agent {config.agent.name!r} defines no act_greedy: it can only sample "
@@ -433,17 +438,17 @@ def load_policy(
     )
 
 
-def _task_spec(env_config: ml_collections.ConfigDict) -> tuple[EnvSpec, Any, JaxEnv | None]:
-    """(spec, observations as the envs return them, the JaxEnv or None) of one task.
+def _env_observation(env_config: ml_collections.ConfigDict) -> tuple[Any, JaxEnv | None]:
+    """(one task's observations as its envs return them, the JaxEnv or None).
 
-    A JAX env describes itself; an envpool task is probed with a one-env pool.
+    The spec the agent sees may differ (`env.observation_indices`, an action mask): a
+    JAX env describes itself; an envpool task is probed with a one-env pool.
     """
     if envs_lib.is_jax_env(env_config.id):
-        env_spec = envs_lib.task_env_specs(env_config, [env_config.id])[env_config.id]
         jax_env = anakin_suites.make_env(env_config.id)
-        return env_spec, jax_env.spec.observation, jax_env
+        return jax_env.spec.observation, jax_env
     probe = envs_lib.make_envs(env_config, 1, seed=0)
-    env_spec = envs_lib.env_spec_of(env_config, probe)
-    env_observation = spaces.observation_spec_of(probe.observation_space, env_config.id)
-    probe.close()
-    return env_spec, env_observation, None
+    try:
+        return spaces.observation_spec_of(probe.observation_space, env_config.id), None
+    finally:
+        probe.close()

@@ -20,7 +20,8 @@ reaches the running runs as SIGTERM: they save a checkpoint and stop, and the sw
 exits 130 (Ctrl-C) or 0 (otherwise), like sebulba.main. A second signal kills the runs
 unsaved. At the end WORKDIR/sweep.json holds the definition and the per-setting statistics
 (sebulba/experiments/sweep_report.py), and the table is printed. A WORKDIR that holds a different
-sweep is refused: one sweep, one directory.
+sweep is refused: one sweep, one directory. Every run's config is checked before any run
+starts, as sebulba.main checks it before importing JAX (sebulba/config/run_plan.py).
 """
 
 from __future__ import annotations
@@ -39,7 +40,14 @@ from dataclasses import dataclass
 
 from sebulba.errors import ConfigError
 from sebulba.experiments import sweep_report
-from sebulba.experiments.sweep_plan import Run, Sweep, check_workdir, parse_sweep, validate
+from sebulba.experiments.sweep_plan import (
+    Run,
+    Sweep,
+    check_runs,
+    check_workdir,
+    parse_sweep,
+    validate,
+)
 
 _POLL_S = 0.2
 _LOG_NAME = "run.log"
@@ -315,6 +323,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         sweep = parse_sweep(args.workdir, args.config, args.seeds, args.set)
         validate(sweep)
+        if not args.report:  # A report reads what runs wrote, whatever their configs.
+            # A SLURM array task's run spans as many processes as sbatch gives it nodes.
+            check_runs(sweep, num_processes=None if args.slurm else 1)
         check_workdir(sweep, report_only=args.report)
     except ConfigError as error:
         return _error(str(error))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -24,18 +24,17 @@ from sebulba import checkpoint as ckpt_lib
 from sebulba import envs as envs_lib
 from sebulba import random_streams
 from sebulba.actors import scan_actor
-from sebulba.agents import resolve_agent
 from sebulba.agents.api import Agent, EnvSpec
 from sebulba.anakin import runner as anakin_runner
 from sebulba.anakin import suites as anakin_suites
 from sebulba.anakin.env_api import BatchOfEnvs
-from sebulba.config import check_run_config
 from sebulba.config import resume as resume_config
-from sebulba.config.sizes import Sizes, derive_sizes
+from sebulba.config.run_plan import plan
+from sebulba.config.sizes import Sizes
 from sebulba.environments import tasks
 from sebulba.errors import ConfigError
 from sebulba.lag_schedule import required_policy_version
-from sebulba.mesh import DeviceLayout, build_layout
+from sebulba.mesh import DeviceLayout
 from sebulba.pipeline import Pipeline
 from sebulba.preflight import memory
 from sebulba.runtime import distributed, gpu_determinism
@@ -62,69 +61,9 @@ class RunSetup:
     jax_env: BatchOfEnvs | None = None
 
 
-@dataclasses.dataclass(frozen=True)
-class RunPlan:
-    """A run as its config describes it, checked, before any env or program exists."""
-
-    sizes: Sizes
-    layout: DeviceLayout
-    env_spec: EnvSpec
-    agent: Agent
-    is_anakin: bool = False  # env.id names a JAX-native env: the Anakin runner runs it.
-
-
-def plan(
-    config: ml_collections.ConfigDict,
-    devices: Sequence[jax.Device] | None = None,
-    process_index: int | None = None,
-) -> RunPlan:
-    """Checks the config and builds its sizes, device layout, env spec and agent.
-
-    Args:
-      config: the run's config.
-      devices: every device of the run (default `jax.devices()`; `sebulba.check` passes
-        a TPU topology's); the run has one process per distinct `process_index`.
-      process_index: the process to lay out (default `jax.process_index()`).
-
-    Raises:
-      ConfigError: with one line naming the offending field.
-    """
-    devices = jax.devices() if devices is None else list(devices)
-    num_processes = len({device.process_index for device in devices})
-    sizes = derive_sizes(config, num_processes=num_processes)
-    check_run_config(config)
-    layout = build_layout(config.mesh, devices, process_index)
-    if sizes.num_actor_threads < len(layout.actor_devices):
-        raise ConfigError(
-            f"pipeline.num_actor_threads ({sizes.num_actor_threads}) must be at least the "
-            f"number of mesh.actor_device_ids ({len(layout.actor_devices)}): "
-            "every actor device needs a thread"
-        )
-    if config.pipeline.overlap_env_steps not in (True, False):
-        raise ConfigError(
-            f"pipeline.overlap_env_steps must be True or False, got "
-            f"{config.pipeline.overlap_env_steps!r}"
-        )
-    if config.pipeline.overlap_env_steps and sizes.envs_per_thread < 2:
-        raise ConfigError(
-            f"pipeline.overlap_env_steps splits each thread's envs in two halves: "
-            f"env.num_envs ({sizes.envs_per_thread}) must be at least 2"
-        )
-    layout_of_tasks = tasks.task_layout(config, sizes.num_envs)
-    for index, task_id in enumerate(layout_of_tasks.ids):
-        # With env.ids set, env.id is ignored: errors name the field the task came from.
-        envs_lib.check_env_id(task_id, f"env.ids[{index}]" if config.env.ids else "env.id")
-    is_anakin = anakin_runner.check_config(config, layout_of_tasks.ids)
-    agent_module = resolve_agent(config.agent.name, config.agent)
-    specs = envs_lib.task_env_specs(config.env, layout_of_tasks.ids)
-    tasks.check_compatible(specs)
-    env_spec = specs[layout_of_tasks.ids[0]]
-    agent = agent_module.make(config, env_spec, sizes)
-    return RunPlan(sizes, layout, env_spec, agent, is_anakin)
-
-
 def prepare(config: ml_collections.ConfigDict) -> RunSetup:
-    """Validates the config and builds devices, envs and agent.
+    """Checks the config (`sebulba.config.run_plan.plan`: sizes, devices, envs, agent),
+    then builds the envs and chooses the actor loop.
 
     Raises:
       ConfigError: with one line naming the offending field.

@@ -16,6 +16,7 @@ import pytest
 from sebulba import checkpoint, evaluate, train
 from sebulba.anakin import suites
 from sebulba.anakin.env_api import JointJaxEnv, reset_envs, step_envs
+from sebulba.config import run_plan
 from sebulba.environments.tasks import TaskLayout
 from sebulba.errors import ConfigError
 from tests.helpers import (  # noqa: F401 - module_compilation_cache is an autouse fixture.
@@ -123,7 +124,7 @@ def test_joint_tasks_must_share_their_spaces():
     config = joint_config()
     config.env.ids = ("xminigrid:MiniGrid-Empty-5x5", "gymnax:CartPole-v1")
     with pytest.raises(ConfigError, match="env.ids: tasks .* have different action spaces"):
-        train.plan(config)
+        run_plan.plan(config)
 
 
 def test_seeds_of_a_joint_run_hold_uneven_task_blocks_as_the_single_runner(tmp_path):

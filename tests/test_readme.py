@@ -22,6 +22,7 @@ from ml_collections import config_flags
 
 from sebulba import envs as envs_lib
 from sebulba import train
+from sebulba.config import run_plan
 from tests.helpers import run_python
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -189,8 +190,8 @@ def test_documented_commands_pass_the_checks_a_run_starts_with(command, tutorial
     monkeypatch.chdir(tutorial_dir)
     monkeypatch.syspath_prepend(str(tutorial_dir))
     config = _parse_config(command.argv)
-    derive = functools.partial(train.derive_sizes, num_processes=command.num_processes)
-    monkeypatch.setattr(train, "derive_sizes", lambda config, num_processes: derive(config))
+    derive = functools.partial(run_plan.derive_sizes, num_processes=command.num_processes)
+    monkeypatch.setattr(run_plan, "derive_sizes", lambda config, num_processes: derive(config))
     monkeypatch.setattr(train, "make_env_pools", _one_env_pools)
     setup = train.prepare(config)
     for pool in setup.envs_per_thread[:1]:  # One pool, shared by every thread (none: Anakin).

@@ -113,6 +113,11 @@ def test_a_malformed_sweep_is_one_error(seeds, settings, message):
         (["--set", "total_timesteps=768,lots"], "--set total_timesteps=lots: "),
         (["--set", "env=1,2"], "--set env: is a config section"),
         (["--config=configs/nowhere.py"], "--config=configs/nowhere.py: cannot load it"),
+        # A run's own checks, before any run starts (sebulba.config.run_plan's values).
+        (
+            ["--set", "total_timesteps=1,768"],
+            "run total_timesteps=1/seed=1: total_timesteps (1) is smaller than one update",
+        ),
     ],
 )
 def test_a_bad_key_or_value_fails_in_one_line_before_any_run(tmp_path, capsys, args, message):
@@ -193,20 +198,21 @@ def test_an_interrupted_sweep_resumes_and_skips_finished_runs(tmp_path):
 
 def test_a_failing_run_is_reported_and_the_others_finish(tmp_path):
     workdir = tmp_path / "sweep"
-    # total_timesteps=1 is less than one update: that run exits with a config error.
-    result = run_sweep(workdir, "--seeds=1", "--set", "total_timesteps=1,768")
+    # A misspelt task passes the sweep's checks (they leave env ids to the runs): that
+    # run exits with a config error.
+    result = run_sweep(workdir, "--seeds=1", "--set", "env.id=CartPol-v1,CartPole-v1")
     assert result.returncode == 1, result.stdout + result.stderr
-    assert "FAILED total_timesteps=1/seed=1: exit 2: sebulba: config error: total_timesteps" in (
+    assert "FAILED env.id=CartPol-v1/seed=1: exit 2: sebulba: config error: env.id" in (
         result.stdout
     )
     assert "1/2 done, 0 running, 1 failed, 0 pending" in result.stdout
-    assert (workdir / "total_timesteps=768" / "seed=1" / "summary.json").exists()
+    assert (workdir / "env.id=CartPole-v1" / "seed=1" / "summary.json").exists()
     table = result.stdout.split("| setting")[1]
-    assert "| total_timesteps=1 | 0/1 (1 failed) | - |" in table
-    assert "| total_timesteps=768 | 1/1 | " in table
+    assert "| env.id=CartPol-v1 | 0/1 (1 failed) | - |" in table
+    assert "| env.id=CartPole-v1 | 1/1 | " in table
     report = json.loads((workdir / "sweep.json").read_text())
     failed = report["runs"][0]
-    assert failed["status"] == "failed" and "smaller than one update" in failed["error"]
+    assert failed["status"] == "failed" and "is not an envpool task" in failed["error"]
     assert report["runs"][1]["status"] == "done"
 
 

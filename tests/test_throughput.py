@@ -16,6 +16,7 @@ from sebulba.agents import learner
 from sebulba.agents.api import Discrete
 from sebulba.agents.networks import has_convolutions, make_network
 from sebulba.config import base_config
+from sebulba.config.sizes import derive_sizes
 from sebulba.environments import tasks
 from sebulba.environments.spaces import ArraySpec
 from sebulba.errors import ConfigError
@@ -171,7 +172,7 @@ def test_auto_unrolls_only_convolutional_networks_on_cpu():
 
 def test_summary_sps_is_steady_state_and_says_what_includes_start_up(tmp_path):
     config = agent_config(minimal_agent)
-    sizes = train.derive_sizes(config)
+    sizes = derive_sizes(config)
     metrics = MetricsLogger(
         str(tmp_path),
         sizes,

@@ -34,6 +34,7 @@ from sebulba import checkpoint as ckpt_lib
 from sebulba.agents import resolve_agent
 from sebulba.anakin.runner import AnakinRunner, repeat_updates, update_blocks, update_report
 from sebulba.config import resume as resume_config
+from sebulba.config.run_plan import plan
 from sebulba.errors import ConfigError
 from sebulba.mesh import BATCH_AXIS
 from sebulba.preflight.memory import update_compiler_options
@@ -195,13 +196,14 @@ def train_seeds(
         workdir_lib.check_workdir(workdirs[-1])
         resume_config.check(seeded, workdirs[-1])
     with stop_signals or ckpt_lib.StopSignals() as signals:
-        setups = [train_lib.prepare(seeded) for seeded in configs]
-        if setups[0].jax_env is None:
+        # The run's checks, then this command's own, before any env exists.
+        if not plan(configs[0]).is_anakin:
             raise ConfigError(
                 f"--seeds trains the seeds in one program, which needs a JAX env (Anakin); "
                 f"env.id {config.env.id!r} is an envpool task: use `python -m sebulba.sweep "
                 "--seeds=...` to run its seeds one after the other"
             )
+        setups = [train_lib.prepare(seeded) for seeded in configs]
         batch = SeedBatch(config, setups[0], seeds)
         abstract_env_state = batch.abstract_acting_state()
         starts = [

@@ -143,10 +143,11 @@ def check_run_ranges(config: ml_collections.ConfigDict) -> None:
 
 
 def check_run_config(config: ml_collections.ConfigDict) -> None:
-    """The run-level checks that need neither JAX nor envpool (nor the sizes: `sizes.py`).
+    """The run-level checks that need neither JAX nor envpool, after the sizes (`sizes.py`).
 
-    `sebulba.main` runs them before importing either, so a bad value fails in a fraction
-    of a second; `train.prepare` runs them again for library callers.
+    Part of the one validation pass (`sebulba.config.run_plan`), whose values alone
+    `sebulba.main` checks before importing either, so a bad value fails in a fraction of
+    a second.
 
     Raises:
       ConfigError: naming the first offending field.
@@ -161,6 +162,16 @@ def check_run_config(config: ml_collections.ConfigDict) -> None:
         raise ConfigError(
             f"pipeline.actor_loop {config.pipeline.actor_loop!r} must be one of "
             f"{', '.join(ACTOR_LOOPS)}"
+        )
+    if config.pipeline.overlap_env_steps not in (True, False):
+        raise ConfigError(
+            f"pipeline.overlap_env_steps must be True or False, got "
+            f"{config.pipeline.overlap_env_steps!r}"
+        )
+    if config.pipeline.overlap_env_steps and config.env.num_envs < 2:
+        raise ConfigError(
+            f"pipeline.overlap_env_steps splits each thread's envs in two halves: "
+            f"env.num_envs ({config.env.num_envs}) must be at least 2"
         )
     log = config.log
     if not isinstance(log.every_updates, int) or log.every_updates < 1:

@@ -21,6 +21,7 @@ import re
 
 from ml_collections import config_dict
 
+from sebulba.config.run_plan import plan
 from sebulba.errors import ConfigError
 
 # Characters kept in a directory name; every other one becomes "_".
@@ -228,8 +229,7 @@ def validate(sweep: Sweep) -> None:
     """Loads every config and applies every --set value once; raises ConfigError if any fails.
 
     Checks that each config loads, each key exists and each value parses as its field's
-    type, exactly as sebulba.main's --config.KEY overrides would. Size rules that depend
-    on several fields (e.g. divisibility) are left to each run, which reports them.
+    type, exactly as sebulba.main's --config.KEY overrides would.
     """
     for config in sweep.configs:
         try:
@@ -245,6 +245,36 @@ def validate(sweep: Sweep) -> None:
                     load_config(config, [f"--config.{key}={value}"])
                 except Exception as error:  # noqa: BLE001 - any parse error becomes one line.
                     raise ConfigError(f"--set {key}={value}: {_last_line(error)}") from None
+
+
+def check_runs(sweep: Sweep, num_processes: int | None = 1) -> None:
+    """Checks every run's config as sebulba.main does before it imports JAX; call after
+    `validate`.
+
+    That is the values part of a run's validation pass (`sebulba.config.run_plan`):
+    sizes and divisibility, run-level values, a built-in agent's ranges. What needs the
+    devices or the envs (device ids, env ids, network vs observation) is left to each
+    run, which reports it.
+
+    Args:
+      num_processes: the processes of each run; None: not known (a SLURM array's runs).
+
+    Raises:
+      ConfigError: "run DIR: " and the run's own one-line error, for the first run that
+        fails.
+    """
+    loaded: dict[tuple, config_dict.ConfigDict] = {}  # Seeds share their setting's config.
+    for run in sweep.runs():
+        config = loaded.get((run.config, run.setting))
+        if config is None:
+            overrides = [f"--config.{key}={value}" for key, value in run.setting]
+            config = loaded[run.config, run.setting] = load_config(run.config, overrides)
+        config.seed = run.seed
+        try:
+            plan(config, num_processes=num_processes, values_only=True)
+        except ConfigError as error:
+            where = os.path.relpath(run.workdir, sweep.workdir)
+            raise ConfigError(f"run {where}: {error}") from None
 
 
 def read_definition(workdir: str) -> dict | None:
