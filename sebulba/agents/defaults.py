@@ -173,6 +173,7 @@ def ppo_config() -> ml_collections.ConfigDict:
     config.name = "ppo"  # Agent to train: built-in name or dotted module path.
     config.num_steps = 128  # Steps per env per rollout (T).
     config.network = "mlp"  # mlp | nature_cnn | impala_resnet | multi_input | minatar.
+    config.activation = "tanh"  # tanh | relu: actor and critic MLPs (mlp, minatar, multi_input).
     config.core = "none"  # none | lstm: an LSTM between the network's torso and its heads.
     config.lstm_size = 128  # LSTM units (agent.core="lstm"; CleanRL ppo_atari_lstm: 128).
     config.learning_rate = 2.5e-4  # Adam step size at the first update.
@@ -226,6 +227,7 @@ def impala_config() -> ml_collections.ConfigDict:
     config.name = "impala"  # Agent to train: built-in name or dotted module path.
     config.num_steps = 20  # Steps per env per rollout (T); V-trace runs over all of them.
     config.network = "mlp"  # mlp | nature_cnn | impala_resnet | multi_input | minatar.
+    config.activation = "tanh"  # tanh | relu: actor and critic MLPs (mlp, minatar, multi_input).
     config.core = "none"  # none | lstm: an LSTM between the network's torso and its heads.
     config.lstm_size = 256  # LSTM units (agent.core="lstm"; the IMPALA paper's: 256).
     config.learning_rate = 6e-4  # RMSProp step size at the first update.
@@ -293,6 +295,7 @@ def dqn_config() -> ml_collections.ConfigDict:
     config.name = "dqn"  # Agent to train: built-in name or dotted module path.
     config.num_steps = 10  # Steps per env per rollout (T), added to the replay buffer.
     config.network = "mlp"  # mlp | nature_cnn | impala_resnet | multi_input | minatar.
+    config.activation = "tanh"  # tanh | relu: actor and critic MLPs (mlp, minatar, multi_input).
     config.conv_init = "lecun_normal"  # CNN kernels: lecun_normal (flax, CleanRL) | orthogonal.
     config.learning_rate = 2.5e-4  # Adam step size.
     config.gamma = 0.99  # Discount factor.
