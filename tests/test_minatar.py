@@ -1,5 +1,5 @@
 """MinAtar: the "minatar" network, the "mlp" on MinAtar's grids, and configs/ppo_minatar.py
-(PPO on gymnax's MinAtar)."""
+(PPO on gymnax's MinAtar, with pgx's settings or, `:purejaxrl`, PureJaxRL's)."""
 
 import math
 
@@ -99,3 +99,22 @@ def test_relu_is_refused_for_a_network_without_actor_and_critic_mlps():
         "agent.activation 'relu' needs actor and critic MLPs, which agent.network "
         "'nature_cnn' lacks: use one of minatar, mlp, multi_input"
     )
+
+
+def test_the_purejaxrl_variant_has_purejaxrls_settings_and_its_smoke_run_trains(tmp_path):
+    config = load_config("ppo_minatar", "SpaceInvaders,purejaxrl")
+    agent = config.agent
+    assert config.env.id == "gymnax:SpaceInvaders-MinAtar" and config.env.num_envs == 64
+    assert (agent.network, agent.activation, agent.learning_rate) == ("mlp", "relu", 5e-3)
+    assert (agent.num_steps, agent.num_minibatches, agent.update_epochs) == (128, 8, 4)
+    assert agent.anneal_lr and config.total_timesteps == 10_000_000
+    # The pgx settings keep their network.
+    assert load_config("ppo_minatar", "Breakout").agent.activation == "tanh"
+
+    config = load_config("ppo_minatar", "Breakout,purejaxrl,smoke")
+    config.log.tensorboard = False
+    train.train(config, str(tmp_path))
+    summary = read_summary(str(tmp_path))
+    assert summary["env_id"] == "gymnax:Breakout-MinAtar" and summary["updates"] == 4
+    losses = [v for m in read_metrics(str(tmp_path)) for k, v in m.items() if "loss" in k]
+    assert losses and all(math.isfinite(v) for v in losses)
