@@ -197,8 +197,9 @@ def ppo_config() -> ml_collections.ConfigDict:
     # auto: unrolled for convolutional networks on CPU learners, where XLA runs conv
     # gradients inside a rolled scan 20-30x slower; rolled lax.scan elsewhere (an MLP
     # gains little from unrolling and compiles many times longer). scan on a CPU learner
-    # with the MinAtar CNN compiles in 8 s but trains 4.5x slower than unrolled.
-    config.minibatch_loop = "auto"  # auto | unrolled | scan (MinAtar CPU: 8 s compile, 4.5x slower)
+    # with the MinAtar CNN compiles faster but trains about 10x slower than unrolled
+    # (docs/benchmarks.md, "Compiling").
+    config.minibatch_loop = "auto"  # auto | unrolled | scan (CPU, MinAtar CNN: ~10x slower).
     # Memory falls with it. Advantage normalisation and the means over valid samples are
     # then per micro-batch (exact split only for a plain mean: norm_adv "none", all valid).
     config.gradient_accumulation_steps = 1  # Micro-batches per minibatch (gradients averaged).
