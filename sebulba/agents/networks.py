@@ -1,10 +1,10 @@
 """Actor-critic networks shared by the agents (flax linen).
 
-* "mlp": separate 2x64 tanh actor and critic, as in openai/baselines for classic control.
-  Takes one array of any shape, flattened: a feature vector [D], or a grid such as
-  MinAtar's [10, 10, C] (PureJaxRL's and gymnax-blines' MinAtar network), but no uint8
-  image (unscaled pixels saturate the dense layers; the CNNs scale and read them) and no
-  discrete entry (which "multi_input" embeds).
+* "mlp": separate 2x64 tanh (or ReLU) actor and critic, as in openai/baselines for
+  classic control. Takes one array of any shape, flattened: a feature vector [D], or a
+  grid such as MinAtar's [10, 10, C] (PureJaxRL's and gymnax-blines' MinAtar network),
+  but no uint8 image (unscaled pixels saturate the dense layers; the CNNs scale and read
+  them) and no discrete entry (which "multi_input" embeds).
 * "nature_cnn": the DQN torso of Mnih et al. (2015). Takes uint8 images, Atari's frame
   stacks [C, H, W] or rendered images [H, W, C] (`image_layout` reads which from the
   spec), at least 36 pixels high and wide.
@@ -35,8 +35,10 @@ head and 1 for the value head; zero biases. Cleanba does the same for its dense 
 Convolutions are initialised as `conv_init` (`agent.conv_init`) says: "orthogonal"
 (gain sqrt(2), baselines' Nature CNN) or "lecun_normal" (flax's default, a truncated
 normal of variance 1 / fan_in, which Cleanba's IMPALA ResNet keeps). Biases are zero.
-Each network declares the observations it accepts (`ObservationKind`), and
-`check_network_fits` refuses a network that does not fit the env before any work.
+Each network declares the observations it accepts (its `observation`: a `FlatArray`,
+`Pixels`, `ChannelsLastGrid` or `AnyObservation`, whose `accepts(spec)` says whether an
+observation spec fits), and `check_network_fits` refuses a network that does not fit the
+env before any work.
 
 `norm="layer_norm"` puts a LayerNorm (Ba et al. 2016) after every hidden layer, dense or
 convolutional, before its activation (in the ResNet after every convolution, inside the
@@ -89,23 +91,6 @@ CONV_INITS = {
     "orthogonal": nn.initializers.orthogonal(_HIDDEN_GAIN),
     "lecun_normal": nn.initializers.lecun_normal(),
 }
-
-
-@dataclasses.dataclass(frozen=True)
-class ObservationKind:
-    """The observations a network accepts: one array of a rank (and dtype, if it matters)."""
-
-    description: str
-    rank: int
-    dtype: str | None = None
-
-    def accepts(self, observation: Any) -> bool:
-        """Whether an observation spec (a pytree of `ArraySpec`) fits."""
-        return (
-            isinstance(observation, ArraySpec)
-            and len(observation.shape) == self.rank
-            and self.dtype in (None, observation.dtype)
-        )
 
 
 def _is_image(spec: ArraySpec) -> bool:
