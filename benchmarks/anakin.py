@@ -214,6 +214,7 @@ def make_runner(config, setup, seed: int) -> AnakinRunner:
         seed=seed,
         policy_lag=config.pipeline.policy_lag,
         clip_rewards=config.env.clip_rewards,
+        updates_per_call=config.pipeline.updates_per_call,
     )
 
 
@@ -274,12 +275,15 @@ def program_call(config, setup, seed: int) -> tuple:
     if config.pipeline.policy_lag:
         params = setup.agent.policy_params(state)
         behaviour = jax.device_put(params, setup.layout.replicated, may_alias=False)
-    loop = {"args": (state, behaviour, runner.initial_acting_state()), "update": 0}
+    loop = {"args": (state, behaviour, runner.initial_acting_state()), "update": 1}
+    per_call = runner.updates_per_call
 
     def act_and_learn():
-        loop["update"] += 1
-        *args, metrics, episodes = program(*loop["args"], np.int32(loop["update"]))
+        # A whole block of `pipeline.updates_per_call` updates, as the host loop calls it.
+        count = np.int32(per_call)
+        *args, metrics, episodes = program(*loop["args"], np.int32(loop["update"]), count)
         loop["args"] = tuple(args)
+        loop["update"] += per_call
         return metrics, episodes
 
     return act_and_learn, compile_s
@@ -298,13 +302,16 @@ def parts_of_an_update(config, repeats: int) -> dict:
     calls, compiled = part_calls(config, setup)
     compile_s.update(compiled)
     calls["program"], compile_s["program"] = program_call(config, setup, config.seed)
-    return {"seconds": fastest({**env, **calls}, repeats), "compile_s": compile_s}
+    seconds = fastest({**env, **calls}, repeats)
+    seconds["program"] /= config.pipeline.updates_per_call  # Per update, as the others.
+    return {"seconds": seconds, "compile_s": compile_s}
 
 
 @contextlib.contextmanager
 def timing_the_program(seconds: list):
     """Within: every AnakinRunner's compiled program appends each call's seconds (up to
-    its outputs being ready, which the host loop waits for anyway) to `seconds`."""
+    its outputs being ready, which the host loop waits for anyway) and the number of
+    updates it ran to `seconds`."""
     original = AnakinRunner.compile_update
 
     def compile_update(self, state):
@@ -313,7 +320,7 @@ def timing_the_program(seconds: list):
         def timed_call(*args):
             start = time.perf_counter()
             outputs = jax.block_until_ready(compiled(*args))
-            seconds.append(time.perf_counter() - start)
+            seconds.append((time.perf_counter() - start, int(args[4])))
             return outputs
 
         self._compiled = timed_call  # What `AnakinRunner.run` calls.
@@ -327,12 +334,12 @@ def timing_the_program(seconds: list):
 
 
 def train_steady_state(config, updates: int) -> dict:
-    """`sebulba.train.train` for `updates` updates, timed in blocks of `log.every_updates`
-    consecutive updates after update 1 (so each block writes one metrics line): per
-    update of the fastest block, the time between two updates' reports, the program's
-    call within it and the rest (the host loop); the run's summary and the call's time."""
+    """`sebulba.train.train` for `updates` updates, timed after its first program call
+    (update 1, or the first block of `pipeline.updates_per_call`): per update, the time
+    between two updates' reports, the program's calls within it and the rest (the host
+    loop); the run's summary and the call's time."""
     config = quiet_config(config, updates)
-    ends, programs = [], []  # When each update's report reached the host loop; its call.
+    ends, programs = [], []  # When each update's report reached the host loop; each call.
     with (
         tempfile.TemporaryDirectory() as workdir,
         stdout_to_stderr(),
@@ -344,16 +351,15 @@ def train_steady_state(config, updates: int) -> dict:
         )
         wall = time.perf_counter() - start
         summary = _summary(workdir)
-    block = max(1, min(config.log.every_updates, len(ends) - 1))
-    # Block j: updates j + 2 .. j + block + 1, from the report of update j + 1 on.
-    starts = range(0, len(ends) - block, block)
-    j = min(starts, key=lambda j: ends[j + block] - ends[j])
-    update_s = (ends[j + block] - ends[j]) / block
-    program_s = sum(programs[j + 1 : j + block + 1]) / block
+    # From the last report of the first call on (that call also ran the first update).
+    first_call = programs[0][1]  # The updates the first call ran.
+    counted = len(ends) - first_call
+    update_s = (ends[-1] - ends[first_call - 1]) / counted
+    program_s = sum(seconds for seconds, _ in programs[1:]) / counted
     return {
         "summary": summary,
         "call_s": wall,
-        "block": block,
+        "block": counted,
         "update_s": update_s,
         "program_s": program_s,
         "host_s": update_s - program_s,
@@ -399,10 +405,10 @@ def print_end_to_end(config, parts: dict, trained: dict, updates: int) -> None:
     print()
     summary, update_s = trained["summary"], trained["update_s"]
     print(
-        f"`sebulba.train.train`, {updates} updates, timed in blocks of {trained['block']} "
-        "updates after update 1 (one metrics line each); per update of the fastest block: "
-        "the time between two updates' reports, the program's call within it, and the "
-        "rest:\n"
+        f"`sebulba.train.train`, {updates} updates, the last {trained['block']} timed "
+        f"(after its first program call; {config.pipeline.updates_per_call} update(s) per "
+        "call); per update: the time between two updates' reports, the program's calls "
+        "within it, and the rest:\n"
     )
     print("| per update of a run | ms | env steps/s | share of the env-only ceiling | share |")
     print("|---|---|---|---|---|")
@@ -484,12 +490,14 @@ def vmapped_program_call(config, setup, seeds: list[int]):
     actings = batch.initial_acting_states()
     program = batch.compile(states, behaviours, actings)
     seed_array = jax.device_put(np.asarray(seeds, np.int32), setup.layout.replicated)
-    loop = {"args": (states, behaviours, actings), "update": 0}
+    loop = {"args": (states, behaviours, actings), "update": 1}
+    per_call = config.pipeline.updates_per_call
 
     def act_and_learn():
-        loop["update"] += 1
-        *args, metrics, episodes = program(*loop["args"], np.int32(loop["update"]), seed_array)
+        update, count = np.int32(loop["update"]), np.int32(per_call)
+        *args, metrics, episodes = program(*loop["args"], update, count, seed_array)
         loop["args"] = tuple(args)
+        loop["update"] += per_call
         return metrics, episodes
 
     return act_and_learn

@@ -35,7 +35,12 @@ JSON object with the keys `raw_envpool_sps`, `raw_envpool_scan_sps`,
 `actor_only_step_sps`, `actor_only_scan_sps`, `policy_in_scan_sps`,
 `episode_bookkeeping_sps`, `learner_only_sps`, `plain_jit_sps`,
 `end_to_end_step_sps`, `end_to_end_scan_sps`, `end_to_end_lag0_sps`, the ratios
-(`*_over_*`) and `scan_unsupported` (the reason, where scan cannot run).
+(`*_over_*`) and `scan_unsupported` (the reason, where scan cannot run). For the loop
+`auto` chooses, also where end to end sits between acting and learning taking turns and
+overlapping perfectly: `serialised_bound_sps` = 1 / (1 / actor-only + 1 / learner-only),
+`overlapped_bound_sps` = min(actor-only, learner-only) and `overlap_achieved` (0 at the
+first, 1 at the second). Raw envpool from Python against inside a scan is
+`raw_envpool_scan_over_raw_envpool`.
 """
 
 from __future__ import annotations
@@ -399,7 +404,27 @@ def measure(config, seconds: float, updates: int, only=MEASUREMENTS) -> dict:
     for name, (numerator, denominator) in ratios.items():
         if numerator in result and denominator in result:
             result[name] = result[numerator] / result[denominator]
+    result.update(overlap_figures(result, auto))
     return result
+
+
+def overlap_figures(result: dict, loop: str) -> dict:
+    """How far end to end is from acting and learning taking turns, for the loop `auto`
+    chooses: the serialised bound 1 / (1 / actor-only + 1 / learner-only) is what a run
+    reaches when each rollout and each update hold the shared resources in turn (one GPU,
+    or CPU cores both need); min(actor-only, learner-only) is what perfect overlap reaches;
+    `overlap_achieved` places end to end between them (0: taking turns, 1: perfect)."""
+    keys = (f"actor_only_{loop}_sps", "learner_only_sps", f"end_to_end_{loop}_sps")
+    if not all(key in result for key in keys):
+        return {}
+    actor, learner, end_to_end = (result[key] for key in keys)
+    serialised = 1.0 / (1.0 / actor + 1.0 / learner)
+    overlapped = min(actor, learner)
+    return {
+        "serialised_bound_sps": serialised,
+        "overlapped_bound_sps": overlapped,
+        "overlap_achieved": (end_to_end - serialised) / (overlapped - serialised),
+    }
 
 
 FIGURES = (
@@ -414,6 +439,8 @@ FIGURES = (
     "end_to_end_step_sps",
     "end_to_end_scan_sps",
     "end_to_end_lag0_sps",
+    "serialised_bound_sps",
+    "overlapped_bound_sps",
 )
 
 
@@ -430,7 +457,7 @@ def print_table(result: dict) -> None:
             print(f"| {key} | {result[key]:,.0f} |")
     print("\n| ratio | value |\n|---|---|")
     for key, value in result.items():
-        if "_over_" in key:
+        if "_over_" in key or key == "overlap_achieved":
             print(f"| {key} | {value:.2f} |")
 
 

@@ -100,6 +100,10 @@ def _learner_program(config, run, state):
         runner = train.make_anakin_runner(
             config, run.agent, run.layout, run.sizes, jax_env, run.env_spec
         )
+        # Priced per update: a block of `pipeline.updates_per_call` runs the same update in
+        # a loop, whose trip count XLA's cost analysis does not see (memory: the same state
+        # and rollout, plus the block's stacked metrics, a few bytes per update).
+        runner.updates_per_call = 1
         # Its rollout lives inside the program (in its temporaries), as at launch.
         return runner.lower_update(state), (), runner
     rollout = pipeline.rollout_struct(run.agent, run.env_spec, run.sizes, run.layout, state)
@@ -125,6 +129,12 @@ def check(config, topology: str) -> dict[str, Any]:
     from sebulba import random_streams, train
     from sebulba.preflight import memory
 
+    if config.mesh.get("actor_platform", "default") != "default":
+        raise ConfigError(
+            f"mesh.actor_platform is {config.mesh.actor_platform!r}: sebulba.check prices "
+            "the actors on the target's accelerators and cannot price them on a host's "
+            "CPUs; check with mesh.actor_platform='default' for the learner's figures"
+        )
     devices, chip = accelerators.devices(topology)
     config = config.copy_and_resolve_references()
     if config.agent.get("minibatch_loop") == "auto":

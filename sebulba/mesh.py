@@ -1,9 +1,11 @@
 """Device layout: actor devices, the global learner mesh and its shardings.
 
 The only module that builds a `Mesh`. Each process names its actor and learner devices
-as indices into `jax.local_devices()`. The learner devices of all processes form one 1-D
-mesh, ordered by process index and then by the configured local order, so every process
-builds the identical mesh (the Podracer "Sebulba" layout of Hessel et al. 2021).
+as indices into `jax.local_devices()` (with `mesh.actor_platform="cpu"`, the actor
+devices into the host's CPU devices, `jax.local_devices(backend="cpu")`). The learner
+devices of all processes form one 1-D mesh, ordered by process index and then by the
+configured local order, so every process builds the identical mesh (the Podracer
+"Sebulba" layout of Hessel et al. 2021).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from sebulba.errors import ConfigError
 
 # The learner mesh's only axis: rollouts are split along their env axis over it.
 BATCH_AXIS = "batch"
+# `mesh.actor_platform`: where actor devices come from.
+ACTOR_PLATFORMS = ("default", "cpu")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,11 +100,45 @@ def build_layout(
     process_index = jax.process_index() if process_index is None else process_index
     processes = sorted({d.process_index for d in devices})
     local = _devices_of_process(devices, process_index)
-    actor_ids = _check_ids(mesh_config.actor_device_ids, "mesh.actor_device_ids", len(local))
+    actor_candidates = local
+    if actor_platform(mesh_config) == "cpu":
+        actor_candidates = host_cpu_devices()
+    actor_ids = _check_ids(
+        mesh_config.actor_device_ids, "mesh.actor_device_ids", len(actor_candidates)
+    )
     learner_ids = _check_ids(mesh_config.learner_device_ids, "mesh.learner_device_ids", len(local))
     learner_devices = [_devices_of_process(devices, p)[i] for p in processes for i in learner_ids]
     return DeviceLayout(
-        actor_devices=tuple(local[i] for i in actor_ids),
+        actor_devices=tuple(actor_candidates[i] for i in actor_ids),
         local_learner_devices=tuple(local[i] for i in learner_ids),
         learner_mesh=Mesh(learner_devices, (BATCH_AXIS,)),
     )
+
+
+def actor_platform(mesh_config: ml_collections.ConfigDict) -> str:
+    """`mesh.actor_platform`, checked.
+
+    Raises:
+      ConfigError: a value other than those of `ACTOR_PLATFORMS`.
+    """
+    value = mesh_config.get("actor_platform", "default")
+    if value not in ACTOR_PLATFORMS:
+        raise ConfigError(
+            f"mesh.actor_platform {value!r} must be one of {', '.join(ACTOR_PLATFORMS)}"
+        )
+    return value
+
+
+def host_cpu_devices() -> list[jax.Device]:
+    """This process's CPU devices, sorted by id (the actors' with `actor_platform="cpu"`).
+
+    Raises:
+      ConfigError: JAX has no CPU backend here (`JAX_PLATFORMS` leaves it out).
+    """
+    try:
+        return sorted(jax.local_devices(backend="cpu"), key=lambda d: d.id)
+    except RuntimeError as error:
+        raise ConfigError(
+            f"mesh.actor_platform is 'cpu' but JAX has no CPU backend here ({error}); add "
+            "cpu to JAX_PLATFORMS (e.g. JAX_PLATFORMS=cuda,cpu)"
+        ) from None

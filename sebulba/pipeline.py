@@ -642,6 +642,7 @@ class Pipeline:
         previous_params: Any = None,
         on_update: Callable[[UpdateReport, Any], None] | None = None,
         should_stop: Callable[[], bool] | None = None,
+        ends_block: Callable[[int], bool] | None = None,
     ):
         """Trains from `first_update` to `sizes.num_updates`; returns the final state.
 
@@ -655,7 +656,10 @@ class Pipeline:
             and the new state.
           should_stop: polled after every update; True ends the run early (e.g. on
             SIGTERM) after the update completes.
+          ends_block: the Anakin runner's (updates where its block of updates must
+            end); here every update is a call of its own, so each ends one already.
         """
+        del ends_block
         if self._compiled_update is None:
             self.compile_update(state)
         control = RunControl()

@@ -165,6 +165,7 @@ def make_anakin_runner(
         seed=config.seed,
         policy_lag=config.pipeline.policy_lag,
         clip_rewards=config.env.clip_rewards,
+        updates_per_call=config.pipeline.updates_per_call,
     )
 
 
@@ -394,21 +395,29 @@ class RunCheckpoints:
         # A real copy: the next update donates the state these parameters belong to.
         return jax.device_put(params, self.setup.layout.replicated, may_alias=False)
 
+    def is_due(self, update: int) -> bool:
+        """Whether `ckpt.every_updates` asks for a checkpoint after `update`."""
+        every = self.setup.config.ckpt.every_updates
+        return bool(every) and update % every == 0
+
     def on_update(self, report: UpdateReport, state) -> None:
         """Records metrics, then saves if due; runs on the learner thread after each update.
 
         `state` is the learner state after the update, or a function that returns it
-        (called only to save it).
+        (called only to save it). None marks an update inside an Anakin block
+        (`pipeline.updates_per_call`): its metrics are recorded, and stopping and saving
+        wait for the block's last update, which the runner ends at every due checkpoint.
         """
-        config, sizes = self.setup.config, self.setup.sizes
+        sizes = self.setup.sizes
         distributed.report_progress(report.update)  # Feeds the multi-process watchdog.
         self.metrics.record(report)
         self.last_update = report.update
+        if state is None:
+            return
         # Every process must stop after the same update: the update is a collective.
         self.stopping = ckpt_lib.any_process(self.signals.received is not None, self.setup.layout)
-        every = config.ckpt.every_updates
         last = report.update == sizes.num_updates
-        if self.stopping or last or (every and report.update % every == 0):
+        if self.stopping or last or self.is_due(report.update):
             if self.stopping and not last:
                 self.metrics.flush()
             previous = self._params_before_update
@@ -512,9 +521,11 @@ def train(
     this segment's config). On SIGTERM or SIGINT it saves after the current update and
     returns that state without writing `summary.json`; calling it again resumes.
     `on_update(report, state)`, if given, runs on the learner thread after each update
-    (e.g. a watchdog's heartbeat). In a multi-process run every process must see the
-    same `workdir`; a process that cannot see process 0's files in it within
-    `shared_workdir_timeout_s` raises `ConfigError`. `stop_signals`, if given, is the
+    (e.g. a watchdog's heartbeat); `state` is None for the updates inside an Anakin
+    block (`pipeline.updates_per_call`), whose state only existed inside the program.
+    In a multi-process run every process must see the same `workdir`; a process that
+    cannot see process 0's files in it within `shared_workdir_timeout_s` raises
+    `ConfigError`. `stop_signals`, if given, is the
     `StopSignals` the run uses (the command line enters it before start-up as well, so
     that no Ctrl-C is lost); its `received` tells the caller which signal stopped the
     run (the command line's exit status).
@@ -603,6 +614,13 @@ def train(
             signals,
             start,
             env_state=None if runner is None else (lambda: runner.acting),
+            # policy_lag 1: the runner holds version u after update u (it collects the
+            # next rollout), so nothing is copied per update.
+            previous_params=(
+                (lambda: runner.behaviour)
+                if runner is not None and config.pipeline.policy_lag
+                else None
+            ),
         )
 
         def after_update(report: UpdateReport, state) -> None:
@@ -617,6 +635,8 @@ def train(
                 previous_params=start.previous_params,
                 on_update=after_update,
                 should_stop=checkpoints.should_stop,
+                # An Anakin block (`pipeline.updates_per_call`) ends where one is due.
+                ends_block=checkpoints.is_due,
             )
         finally:
             metrics.close()

@@ -22,6 +22,7 @@ import pytest
 
 from sebulba import checkpoint, train
 from sebulba.anakin.env_api import JaxEnv, reset_envs, step_envs
+from sebulba.anakin.runner import update_blocks
 from sebulba.environments.spaces import ArraySpec, Discrete, EnvSpec
 from sebulba.errors import ConfigError
 from tests import minimal_agent, probe_agent
@@ -64,10 +65,12 @@ def _override(config, overrides):
 
 
 def anakin_config(name="ppo_cartpole_anakin", **overrides):
-    """`configs/NAME.py:smoke` on gymnax's CartPole for 6 updates, with overrides."""
+    """`configs/NAME.py:smoke` on gymnax's CartPole for 6 updates, with overrides; one
+    update per program call unless they say otherwise (so a stop can fall after any)."""
     config = load_config(name, "smoke")
     config.env.id = ENV_ID
     config.log.tensorboard = False
+    config.pipeline.updates_per_call = 1
     _override(config, overrides)
     config.total_timesteps = config.env.num_envs * config.agent.num_steps * NUM_UPDATES
     return config
@@ -243,6 +246,52 @@ def test_an_interrupted_run_resumes_bit_identically(finished_run, tmp_path, case
         expected["episodes"],
         expected["mean_return"],
     )
+
+
+# Several updates per program call --------------------------------------------------
+
+
+def test_update_blocks_end_at_checkpoints_and_at_the_last_update():
+    due_every_3 = lambda update: update % 3 == 0  # noqa: E731
+    assert list(update_blocks(1, 8, 4, due_every_3)) == [(1, 3), (4, 3), (7, 2)]
+    assert list(update_blocks(5, 13, 4)) == [(5, 4), (9, 4), (13, 1)]
+    assert list(update_blocks(1, 3, 1, due_every_3)) == [(1, 1), (2, 1), (3, 1)]
+
+
+@pytest.mark.parametrize("case", ["ppo", "ppo-lag1"])
+def test_several_updates_per_call_give_the_runs_of_one_per_call(finished_run, tmp_path, case):
+    reference, reference_state = finished_run(case)
+    workdir = str(tmp_path / "blocks")
+    # Blocks of up to 4 updates, ended at the checkpoints after updates 3 and 6.
+    config = anakin_config(**CASES[case], pipeline__updates_per_call=4, ckpt__every_updates=3)
+    updates, state = _run_segment(config, workdir)
+    assert updates == list(range(1, NUM_UPDATES + 1))  # Every update reports, in order.
+    assert read_summary(workdir)["params_checksum"] == read_summary(reference)["params_checksum"]
+    for a, b in zip(jax.tree.leaves(reference_state), jax.tree.leaves(state), strict=True):
+        np.testing.assert_array_equal(a, jax.device_get(b))
+    assert _without_timing(read_metrics(workdir)) == _without_timing(read_metrics(reference))
+    assert checkpoint.list_steps(checkpoint.checkpoints_dir(workdir)) == [3, 6]
+
+
+def test_a_run_of_blocks_stops_after_its_block_and_resumes_bit_identically(finished_run, tmp_path):
+    reference, _ = finished_run("ppo-lag1")
+    config = anakin_config(**CASES["ppo-lag1"], pipeline__updates_per_call=4, ckpt__every_updates=0)
+    workdir = str(tmp_path / "run")
+    # SIGINT while update 1's report is handled: the block (updates 1-4) is done already.
+    updates, _ = _run_segment(config, workdir, interrupt_after=1)
+    assert updates == [1, 2, 3, 4]
+    assert checkpoint.list_steps(checkpoint.checkpoints_dir(workdir)) == [4]
+    updates, _ = _run_segment(config, workdir)
+    assert updates == [5, 6]
+    assert read_summary(workdir)["params_checksum"] == read_summary(reference)["params_checksum"]
+    assert _without_timing(read_metrics(workdir)) == _without_timing(read_metrics(reference))
+
+
+def test_updates_per_call_is_refused_for_envpool_tasks():
+    config = load_config("ppo_cartpole", "smoke")
+    config.pipeline.updates_per_call = 8
+    with pytest.raises(ConfigError, match=r"^pipeline.updates_per_call must be 1 with envpool"):
+        train.prepare(config)
 
 
 # Lag schedule -------------------------------------------------------------------------
@@ -430,6 +479,10 @@ def _cli(workdir, *overrides):
         ),
         ("debug.actor_delay_s=0.1", "debug.actor_delay_s must be 0.0 with a JAX env, got 0.1"),
         (
+            "mesh.actor_platform=cpu",
+            "mesh.actor_platform must be 'default' with a JAX env, got 'cpu'",
+        ),
+        (
             "env.id=gymnax:CartPol-v1",
             "env.id 'gymnax:CartPol-v1' is not a task of gymnax: did you mean 'gymnax:CartPole-v1'",
         ),
@@ -440,7 +493,14 @@ def _cli(workdir, *overrides):
             "'gymnax:CartPole-v1'?",
         ),
     ],
-    ids=["actor-threads", "actor-delay", "misspelt-task", "unknown-suite", "misspelt-suite"],
+    ids=[
+        "actor-threads",
+        "actor-delay",
+        "actor-platform",
+        "misspelt-task",
+        "unknown-suite",
+        "misspelt-suite",
+    ],
 )
 def test_what_anakin_cannot_do_is_one_line_before_any_work(tmp_path, override, expected):
     workdir = tmp_path / "run"

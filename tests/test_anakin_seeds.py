@@ -35,3 +35,22 @@ def test_a_config_seed_beside_seeds_is_refused_in_one_line(tmp_path):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "--config.seed and --seeds both name seeds" in lines[0], lines
     assert not os.path.exists(tmp_path / "runs")
+
+
+def test_seeds_in_blocks_of_updates_end_as_one_update_per_call(tmp_path):
+    from sebulba import checkpoint
+    from sebulba.anakin import seeds as seeds_lib
+    from tests.helpers import read_metrics, read_summary
+    from tests.test_anakin import _without_timing, anakin_config
+
+    runs = {}
+    for per_call in (1, 4):
+        workdir = str(tmp_path / f"per_call_{per_call}")
+        config = anakin_config(pipeline__updates_per_call=per_call, ckpt__every_updates=3)
+        seeds_lib.train_seeds(config, workdir, (1, 2))
+        runs[per_call] = workdir
+    for seed in (1, 2):
+        one, block = (os.path.join(runs[k], f"seed={seed}") for k in (1, 4))
+        assert read_summary(block)["params_checksum"] == read_summary(one)["params_checksum"]
+        assert _without_timing(read_metrics(block)) == _without_timing(read_metrics(one))
+        assert checkpoint.list_steps(checkpoint.checkpoints_dir(block)) == [3, 6]

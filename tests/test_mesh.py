@@ -9,7 +9,7 @@ from sebulba import train
 from sebulba.errors import ConfigError
 from sebulba.mesh import BATCH_AXIS, build_layout
 from tests import minimal_agent
-from tests.helpers import agent_config
+from tests.helpers import agent_config, read_summary
 
 
 def mesh_config(actors, learners):
@@ -47,6 +47,31 @@ def test_actor_and_learner_may_share_a_device():
 def test_impossible_splits_fail_naming_the_field(actors, learners, field):
     with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
         build_layout(mesh_config(actors, learners))
+
+
+def test_actors_on_the_host_cpu_take_its_cpu_devices():
+    config = mesh_config([1], [0])
+    config.actor_platform = "cpu"
+    layout = build_layout(config)
+    assert layout.actor_devices == (jax.local_devices(backend="cpu")[1],)
+    config.actor_device_ids = (8,)  # The test process has 8 CPU devices.
+    with pytest.raises(ConfigError, match=r"mesh\.actor_device_ids contains 8"):
+        build_layout(config)
+    config.actor_platform = "tpu"
+    with pytest.raises(ConfigError, match=r"^mesh\.actor_platform 'tpu' must be one of"):
+        build_layout(config)
+
+
+def test_a_run_acting_on_the_host_cpu_learns_what_the_default_platform_learns(tmp_path):
+    # On a CPU-only host both are the same devices: the platform changes where acting
+    # runs, never which data it produces (on a GPU node, up to float rounding).
+    summaries = []
+    for platform in ("default", "cpu"):
+        config = agent_config(minimal_agent, mesh__actor_platform=platform)
+        workdir = str(tmp_path / platform)
+        train.train(config, workdir)
+        summaries.append(read_summary(workdir))
+    assert summaries[0]["params_checksum"] == summaries[1]["params_checksum"]
 
 
 def test_more_actor_devices_than_threads_is_rejected():

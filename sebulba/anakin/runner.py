@@ -1,8 +1,9 @@
-"""The Anakin runner: act, step the JAX envs and learn, as one jitted program per update.
+"""The Anakin runner: act, step the JAX envs and learn, as one jitted program.
 
 Podracer's Anakin (Hessel et al. 2021) on `jax.sharding`: the envs are sharded along the
 learner mesh's batch axis and the learner state is replicated, as the Sebulba learner
-holds its rollout and state. One update is one call of one AOT-compiled program:
+holds its rollout and state. One call of one AOT-compiled program runs a block of
+`pipeline.updates_per_call` updates (`repeat_updates`), each of them:
 
   1. T + 1 policy steps and T env steps in a `lax.scan`: the same `actor_step` (keys,
      carry reset) as the Sebulba actors, the envs stepped with envpool's auto-reset
@@ -98,6 +99,9 @@ class AnakinRunner:
       seed: the run's seed (actor, env and learner keys derive from it).
       policy_lag: 0 (on-policy) or 1 (Cleanba's schedule, as the pipeline).
       clip_rewards: learn from sign(reward), as `env.clip_rewards` says.
+      updates_per_call: updates one call of the compiled program runs
+        (`pipeline.updates_per_call`); the host reads their episodes and metrics back
+        once per call.
     """
 
     def __init__(
@@ -111,11 +115,16 @@ class AnakinRunner:
         seed: int,
         policy_lag: int,
         clip_rewards: bool,
+        updates_per_call: int = 1,
     ):
         self.agent, self.layout, self.sizes = agent, layout, sizes
         self.env, self.env_spec = env, env_spec
         self.seed, self.policy_lag, self.clip_rewards = seed, policy_lag, clip_rewards
+        self.updates_per_call = updates_per_call
         self.acting: ActingState | None = None
+        # policy_lag 1: the parameters that collect the next rollout (version u after
+        # update u, which a checkpoint after update u holds); None with policy_lag 0.
+        self.behaviour = None
         self._compiled = None
 
     # Shardings -----------------------------------------------------------------------
@@ -246,8 +255,14 @@ class AnakinRunner:
         next_behaviour = None if behaviour_params is None else params
         return new_state, next_behaviour, acting, metrics, episodes
 
+    def act_and_learn_block(self, state, behaviour_params, acting, first_update, count):
+        """`act_and_learn` for updates first_update .. first_update + count - 1, in one
+        program of `updates_per_call` iterations (see `repeat_updates`)."""
+        block = repeat_updates(self.act_and_learn, self.updates_per_call)
+        return block(state, behaviour_params, acting, first_update, count)
+
     def compile_update(self, state):
-        """Compiles `act_and_learn` ahead of time (so the steady state cannot recompile).
+        """Compiles `act_and_learn_block` ahead of time (so the steady state cannot recompile).
 
         `state` may be the learner state or its shapes; the program's memory is then
         checked against the learner devices', as the pipeline's update is.
@@ -257,7 +272,8 @@ class AnakinRunner:
         return self._compiled
 
     def lower_update(self, state):
-        """`act_and_learn` lowered for the learner mesh (`sebulba.check` compiles this)."""
+        """`act_and_learn_block` lowered for the learner mesh (`sebulba.check` compiles
+        this: one call runs `updates_per_call` updates)."""
         replicated = self.layout.replicated
         behaviour_params = None
         if self.policy_lag:
@@ -270,8 +286,14 @@ class AnakinRunner:
         acting = self.abstract_acting_state()
         acting_shardings = jax.tree.map(lambda s: s.sharding, acting)
         jitted = jax.jit(
-            self.act_and_learn,
-            in_shardings=(state_shardings, behaviour_shardings, acting_shardings, replicated),
+            self.act_and_learn_block,
+            in_shardings=(
+                state_shardings,
+                behaviour_shardings,
+                acting_shardings,
+                replicated,
+                replicated,
+            ),
             out_shardings=(
                 state_shardings,
                 behaviour_shardings,
@@ -281,7 +303,8 @@ class AnakinRunner:
             ),
             donate_argnums=(0, 1, 2),
         )
-        return jitted.lower(state, behaviour_params, acting, jnp.zeros((), jnp.int32))
+        update = jnp.zeros((), jnp.int32)
+        return jitted.lower(state, behaviour_params, acting, update, update)
 
     def rollout_struct(self, state) -> Rollout:
         """Shapes and shardings of one rollout (the memory check's figure of a rollout)."""
@@ -303,35 +326,120 @@ class AnakinRunner:
         previous_params=None,
         on_update: Callable[[UpdateReport, Any], None] | None = None,
         should_stop: Callable[[], bool] | None = None,
+        ends_block: Callable[[int], bool] | None = None,
     ):
         """Runs updates `first_update` .. `sizes.num_updates`; returns the final state.
 
         `self.acting` must hold the acting state to start from (`initial_acting_state`
         or a restored one); it always holds the current one, for checkpoints.
         `previous_params` is version `first_update - 1` (policy_lag 1, resumed runs).
+
+        Each program call runs a block of up to `updates_per_call` updates, cut short
+        after the last update and after every update for which `ends_block` is True (a
+        checkpoint is due there). `on_update(report, state)` runs for every update, in
+        order, once its block has returned: `state` is the learner state after the
+        block's last update, and None for the updates before it (their state only ever
+        existed inside the program). `should_stop` is asked after each block.
         """
         if self.acting is None:
             raise ValueError("AnakinRunner.run needs an acting state: set runner.acting")
-        behaviour = None
+        self.behaviour = None
         if self.policy_lag:
-            behaviour = previous_params
-            if behaviour is None:  # Update 1 collects with version 1, as update 2 does.
-                behaviour = jax.device_put(
+            self.behaviour = previous_params
+            if self.behaviour is None:  # Update 1 collects with version 1, as update 2 does.
+                self.behaviour = jax.device_put(
                     self.agent.policy_params(state), self.layout.replicated, may_alias=False
                 )
         if self._compiled is None:
             self.compile_update(state)
         sizes = self.sizes
-        for update in range(first_update, sizes.num_updates + 1):
-            state, behaviour, self.acting, metrics, episodes = self._compiled(
-                state, behaviour, self.acting, np.int32(update)
+        for first, count in update_blocks(
+            first_update, sizes.num_updates, self.updates_per_call, ends_block
+        ):
+            state, self.behaviour, self.acting, metrics, episodes = self._compiled(
+                state, self.behaviour, self.acting, np.int32(first), np.int32(count)
             )
-            report = update_report(update, sizes, self.policy_lag, episodes, metrics)
-            if on_update is not None:
-                on_update(report, state)
+            # One read-back per block: the host's share of an update shrinks with its size.
+            metrics, episodes = jax.device_get((metrics, episodes))
+            for index in range(count):
+                report = update_report(
+                    first + index,
+                    sizes,
+                    self.policy_lag,
+                    jax.tree.map(lambda x, i=index: x[i], episodes),
+                    {name: value[index] for name, value in metrics.items()},
+                )
+                if on_update is not None:
+                    on_update(report, state if index == count - 1 else None)
             if should_stop is not None and should_stop():
                 break
         return state
+
+
+def repeat_updates(act_and_learn: Callable, length: int) -> Callable:
+    """`act_and_learn` for up to `length` consecutive updates in one program.
+
+    Args:
+      act_and_learn: (state, behaviour, acting, update, *extra) -> (state, behaviour,
+        acting, metrics, episodes), one update (`AnakinRunner.act_and_learn`, or the
+        seeds' vmapped one).
+      length: the iterations the program holds (`pipeline.updates_per_call`).
+
+    Returns:
+      block(state, behaviour, acting, first_update, count, *extra) -> (state, behaviour,
+      acting, metrics, episodes), metrics and episodes stacked along a new leading axis
+      of `length`. Updates first_update .. first_update + count - 1 run, one after the
+      other; the iterations from `count` on leave the carry as it is and give zeros, which
+      the host never reads. With length 1 the block is the one update itself, with no loop
+      around it: XLA:CPU runs convolution gradients 8-40x slower inside a rolled loop, so
+      that path must stay open to the configs that pay it.
+    """
+
+    def single(state, behaviour, acting, first_update, count, *extra):
+        del count  # Always 1.
+        *carried, metrics, episodes = act_and_learn(state, behaviour, acting, first_update, *extra)
+        return (*carried, *jax.tree.map(lambda x: x[None], (metrics, episodes)))
+
+    def block(state, behaviour, acting, first_update, count, *extra):
+        def one_update(carry, index):
+            def run(carry):
+                *carried, metrics, episodes = act_and_learn(*carry, first_update + index, *extra)
+                return tuple(carried), (metrics, episodes)
+
+            def skip(carry):
+                outputs = jax.eval_shape(run, carry)[1]
+                return carry, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), outputs)
+
+            return jax.lax.cond(index < count, run, skip, carry)
+
+        carry, (metrics, episodes) = jax.lax.scan(
+            one_update, (state, behaviour, acting), jnp.arange(length, dtype=jnp.int32)
+        )
+        return (*carry, metrics, episodes)
+
+    return single if length == 1 else block
+
+
+def update_blocks(
+    first_update: int,
+    last_update: int,
+    updates_per_call: int,
+    ends_block: Callable[[int], bool] | None = None,
+):
+    """(first update, update count) of each program call from `first_update` to
+    `last_update`: blocks of `updates_per_call`, cut after each update for which
+    `ends_block` is True and at `last_update`."""
+    update = first_update
+    while update <= last_update:
+        count = 1
+        while (
+            count < updates_per_call
+            and update + count <= last_update
+            and not (ends_block is not None and ends_block(update + count - 1))
+        ):
+            count += 1
+        yield update, count
+        update += count
 
 
 def update_report(
@@ -376,6 +484,13 @@ def check_config(config, task_ids) -> bool:
 
     kinds = {is_jax_env_id(task_id) for task_id in task_ids}
     if kinds == {False}:
+        if config.pipeline.updates_per_call != 1:
+            raise ConfigError(
+                f"pipeline.updates_per_call must be 1 with envpool tasks, got "
+                f"{config.pipeline.updates_per_call!r}: it sets how many updates one call of "
+                "an Anakin program runs, and the Sebulba pipeline's learner takes each "
+                "rollout from its actors as it comes"
+            )
         return False
     env_field = "env.ids" if len(task_ids) > 1 else "env.id"
     if len(kinds) > 1:
@@ -390,6 +505,11 @@ def check_config(config, task_ids) -> bool:
         "pipeline.overlap_env_steps": (config.pipeline.overlap_env_steps, False, "envpool pools"),
         "debug.actor_delay_s": (config.debug.actor_delay_s, 0.0, "actors to delay"),
         "debug.learner_delay_s": (config.debug.learner_delay_s, 0.0, "learner thread to delay"),
+        "mesh.actor_platform": (
+            config.mesh.get("actor_platform", "default"),
+            "default",
+            "actor devices",
+        ),
     }
     for field, (value, default, what) in refused.items():
         if value != default:

@@ -32,7 +32,7 @@ from jax.sharding import PartitionSpec
 
 from sebulba import checkpoint as ckpt_lib
 from sebulba.agents import resolve_agent
-from sebulba.anakin.runner import AnakinRunner, update_report
+from sebulba.anakin.runner import AnakinRunner, repeat_updates, update_blocks, update_report
 from sebulba.config import resume as resume_config
 from sebulba.errors import ConfigError
 from sebulba.mesh import BATCH_AXIS
@@ -129,7 +129,11 @@ class SeedBatch:
         def step(state, behaviour, acting, update, seed):
             return self._runner(seed).act_and_learn(state, behaviour, acting, update)
 
-        batched = jax.vmap(step, in_axes=(0, 0, 0, None, 0))
+        # The block's loop runs outside the vmap: every seed runs the same updates.
+        batched = repeat_updates(
+            jax.vmap(step, in_axes=(0, 0, 0, None, 0)),
+            self.setup.config.pipeline.updates_per_call,
+        )
         replicated = self.setup.layout.replicated
         shardings = (
             self.state_shardings(_one_seed_shapes(states)),
@@ -138,12 +142,12 @@ class SeedBatch:
         )
         jitted = jax.jit(
             batched,
-            in_shardings=(*shardings, replicated, replicated),
+            in_shardings=(*shardings, replicated, replicated, replicated),
             out_shardings=(*shardings, replicated, replicated),
             donate_argnums=(0, 1, 2),
         )
         seeds = jnp.asarray(self.seeds, jnp.int32)
-        lowered = jitted.lower(states, behaviours, actings, jnp.int32(1), seeds)
+        lowered = jitted.lower(states, behaviours, actings, jnp.int32(1), jnp.int32(1), seeds)
         options = update_compiler_options(self.setup.layout.local_learner_devices)
         return lowered.compile(compiler_options=options or None)
 
@@ -263,20 +267,35 @@ def train_seeds(
             )
         ]
         seed_array = jax.device_put(np.asarray(seeds, np.int32), layout.replicated)
+        blocks = update_blocks(
+            first_update,
+            sizes.num_updates,
+            config.pipeline.updates_per_call,
+            checkpoints[0].is_due,
+        )
         try:
-            for update in range(first_update, sizes.num_updates + 1):
+            for first, count in blocks:
                 states, behaviours, actings, metrics, episodes = compiled(
-                    states, behaviours, actings, np.int32(update), seed_array
+                    states, behaviours, actings, np.int32(first), np.int32(count), seed_array
                 )
                 current.update(behaviours=behaviours, actings=actings)
+                # [updates in the block, seeds, ...]
                 metrics, episodes = jax.device_get((metrics, episodes))
-                for i, saver in enumerate(checkpoints):
-                    seed_episodes = jax.tree.map(lambda x, i=i: x[i], episodes)
-                    seed_metrics = {name: value[i] for name, value in metrics.items()}
-                    report = update_report(
-                        update, sizes, config.pipeline.policy_lag, seed_episodes, seed_metrics
-                    )
-                    saver.on_update(report, lambda i=i, states=states: _take(states, i))
+                for index in range(count):
+                    for i, saver in enumerate(checkpoints):
+                        seed_episodes = jax.tree.map(lambda x, k=index, i=i: x[k, i], episodes)
+                        seed_metrics = {name: value[index, i] for name, value in metrics.items()}
+                        report = update_report(
+                            first + index,
+                            sizes,
+                            config.pipeline.policy_lag,
+                            seed_episodes,
+                            seed_metrics,
+                        )
+                        state = None  # Inside the block: see `RunCheckpoints.on_update`.
+                        if index == count - 1:
+                            state = lambda i=i, states=states: _take(states, i)  # noqa: E731
+                        saver.on_update(report, state)
                 if checkpoints[0].should_stop():
                     break
         finally:

@@ -38,6 +38,7 @@ RUN_RANGES = {
     "env.repeat_action_probability": UNIT_INTERVAL,
     "env.max_episode_frames": POSITIVE_INT,
     "env.frame_stack": POSITIVE_INT,
+    "pipeline.updates_per_call": POSITIVE_INT,
 }
 
 
@@ -53,6 +54,8 @@ def base_config(agent: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
 
     config.mesh = ml_collections.ConfigDict()
     config.mesh.actor_device_ids = (0,)  # Indices into jax.local_devices() for inference.
+    # cpu: actor_device_ids index the host's CPU devices, the accelerators left to learning.
+    config.mesh.actor_platform = "default"  # default (JAX's default backend) | cpu.
     config.mesh.learner_device_ids = (0,)  # Indices into jax.local_devices() for updates.
 
     config.pipeline = ml_collections.ConfigDict()
@@ -62,6 +65,8 @@ def base_config(agent: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     config.pipeline.overlap_env_steps = False  # Two env halves: one steps while the other infers.
     # Same data either way; auto takes scan where the actor devices and task allow it.
     config.pipeline.actor_loop = "auto"  # auto | scan (a rollout: one XLA program) | step.
+    # Anakin only: the host reads the block's episodes and metrics back once per call.
+    config.pipeline.updates_per_call = 1  # Anakin updates per program call (1: one each).
 
     config.log = ml_collections.ConfigDict()
     config.log.every_updates = 1  # Write a metrics line every this many updates.

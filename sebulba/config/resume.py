@@ -38,7 +38,9 @@ MAY_CHANGE_ON_RESUME: dict[str, str] = {
     "env.num_envs": "envs per actor thread: same rule as pipeline.num_actor_threads",
     "agent.minibatch_loop": "how the minibatch loop is compiled (scan or unrolled), not its maths",
     "pipeline.overlap_env_steps": "envs stepped whole or as two halves: same envs, keys and data",
-    "pipeline.actor_loop": "envs stepped from Python or inside one XLA program: same data",
+    "pipeline.actor_loop": "envs stepped from Python or inside one XLA program: same data "
+    "(on a GPU up to float rounding)",
+    "pipeline.updates_per_call": "how many Anakin updates one program call runs: same updates",
 }
 
 

@@ -4,10 +4,11 @@ Run them on a GPU machine with `python -m pytest tests/gpu -n 0`. Each runs the 
 line in a subprocess that sees the GPUs (the suite's own process is pinned to 8 virtual
 CPU devices), a few updates of the shipped Atari configs:
 
-* scan rollouts give the step loop's data on a GPU, with one actor thread and with two
-  sharing the GPU (the combination that handed an H100's learner non-finite data; until
-  this passes, `pipeline.actor_loop=auto` does not choose it: docs/architecture.md, "The
-  actor loop on GPUs");
+* scan rollouts give the step loop's data on a GPU, up to float rounding, with one actor
+  thread; with two sharing the GPU they do not (non-finite losses at update 1 on an H100
+  and again on an H200, with every thread's program compiled before any runs), so that
+  case is an expected failure and `pipeline.actor_loop=auto` does not choose it
+  (docs/architecture.md, "The actor loop on GPUs");
 * the shipped configs' first updates are finite and the same seed gives the same
   `params_checksum` twice (deterministic GPU execution, `debug.deterministic_gpu`);
 * actors on one GPU and the learner on another give the numbers of both on one.
@@ -62,7 +63,8 @@ def _require_gpus(n: int) -> None:
 
 
 def _run(workdir, config: str, *overrides: str) -> dict:
-    """A run of `config` for UPDATES updates on the GPU(s); its summary and metrics."""
+    """A run of `config` for UPDATES updates on the GPU(s); its summary, with its metrics
+    lines under "metrics"."""
     result = subprocess.run(
         [
             sys.executable,
@@ -90,15 +92,34 @@ def _run(workdir, config: str, *overrides: str) -> dict:
     for line in metrics:
         losses = {k: v for k, v in line.items() if "loss" in k}
         assert losses and all(v is not None and math.isfinite(v) for v in losses.values()), line
-    return summary
+    return {**summary, "metrics": metrics}
 
 
 def _steps(steps_per_update: int) -> str:
     return f"--config.total_timesteps={UPDATES * steps_per_update}"
 
 
-@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize(
+    "threads",
+    [
+        1,
+        pytest.param(
+            2,
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="non-finite losses at update 1 with two scan threads on one GPU "
+                "(H100, then H200 on 2026-11-26); once this passes, raise the GPU entry of "
+                "scan_actor.VERIFIED_SCAN_THREADS_PER_DEVICE",
+            ),
+        ),
+    ],
+)
 def test_scan_rollouts_give_the_step_loops_data_on_one_gpu(tmp_path, threads):
+    """On a GPU the policy runs in a different XLA program in each loop (inside the rollout's
+    scan, or alone), and the two round differently in the last bits, even with autotuning
+    off: update 1 learns from the same rollout up to that rounding (its losses agreed to
+    2e-3 on an H200), and the runs then part as any two chaotic runs do, so the checksums
+    are not compared. Data from the wrong place would move update 1's losses far more."""
     _require_gpus(1)
     # IMPALA Atari: 128 envs x 20 steps per update, split over the threads.
     config = "configs/impala_atari.py:Breakout-v5"
@@ -111,7 +132,10 @@ def test_scan_rollouts_give_the_step_loops_data_on_one_gpu(tmp_path, threads):
     step = _run(tmp_path / "step", config, *overrides, "--config.pipeline.actor_loop=step")
     scan = _run(tmp_path / "scan", config, *overrides, "--config.pipeline.actor_loop=scan")
     assert scan["actor_loop"] == "scan" and step["actor_loop"] == "step"
-    assert scan["params_checksum"] == step["params_checksum"]
+    first_scan, first_step = scan["metrics"][0], step["metrics"][0]
+    assert first_scan["update"] == first_step["update"] == 1
+    for name in ("policy_loss", "value_loss", "entropy"):
+        assert first_scan[name] == pytest.approx(first_step[name], rel=1e-2), name
 
 
 @pytest.mark.parametrize(
