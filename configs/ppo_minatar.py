@@ -31,9 +31,29 @@ gymnax-blines' PPO at the same step count. pgx's large batches take few gradient
 per env step (12 per 16,384 here, against gymnax-blines' 32 per 8,192), so at 5M steps
 this config is the less sample-efficient of the two; pgx trains for 20M.
 
+`:purejaxrl` trains PureJaxRL's MinAtar PPO instead, like for like (docs/benchmarks.md,
+"Like for like with PureJaxRL on MinAtar"): its settings are those of PureJaxRL's
+`examples/brax_minatar.ipynb` (luchris429/purejaxrl; `purejaxrl/ppo.py` run on
+SpaceInvaders-MinAtar), and its network is PureJaxRL's `ActorCritic`: the grid flattened
+into separate 64-64 ReLU actor and critic MLPs (`agent.network="mlp"`,
+`agent.activation="relu"`), orthogonal weights (gain sqrt(2), 0.01 for the policy head,
+1 for the value head) and zero biases, as here. Its hyperparameters: 64 envs x 128 steps,
+8 minibatches of 1024 samples x 4 epochs, Adam at 5e-3 (eps 1e-5) annealed linearly per
+update, gamma 0.99, GAE lambda 0.95, clip 0.2 for the surrogate and the value loss,
+entropy 0.01, value coefficient 0.5, gradient norm 0.5, advantages normalised per
+minibatch, 10M env steps, on-policy. Deliberate differences from PureJaxRL:
+  * Minibatches are shuffled in time within each env column (`time_shuffled`: each
+    minibatch takes 16 steps of every env), where PureJaxRL permutes all 8,192 samples.
+  * gymnax's time limits are truncations that bootstrap from the next observation,
+    where PureJaxRL's `done` ends the return.
+  * Random streams are sebulba's (`sebulba.random_streams`), so a seed gives other
+    initial weights, env starts and actions than PureJaxRL's `PRNGKey(seed)`.
+  * One jitted program per update, called from a host loop that reads finished
+    episodes and logs metrics, where PureJaxRL scans every update in one program.
+
 `:Breakout` (the default), `:Asterix`, `:Freeway`, `:SpaceInvaders` or `:Seaquest`
-selects the game; `:smoke` is a seconds-long run used by the tests (with a game:
-`:Asterix,smoke`).
+selects the game; `:smoke` is a seconds-long run used by the tests (with a game and the
+PureJaxRL settings: `:Asterix,smoke`, `:Breakout,purejaxrl,smoke`).
 """
 
 from sebulba.agents import defaults
@@ -41,7 +61,7 @@ from sebulba.config import base_config, minatar_variant, smoke_run
 
 
 def get_config(arg: str | None = None):
-    variant, env_id = minatar_variant(arg, "ppo_minatar")
+    variant, env_id = minatar_variant(arg, "ppo_minatar", keywords=("smoke", "purejaxrl"))
     # The agent's defaults (baselines') are pgx's but for the lines below.
     config = base_config(defaults.ppo_config())
     config.env.id = env_id
@@ -56,6 +76,21 @@ def get_config(arg: str | None = None):
     config.agent.update_epochs = 3
     config.agent.clip_coef = 0.2
     config.log.every_updates = 10
+    if "purejaxrl" in variant:
+        _purejaxrl_settings(config)
     if "smoke" in variant:
         smoke_run(config, num_envs=8, num_steps=16, update_epochs=2, updates=4)
     return config
+
+
+def _purejaxrl_settings(config) -> None:
+    """PureJaxRL's MinAtar PPO (`examples/brax_minatar.ipynb`) in place of pgx's."""
+    config.env.num_envs = 64
+    config.total_timesteps = 10_000_000  # 1,220 updates of 8,192 steps.
+    config.agent.network = "mlp"
+    config.agent.activation = "relu"
+    config.agent.learning_rate = 5e-3
+    config.agent.anneal_lr = True
+    config.agent.num_minibatches = 8  # Of 1024 samples, as PureJaxRL's.
+    config.agent.update_epochs = 4
+    config.log.every_updates = 50

@@ -136,8 +136,8 @@ def test_a_url_workdir_is_refused_in_one_line():
         ("--config.agent.learning_rate=-1", "agent.learning_rate must be a number > 0, got -1.0"),
         (
             "--config.env.id=Breakout-v5",
-            "agent.network 'mlp' takes a flat feature vector [D], but env.id 'Breakout-v5' "
-            "observes uint8 [4, 84, 84]",
+            "agent.network 'mlp' takes one array of any shape, flattened (no uint8 image or "
+            "discrete entry), but env.id 'Breakout-v5' observes uint8 [4, 84, 84]",
         ),
         (
             "--config.env.id=HalfCheetah-v9",

@@ -1,4 +1,5 @@
-"""MinAtar: the "minatar" network and configs/ppo_minatar.py (PPO on gymnax's MinAtar)."""
+"""MinAtar: the "minatar" network, the "mlp" on MinAtar's grids, and configs/ppo_minatar.py
+(PPO on gymnax's MinAtar, with pgx's settings or, `:purejaxrl`, PureJaxRL's)."""
 
 import math
 
@@ -7,8 +8,11 @@ import jax.numpy as jnp
 import pytest
 
 from sebulba import train
+from sebulba.agents import dqn, impala, ppo
 from sebulba.agents.api import ArraySpec, Discrete, EnvSpec
 from sebulba.agents.networks import check_network_fits, make_network
+from sebulba.config import base_config
+from sebulba.config.sizes import derive_sizes
 from sebulba.errors import ConfigError
 from tests.helpers import load_config, read_metrics, read_summary
 
@@ -54,5 +58,63 @@ def test_the_breakout_smoke_run_trains_with_finite_losses(tmp_path):
     summary = read_summary(str(tmp_path))
     assert summary["env_id"] == "gymnax:Breakout-MinAtar" and summary["policy_lag"] == 0
     assert summary["updates"] == 4 and summary["global_step"] == 8 * 16 * 4
+    losses = [v for m in read_metrics(str(tmp_path)) for k, v in m.items() if "loss" in k]
+    assert losses and all(math.isfinite(v) for v in losses)
+
+
+BREAKOUT_GRID = ArraySpec((10, 10, 4), "bool")
+BREAKOUT_MINATAR = EnvSpec("gymnax:Breakout-MinAtar", BREAKOUT_GRID, Discrete(3))
+
+
+def test_the_mlp_flattens_a_minatar_grid_and_relu_changes_its_output():
+    check_network_fits("mlp", BREAKOUT_MINATAR)
+    obs = jax.random.bernoulli(jax.random.key(1), 0.3, (2, 10, 10, 4))
+    tanh = make_network("mlp", Discrete(3), observation=BREAKOUT_GRID)
+    relu = make_network("mlp", Discrete(3), observation=BREAKOUT_GRID, activation="relu")
+    params = tanh.init(jax.random.key(0), obs)
+    # The activation has no parameters: one tree serves both networks.
+    assert jax.tree.structure(params) == jax.tree.structure(relu.init(jax.random.key(0), obs))
+    shapes = [leaf.shape for leaf in jax.tree.leaves(params)]
+    assert shapes.count((10 * 10 * 4, 64)) == 2  # The actor's and the critic's first layer.
+    tanh_logits, tanh_value = tanh.apply(params, obs)
+    relu_logits, relu_value = relu.apply(params, obs)
+    assert relu_logits.shape == (2, 3) and relu_value.shape == (2,)
+    assert not jnp.allclose(tanh_logits, relu_logits)
+    assert not jnp.allclose(tanh_value, relu_value)
+
+
+@pytest.mark.parametrize("agent_module", [ppo, impala, dqn])
+def test_an_unknown_activation_is_refused_in_one_line_naming_the_field(agent_module):
+    config = base_config(agent_module.get_config())
+    config.agent.activation = "gelu"
+    with pytest.raises(ConfigError) as refused:
+        agent_module.make(config, BREAKOUT_MINATAR, derive_sizes(config))
+    assert str(refused.value) == "agent.activation 'gelu' must be one of tanh, relu"
+
+
+def test_relu_is_refused_for_a_network_without_actor_and_critic_mlps():
+    with pytest.raises(ConfigError) as refused:
+        make_network("nature_cnn", Discrete(3), activation="relu")
+    assert str(refused.value) == (
+        "agent.activation 'relu' needs actor and critic MLPs, which agent.network "
+        "'nature_cnn' lacks: use one of minatar, mlp, multi_input"
+    )
+
+
+def test_the_purejaxrl_variant_has_purejaxrls_settings_and_its_smoke_run_trains(tmp_path):
+    config = load_config("ppo_minatar", "SpaceInvaders,purejaxrl")
+    agent = config.agent
+    assert config.env.id == "gymnax:SpaceInvaders-MinAtar" and config.env.num_envs == 64
+    assert (agent.network, agent.activation, agent.learning_rate) == ("mlp", "relu", 5e-3)
+    assert (agent.num_steps, agent.num_minibatches, agent.update_epochs) == (128, 8, 4)
+    assert agent.anneal_lr and config.total_timesteps == 10_000_000
+    # The pgx settings keep their network.
+    assert load_config("ppo_minatar", "Breakout").agent.activation == "tanh"
+
+    config = load_config("ppo_minatar", "Breakout,purejaxrl,smoke")
+    config.log.tensorboard = False
+    train.train(config, str(tmp_path))
+    summary = read_summary(str(tmp_path))
+    assert summary["env_id"] == "gymnax:Breakout-MinAtar" and summary["updates"] == 4
     losses = [v for m in read_metrics(str(tmp_path)) for k, v in m.items() if "loss" in k]
     assert losses and all(math.isfinite(v) for v in losses)

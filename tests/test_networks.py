@@ -79,7 +79,7 @@ def test_cleanba_configs_select_cleanbas_behaviour():
 @pytest.mark.parametrize(
     "network, env_spec, expected",
     [
-        ("mlp", BREAKOUT, "flat feature vector .* 'Breakout-v5' observes uint8 \\[4, 84, 84\\]"),
+        ("mlp", BREAKOUT, "no uint8 image .* 'Breakout-v5' observes uint8 \\[4, 84, 84\\]"),
         ("nature_cnn", CARTPOLE, "uint8 images .* 'CartPole-v1' observes float32 \\[4\\]"),
         ("impala_resnet", CARTPOLE, "uint8 images .* 'CartPole-v1' observes float32 \\[4\\]"),
     ],
@@ -188,16 +188,16 @@ def test_multi_input_flattens_arrays_of_any_rank_and_convolves_images():
     assert shapes.count((width, 64)) == 2
 
 
-def test_multi_input_alone_takes_a_rank_3_array_only_a_cnn_could_read():
-    # Atari's frame stacks and MinAtar's grids: named with the networks made for them.
+def test_a_rank_3_array_no_cnn_reads_is_flattened_by_mlp_or_multi_input():
+    # Atari's frame stacks: named with the networks made for them.
     with pytest.raises(ConfigError, match="use agent.network=nature_cnn or impala_resnet$"):
         check_network_fits("mlp", BREAKOUT)
     check_network_fits("multi_input", BREAKOUT)  # Flattened, if asked for.
     planes = EnvSpec("Play2048-v1", ArraySpec((4, 4, 31), "float32"), Discrete(4))
-    with pytest.raises(
-        ConfigError, match=r"observes float32 \[4, 4, 31\]: use agent.network=multi_input$"
-    ):
+    # Both only flatten it; the advice names the plainer network.
+    with pytest.raises(ConfigError, match=r"observes float32 \[4, 4, 31\]: use agent.network=mlp$"):
         check_network_fits("minatar", planes)
+    check_network_fits("mlp", planes)
     network = make_network("multi_input", Discrete(4), observation=planes.observation)
     variables = network.init(jax.random.key(0), jnp.zeros((3, 4, 4, 31)))
     logits, value = network.apply(variables, jnp.zeros((3, 4, 4, 31)))

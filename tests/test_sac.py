@@ -202,6 +202,15 @@ def test_a_non_box_action_space_is_refused_in_one_line_naming_the_field():
     pixels = EnvSpec("Pixels-v0", ArraySpec((3, 64, 64), "uint8"), Box((1,), (-1.0,), (1.0,)))
     with pytest.raises(ConfigError, match="agent.network 'mlp'.*Pixels-v0"):
         make_agent(pixels)
+    # "mlp" flattens a grid for the other agents; SAC's networks would read its rows as
+    # a batch.
+    grid = EnvSpec("Grid-v0", ArraySpec((3, 4), "float32"), Box((1,), (-1.0,), (1.0,)))
+    with pytest.raises(ConfigError) as error:
+        make_agent(grid)
+    assert str(error.value) == (
+        "agent.name 'sac' takes vector observations [D], but env.id 'Grid-v0' observes "
+        "float32 [3, 4]"
+    )
 
 
 @pytest.mark.parametrize(

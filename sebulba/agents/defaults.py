@@ -173,6 +173,7 @@ def ppo_config() -> ml_collections.ConfigDict:
     config.name = "ppo"  # Agent to train: built-in name or dotted module path.
     config.num_steps = 128  # Steps per env per rollout (T).
     config.network = "mlp"  # mlp | nature_cnn | impala_resnet | multi_input | minatar.
+    config.activation = "tanh"  # tanh | relu: actor and critic MLPs (mlp, minatar, multi_input).
     config.core = "none"  # none | lstm: an LSTM between the network's torso and its heads.
     config.lstm_size = 128  # LSTM units (agent.core="lstm"; CleanRL ppo_atari_lstm: 128).
     config.learning_rate = 2.5e-4  # Adam step size at the first update.
@@ -195,8 +196,10 @@ def ppo_config() -> ml_collections.ConfigDict:
     config.mask_actions = True  # Illegal actions (the env's action mask) get probability 0.
     # auto: unrolled for convolutional networks on CPU learners, where XLA runs conv
     # gradients inside a rolled scan 20-30x slower; rolled lax.scan elsewhere (an MLP
-    # gains little from unrolling and compiles many times longer).
-    config.minibatch_loop = "auto"  # auto | scan | unrolled.
+    # gains little from unrolling and compiles many times longer). scan on a CPU learner
+    # with the MinAtar CNN compiles faster but trains about 10x slower than unrolled
+    # (docs/benchmarks.md, "Compiling").
+    config.minibatch_loop = "auto"  # auto | unrolled | scan (CPU, MinAtar CNN: ~10x slower).
     # Memory falls with it. Advantage normalisation and the means over valid samples are
     # then per micro-batch (exact split only for a plain mean: norm_adv "none", all valid).
     config.gradient_accumulation_steps = 1  # Micro-batches per minibatch (gradients averaged).
@@ -226,6 +229,7 @@ def impala_config() -> ml_collections.ConfigDict:
     config.name = "impala"  # Agent to train: built-in name or dotted module path.
     config.num_steps = 20  # Steps per env per rollout (T); V-trace runs over all of them.
     config.network = "mlp"  # mlp | nature_cnn | impala_resnet | multi_input | minatar.
+    config.activation = "tanh"  # tanh | relu: actor and critic MLPs (mlp, minatar, multi_input).
     config.core = "none"  # none | lstm: an LSTM between the network's torso and its heads.
     config.lstm_size = 256  # LSTM units (agent.core="lstm"; the IMPALA paper's: 256).
     config.learning_rate = 6e-4  # RMSProp step size at the first update.
@@ -293,6 +297,7 @@ def dqn_config() -> ml_collections.ConfigDict:
     config.name = "dqn"  # Agent to train: built-in name or dotted module path.
     config.num_steps = 10  # Steps per env per rollout (T), added to the replay buffer.
     config.network = "mlp"  # mlp | nature_cnn | impala_resnet | multi_input | minatar.
+    config.activation = "tanh"  # tanh | relu: actor and critic MLPs (mlp, minatar, multi_input).
     config.conv_init = "lecun_normal"  # CNN kernels: lecun_normal (flax, CleanRL) | orthogonal.
     config.learning_rate = 2.5e-4  # Adam step size.
     config.gamma = 0.99  # Discount factor.

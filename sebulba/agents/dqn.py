@@ -102,7 +102,13 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
     replay_sizes = replay.check_sizes(hp, sizes, hp.n_step, "agent.n_step", "gradient steps")
     capacity, samples_per_env = replay_sizes.capacity, replay_sizes.samples_per_env
     gradient_steps = replay_sizes.gradient_steps
-    network = make_network(hp.network, env_spec.action, hp.conv_init, env_spec.observation)
+    network = make_network(
+        hp.network,
+        env_spec.action,
+        hp.conv_init,
+        env_spec.observation,
+        activation=hp.activation,
+    )
     optimizer = optax.adam(hp.learning_rate)
     exploration_steps = hp.exploration_fraction * config.total_timesteps
     key = random_streams.learner_key(config.seed)

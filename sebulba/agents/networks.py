@@ -1,7 +1,10 @@
 """Actor-critic networks shared by the agents (flax linen).
 
-* "mlp": separate 2x64 tanh actor and critic, as in openai/baselines for classic control.
-  Takes a flat feature vector [D].
+* "mlp": separate 2x64 tanh (or ReLU) actor and critic, as in openai/baselines for
+  classic control. Takes one array of any shape, flattened: a feature vector [D], or a
+  grid such as MinAtar's [10, 10, C] (PureJaxRL's and gymnax-blines' MinAtar network),
+  but no uint8 image (unscaled pixels saturate the dense layers; the CNNs scale and read
+  them) and no discrete entry (which "multi_input" embeds).
 * "nature_cnn": the DQN torso of Mnih et al. (2015). Takes uint8 images, Atari's frame
   stacks [C, H, W] or rendered images [H, W, C] (`image_layout` reads which from the
   spec), at least 36 pixels high and wide.
@@ -32,8 +35,10 @@ head and 1 for the value head; zero biases. Cleanba does the same for its dense 
 Convolutions are initialised as `conv_init` (`agent.conv_init`) says: "orthogonal"
 (gain sqrt(2), baselines' Nature CNN) or "lecun_normal" (flax's default, a truncated
 normal of variance 1 / fan_in, which Cleanba's IMPALA ResNet keeps). Biases are zero.
-Each network declares the observations it accepts (`ObservationKind`), and
-`check_network_fits` refuses a network that does not fit the env before any work.
+Each network declares the observations it accepts (its `observation`: a `FlatArray`,
+`Pixels`, `ChannelsLastGrid` or `AnyObservation`, whose `accepts(spec)` says whether an
+observation spec fits), and `check_network_fits` refuses a network that does not fit the
+env before any work.
 
 `norm="layer_norm"` puts a LayerNorm (Ba et al. 2016) after every hidden layer, dense or
 convolutional, before its activation (in the ResNet after every convolution, inside the
@@ -41,6 +46,12 @@ residual blocks too): PQN's networks (Gallici et al. 2024). With `q_head` the ne
 a Q-network instead: no value head, and `policy_head` is a linear Q head (one value per
 discrete action) after one ReLU tower of `hidden` layers (the MLP's and the MinAtar
 network's; the CNNs' torsos end in their dense layer already): obs -> Q-values [B, A].
+
+`activation` (`agent.activation`: "tanh", baselines', or "relu", PureJaxRL's MinAtar
+setting) is what follows the hidden layers of the separate actor and critic MLPs: the
+whole of "mlp", and the actor-critic heads after the torsos of "minatar" and
+"multi_input". The convolutional torsos, their dense layers and the Q tower stay ReLU,
+as their papers have them; "nature_cnn" and "impala_resnet" have no hidden MLP to change.
 
 Built with a recurrent `core` (`sebulba.agents.recurrent`, `agent.core`), a network runs
 the core between its torso (everything up to the embedding) and its heads, and takes and
@@ -69,6 +80,9 @@ _VALUE_GAIN = 1.0
 _EMBEDDING_FEATURES = 16  # Per discrete observation entry ("multi_input").
 _MAX_IMAGE_CHANNELS = 4  # Channels-last images have few channels; frame stacks do not.
 
+# What follows each hidden layer of the actor-critic MLPs (`activation`).
+ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu}
+
 # What follows every hidden layer before its activation (`norm`): nothing, or a LayerNorm
 # over the features (the channels of a convolution's output).
 NORMS = ("none", "layer_norm")
@@ -77,23 +91,6 @@ CONV_INITS = {
     "orthogonal": nn.initializers.orthogonal(_HIDDEN_GAIN),
     "lecun_normal": nn.initializers.lecun_normal(),
 }
-
-
-@dataclasses.dataclass(frozen=True)
-class ObservationKind:
-    """The observations a network accepts: one array of a rank (and dtype, if it matters)."""
-
-    description: str
-    rank: int
-    dtype: str | None = None
-
-    def accepts(self, observation: Any) -> bool:
-        """Whether an observation spec (a pytree of `ArraySpec`) fits."""
-        return (
-            isinstance(observation, ArraySpec)
-            and len(observation.shape) == self.rank
-            and self.dtype in (None, observation.dtype)
-        )
 
 
 def _is_image(spec: ArraySpec) -> bool:
@@ -180,7 +177,26 @@ class ChannelsLastGrid:
         )
 
 
-FEATURE_VECTOR = ObservationKind("a flat feature vector [D]", rank=1)
+@dataclasses.dataclass(frozen=True)
+class FlatArray:
+    """One array of any shape, which an MLP flattens: [D], or a grid such as MinAtar's.
+
+    uint8 images are refused: flattened unscaled, pixels of 0..255 saturate the first
+    layer, and the CNNs scale and read them. Discrete entries are refused too: their
+    values are indices, which "multi_input" embeds.
+    """
+
+    description: str = "one array of any shape, flattened (no uint8 image or discrete entry)"
+
+    def accepts(self, observation: Any) -> bool:
+        return (
+            isinstance(observation, ArraySpec)
+            and observation.num_values is None
+            and not (observation.dtype == "uint8" and image_layout(observation) is not None)
+        )
+
+
+FLAT_ARRAY = FlatArray()
 # Channels first (Atari's frame stacks) or last (rendered colour images), C <= 4; the
 # torso scales uint8 pixels to [0, 1] and puts channels last. Nature CNN's three VALID
 # convolutions (8/4, 4/2, 3/1) need 36 pixels or more; the ResNet's SAME ones any size.
@@ -247,19 +263,21 @@ class _Heads(nn.Module):
 
 
 class _ActorCritic(nn.Module):
-    """Separate actor and critic tanh MLPs on features [B, D]."""
+    """Separate actor and critic MLPs (tanh, or `activation`) on features [B, D]."""
 
     policy_head: nn.Module
     hidden: Sequence[int]
     value_heads: int | None = None
     norm: str = "none"
+    activation: str = "tanh"
 
     @nn.compact
     def __call__(self, x):
+        activation = ACTIVATIONS[self.activation]
         actor, critic = x, x
         for width in self.hidden:
-            actor = nn.tanh(_normalized(self.norm, _dense(width, _HIDDEN_GAIN)(actor)))
-            critic = nn.tanh(_normalized(self.norm, _dense(width, _HIDDEN_GAIN)(critic)))
+            actor = activation(_normalized(self.norm, _dense(width, _HIDDEN_GAIN)(actor)))
+            critic = activation(_normalized(self.norm, _dense(width, _HIDDEN_GAIN)(critic)))
         value = _value(critic, self.value_heads)
         return self.policy_head(actor), value
 
@@ -283,20 +301,23 @@ def _heads(network: nn.Module, x, hidden: Sequence[int], actor_critic: bool):
     if network.q_head:
         return _QHead(network.policy_head, hidden, network.norm)(x)
     if actor_critic:
-        return _ActorCritic(network.policy_head, hidden, network.value_heads, network.norm)(x)
+        return _ActorCritic(
+            network.policy_head, hidden, network.value_heads, network.norm, network.activation
+        )(x)
     return _Heads(network.policy_head, network.value_heads)(x)
 
 
 class MLP(nn.Module):
-    """Separate actor and critic MLPs: obs [B, D] -> (policy parameters, value [B])."""
+    """Separate actor and critic MLPs: obs [B, ...] flattened -> (policy parameters, value [B])."""
 
-    observation: ClassVar[ObservationKind] = FEATURE_VECTOR
+    observation: ClassVar[FlatArray] = FLAT_ARRAY
     policy_head: nn.Module
     hidden: Sequence[int] = (64, 64)
     core: nn.Module | None = None
     value_heads: int | None = None  # PopArt: one value per task [B, K].
     norm: str = "none"  # A key of NORMS: what follows every hidden layer.
     q_head: bool = False  # A Q-network: obs -> Q-values [B, A] (policy_head the Q head).
+    activation: str = "tanh"  # A key of ACTIVATIONS: of the actor's and critic's layers.
 
     def torso(self, obs):
         return obs.reshape(obs.shape[0], -1).astype(jnp.float32)
@@ -339,13 +360,16 @@ class MultiInput(nn.Module):
     hidden: Sequence[int] = (64, 64)
     core: nn.Module | None = None
     value_heads: int | None = None  # PopArt: one value per task [B, K].
+    activation: str = "tanh"  # A key of ACTIVATIONS: of the actor's and critic's layers.
 
     @nn.compact
     def __call__(self, obs, carry=None, starts=None):
         return recurrent.through_core(self, self.torso, self.heads, obs, carry, starts)
 
     def heads(self, x):
-        return _ActorCritic(self.policy_head, self.hidden, self.value_heads)(x)
+        return _ActorCritic(
+            self.policy_head, self.hidden, self.value_heads, activation=self.activation
+        )(x)
 
     def torso(self, obs):
         features = []
@@ -454,6 +478,7 @@ class MinAtarCNN(nn.Module):
     value_heads: int | None = None  # PopArt: one value per task [B, K].
     norm: str = "none"  # A key of NORMS: what follows every hidden layer.
     q_head: bool = False  # A Q-network: obs -> Q-values [B, A] (policy_head the Q head).
+    activation: str = "tanh"  # A key of ACTIVATIONS: of the actor-critic heads' layers.
 
     @nn.compact
     def __call__(self, obs, carry=None, starts=None):
@@ -500,6 +525,7 @@ def make_network(
     norm: str = "none",
     q_head: bool = False,
     hidden: Sequence[int] | None = None,
+    activation: str = "tanh",
 ) -> nn.Module:
     """Returns the actor-critic network `agent.network` names (or its Q-network).
 
@@ -519,11 +545,20 @@ def make_network(
         [B, num_actions]. Networks without the field ("multi_input") refuse it.
       hidden: the widths of the MLP layers after the torso (networks with `hidden`);
         None keeps the network's default.
+      activation: a key of `ACTIVATIONS`, what follows the hidden layers of the actor and
+        critic MLPs ("mlp", "minatar", "multi_input"; a Q-network's tower stays ReLU).
     """
     network_class = _check_name(name)
     check_choice(conv_init, "agent.conv_init", tuple(CONV_INITS))
     check_choice(norm, "agent.norm", NORMS)
+    check_choice(activation, "agent.activation", tuple(ACTIVATIONS))
     fields = {field.name for field in dataclasses.fields(network_class)}
+    if activation != "tanh" and ("activation" not in fields or q_head):
+        with_mlp = sorted(n for n, c in NETWORKS.items() if "activation" in c.__dataclass_fields__)
+        raise ConfigError(
+            f"agent.activation {activation!r} needs actor and critic MLPs, which agent.network "
+            f"{name!r}{' as a Q-network' if q_head else ''} lacks: use one of {', '.join(with_mlp)}"
+        )
     if (q_head or norm != "none") and "q_head" not in fields:
         with_norm = sorted(n for n, c in NETWORKS.items() if "norm" in c.__dataclass_fields__)
         raise ConfigError(
@@ -546,6 +581,7 @@ def make_network(
             options["norm"] = norm
     if hidden is not None:
         options["hidden"] = tuple(hidden)
+    options["activation"] = activation
     return network_class(
         policy_head=head,
         core=core,

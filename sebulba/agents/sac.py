@@ -58,7 +58,7 @@ from sebulba.agents.api import (
     require_divisible,
     zero_observation,
 )
-from sebulba.agents.networks import check_network_fits
+from sebulba.agents.networks import check_network_fits, describe_observation
 from sebulba.config.sizes import Sizes
 from sebulba.errors import ConfigError
 
@@ -243,6 +243,13 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         )
     check_choice(hp.network, "agent.network", NETWORKS)
     check_network_fits(hp.network, env_spec)
+    # "mlp" flattens arrays of any shape; these networks read obs [..., D] with any leading
+    # axes, so an observation of more axes would pass for a batch of them.
+    if len(env_spec.observation.shape) != 1:
+        raise ConfigError(
+            f"agent.name 'sac' takes vector observations [D], but env.id "
+            f"{env_spec.env_id!r} observes {describe_observation(env_spec.observation)}"
+        )
     hidden = tuple(hp.hidden_sizes)
     if not hidden or not all(isinstance(w, int) and w > 0 for w in hidden):
         raise ConfigError(f"agent.hidden_sizes {hp.hidden_sizes!r} must be positive integers")

@@ -256,12 +256,15 @@ MINATAR_GAMES = {
 }
 
 
-def minatar_variant(arg: str | None, config_name: str) -> tuple[Variant, str]:
-    """A MinAtar config's `:GAME[,smoke]` parsed: the variant and its game's gymnax id
-    (Breakout when no game is named)."""
+def minatar_variant(
+    arg: str | None, config_name: str, keywords: Iterable[str] = ("smoke",)
+) -> tuple[Variant, str]:
+    """A MinAtar config's `:GAME[,KEYWORD...]` parsed (`keywords`: the variants it knows
+    besides the game): the variant and its game's gymnax id (Breakout when none is named)."""
     variant = parse_variant(
         arg,
         config_name,
+        keywords,
         tasks=MINATAR_GAMES.__contains__,
         tasks_known=f"a MinAtar game: {', '.join(MINATAR_GAMES)}",
     )
