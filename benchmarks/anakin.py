@@ -25,11 +25,12 @@ JAX's default devices, three sections (`--sections`, each selectable):
   (`sebulba.train.train` each, in this process, after a warm-up run so that neither pays
   the process's one-time costs): wall time with start-up, compiling and checkpoints, and
   steady state (one update of every seed, from the runs' metrics.jsonl: the fastest
-  stretch between two metrics lines). Then where the speed-up comes from: the rollout
-  alone, the update alone and the act-and-learn program for one seed and vmapped over
-  the S seeds, calls interleaved. Per seed: mean return and `params_checksum` both ways,
-  the first logged update whose metrics (and whose episode returns) differ between the
-  two, and the largest relative difference of the final parameters.
+  stretch of whole program calls between two metrics lines). Then where the speed-up
+  comes from: the rollout alone, the update alone and the act-and-learn program for one
+  seed and vmapped over the S seeds, calls interleaved. Per seed: mean return and
+  `params_checksum` both ways, the first logged update whose metrics (and whose episode
+  returns) differ between the two, and the largest relative difference of the final
+  parameters.
 
 A part's time is the fastest of `--repeats` calls after one untimed call: on a shared
 machine the median moves with the neighbours' load, the fastest call much less. JAX's
@@ -42,8 +43,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import itertools
 import json
+import math
 import os
 import sys
 import tempfile
@@ -514,16 +515,25 @@ def seed_scaling(config, seeds: list[int], repeats: int) -> dict:
     one["program"], _ = program_call(config, setup, config.seed)
     many["program"] = vmapped_program_call(config, setup, seeds)
     calls = {**{(k, 1): v for k, v in one.items()}, **{(k, len(seeds)): v for k, v in many.items()}}
-    return fastest(calls, repeats)
+    seconds = fastest(calls, repeats)
+    for copies in (1, len(seeds)):  # A program call runs a block: per update, as the others.
+        seconds["program", copies] /= config.pipeline.updates_per_call
+    return seconds
 
 
-def fastest_block(lines: list[dict], every_updates: int) -> float:
-    """Seconds per update of the fastest stretch between two consecutive metrics lines
-    `every_updates` updates apart (each stretch writes one line; update 1 is outside)."""
+def fastest_stretch(lines: list[dict], every_updates: int, updates_per_call: int) -> float:
+    """Seconds per update of the fastest stretch between two metrics lines a stretch apart.
+
+    A stretch is a whole number of metrics lines and of program calls, lcm(every_updates,
+    updates_per_call) updates from one multiple of it to the next (update 1 is outside):
+    the lines of one call are all written once it returns, so only lines at call
+    boundaries time the calls between them."""
+    stretch = math.lcm(every_updates, updates_per_call)
+    by_update = {line["update"]: line for line in lines}
     return min(
-        (b["wall_time_s"] - a["wall_time_s"]) / every_updates
-        for a, b in itertools.pairwise(lines)
-        if b["update"] - a["update"] == every_updates and a["update"] >= 1
+        (by_update[update + stretch]["wall_time_s"] - line["wall_time_s"]) / stretch
+        for update, line in by_update.items()
+        if update % stretch == 0 and update + stretch in by_update
     )
 
 
@@ -565,18 +575,21 @@ def seeds_comparison(config, seeds: list[int], warm_up: bool, repeats: int) -> d
                 ),
                 **first_difference(alone_lines[seed], vmapped_lines[seed]),
             }
+    per_call = config.pipeline.updates_per_call
     return {
         "alone": alone,
         "alone_wall_s": alone_wall,
         "vmapped": vmapped,
         "vmapped_wall_s": vmapped_wall,
         "differences": differences,
-        # Per update of the fastest block between two metrics lines: each run alone, and
-        # the one program (every seed's line is written after the same update).
+        # Per update of the fastest stretch of whole calls: each run alone, and the one
+        # program (every seed's line is written after the same update).
         "alone_update_s": {
-            s: fastest_block(alone_lines[s], config.log.every_updates) for s in seeds
+            s: fastest_stretch(alone_lines[s], config.log.every_updates, per_call) for s in seeds
         },
-        "vmapped_update_s": fastest_block(vmapped_lines[seeds[0]], config.log.every_updates),
+        "vmapped_update_s": fastest_stretch(
+            vmapped_lines[seeds[0]], config.log.every_updates, per_call
+        ),
         "steps_per_update": config.env.num_envs * config.agent.num_steps,
         "scaling": seed_scaling(config, seeds, repeats),
     }
@@ -599,8 +612,8 @@ def print_seeds(result: dict, seeds: list[int]) -> None:
         "One after the other: `sebulba.train.train` per seed, in this process; one program: "
         "`sebulba.anakin.seeds.train_seeds`. Both after a warm-up run; every program "
         "compiles (no persistent cache). Steady state: one update of every seed, from "
-        "metrics.jsonl's wall times, the fastest stretch between two metrics lines of each "
-        "run.\n"
+        "metrics.jsonl's wall times, the fastest stretch of whole program calls between two "
+        "metrics lines of each run.\n"
     )
     print(
         "| how | wall time (start-up, compiling, checkpoints included) | env steps/s, all "

@@ -32,3 +32,11 @@ class UpdateReport:
     episode_lengths: list[int]
     episode_env_ids: list[int]
     agent_metrics: dict[str, jax.Array]
+    # The last update of the program call that ran this one: the update itself, except in
+    # an Anakin block (`pipeline.updates_per_call`), whose updates all report once it
+    # returns. The metrics' steady state starts after the first call.
+    last_update_of_call: int | None = None
+
+    @property
+    def call_ends_here(self) -> bool:
+        return self.last_update_of_call in (None, self.update)

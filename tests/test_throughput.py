@@ -196,6 +196,34 @@ def test_summary_sps_is_steady_state_and_says_what_includes_start_up(tmp_path):
     assert summary["sps_including_compile"] < summary["sps"] / 3
 
 
+def test_summary_sps_of_anakin_blocks_leaves_the_whole_first_call_out(tmp_path):
+    # Blocks of 4 updates: each block's updates report together once it returns, so the
+    # steady state starts after the first block's last report, not after update 1.
+    config = agent_config(minimal_agent)
+    config.total_timesteps = 12 * config.env.num_envs * config.agent.num_steps
+    sizes = derive_sizes(config)
+    metrics = MetricsLogger(
+        str(tmp_path),
+        sizes,
+        task_layout=tasks.task_layout(config, sizes.num_envs),
+        every_updates=1,
+        tensorboard=False,
+        is_main_process=False,
+    )
+    updates = sizes.num_updates
+    for first in range(1, updates + 1, 4):
+        time.sleep(0.4 if first == 1 else 0.08)  # The first block also compiles.
+        for update in range(first, first + 4):
+            report = UpdateReport(
+                update, update * sizes.steps_per_update, 1, update + 1, 0.0, 0.0, [], [], [], {}
+            )
+            report.last_update_of_call = first + 3
+            metrics.record(report)
+    summary = metrics.summary(updates * sizes.steps_per_update, updates, "x", {})
+    steady = sizes.steps_per_update / 0.02  # 4 updates per 0.08 s after the first block.
+    assert summary["sps"] == pytest.approx(steady, rel=0.2)
+
+
 def test_cache_location_follows_the_environment(monkeypatch, tmp_path):
     monkeypatch.setenv(compile_cache.ENV_VAR, str(tmp_path / "c"))
     assert compile_cache.cache_dir() == str(tmp_path / "c")

@@ -368,6 +368,7 @@ class AnakinRunner:
                     self.policy_lag,
                     jax.tree.map(lambda x, i=index: x[i], episodes),
                     {name: value[index] for name, value in metrics.items()},
+                    last_update_of_call=first + count - 1,
                 )
                 if on_update is not None:
                     on_update(report, state if index == count - 1 else None)
@@ -443,9 +444,15 @@ def update_blocks(
 
 
 def update_report(
-    update: int, sizes: Sizes, policy_lag: int, episodes: FinishedEpisodes, metrics
+    update: int,
+    sizes: Sizes,
+    policy_lag: int,
+    episodes: FinishedEpisodes,
+    metrics,
+    last_update_of_call: int | None = None,
 ) -> UpdateReport:
-    """What an Anakin update reports to the metrics and checkpoints (the pipeline's form)."""
+    """What an Anakin update reports to the metrics and checkpoints (the pipeline's form);
+    `last_update_of_call` is that of the block it ran in."""
     returns, lengths, env_ids = episodes.in_env_order()
     return UpdateReport(
         update=update,
@@ -459,6 +466,7 @@ def update_report(
         episode_lengths=lengths,
         episode_env_ids=env_ids,
         agent_metrics=metrics,
+        last_update_of_call=last_update_of_call,
     )
 
 

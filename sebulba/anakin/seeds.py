@@ -293,6 +293,7 @@ def train_seeds(
                             config.pipeline.policy_lag,
                             seed_episodes,
                             seed_metrics,
+                            last_update_of_call=first + count - 1,
                         )
                         state = None  # Inside the block: see `RunCheckpoints.on_update`.
                         if index == count - 1:

@@ -246,6 +246,7 @@ class MetricsLogger:
         # Steady-state totals for the bottleneck report; the first update of a run
         # includes compilation and the first rollout, so it is left out.
         self._last_record_time: float | None = None
+        self._first_call_done = False
         self._steady_s = self._steady_rollout_wait = self._steady_params_wait = 0.0
         self._steady_updates = 0
         self._writer = self._jsonl = self._wandb = self._console = None
@@ -288,11 +289,14 @@ class MetricsLogger:
         """
         del state
         now = time.perf_counter()
-        if self._last_record_time is not None:
+        if self._first_call_done:
             self._steady_s += now - self._last_record_time
             self._steady_updates += 1
             self._steady_rollout_wait += report.rollout_wait_s
             self._steady_params_wait += report.params_wait_s
+        # The first program call (update 1, or an Anakin block from it) compiles and
+        # starts up: the steady state begins once its last update is recorded.
+        self._first_call_done = self._first_call_done or report.call_ends_here
         self._last_record_time = now
         self._last_report = report
         self.recent_returns.extend(report.episode_returns)
