@@ -343,18 +343,26 @@ class RunCheckpoints:
         """Records metrics, then saves if due; runs on the learner thread after each update.
 
         `state` is the learner state after the update, or a function that returns it
-        (called only to save it). None marks an update inside an Anakin block
-        (`pipeline.updates_per_call`): its metrics are recorded, and stopping and saving
-        wait for the block's last update, which the runner ends at every due checkpoint.
+        (called only to save it). None marks an update of an Anakin block
+        (`pipeline.updates_per_call`) whose state is not at hand: one inside the block, or
+        the last of a block whose state the next block, already running, took. Its
+        metrics are recorded; at a block's end every process decides whether to stop;
+        saving waits for a block that keeps its state (the runner ends a block at every
+        due checkpoint, and after a stop finishes the block in flight and reports it).
         """
         sizes = self.setup.sizes
         distributed.report_progress(report.update)  # Feeds the multi-process watchdog.
         self.metrics.record(report)
         self.last_update = report.update
-        if state is None:
+        if state is None and not report.call_ends_here:
             return
         # Every process must stop after the same update: the update is a collective.
         self.stopping = ckpt_lib.any_process(self.signals.received is not None, self.setup.layout)
+        if state is None:
+            # An Anakin block whose state went to the next block, already running: a stop
+            # saves once that one returns (`AnakinRunner.run`).
+            self.signals.mark_saveable()
+            return
         last = report.update == sizes.num_updates
         if self.stopping or last or self.is_due(report.update):
             if self.stopping and not last:

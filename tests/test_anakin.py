@@ -273,11 +273,14 @@ def test_several_updates_per_call_give_the_runs_of_one_per_call(finished_run, tm
     assert checkpoint.list_steps(checkpoint.checkpoints_dir(workdir)) == [3, 6]
 
 
-def test_a_run_of_blocks_stops_after_its_block_and_resumes_bit_identically(finished_run, tmp_path):
+def test_a_run_of_blocks_stops_after_the_block_in_flight_and_resumes_bit_identically(
+    finished_run, tmp_path
+):
     reference, _ = finished_run("ppo-lag1")
-    config = anakin_config(**CASES["ppo-lag1"], pipeline__updates_per_call=4, ckpt__every_updates=0)
+    config = anakin_config(**CASES["ppo-lag1"], pipeline__updates_per_call=2, ckpt__every_updates=0)
     workdir = str(tmp_path / "run")
-    # SIGINT while update 1's report is handled: the block (updates 1-4) is done already.
+    # SIGINT while update 1's report is made: block 1-2 is done and block 3-4 already runs
+    # (a block's reports are made while the next one runs), so the run saves after 4.
     updates, _ = _run_segment(config, workdir, interrupt_after=1)
     assert updates == [1, 2, 3, 4]
     assert checkpoint.list_steps(checkpoint.checkpoints_dir(workdir)) == [4]

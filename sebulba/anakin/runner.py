@@ -339,7 +339,11 @@ class AnakinRunner:
         checkpoint is due there). `on_update(report, state)` runs for every update, in
         order, once its block has returned: `state` is the learner state after the
         block's last update, and None for the updates before it (their state only ever
-        existed inside the program). `should_stop` is asked after each block.
+        existed inside the program). With several updates per call, a block's reports
+        are made while the next block runs, all with None, unless the block is the last
+        or a checkpoint is due after it. `should_stop` is asked after each block's
+        reports; when it says stop, the block in flight (if any) finishes, is reported
+        with its state, and ends the run.
         """
         if self.acting is None:
             raise ValueError("AnakinRunner.run needs an acting state: set runner.acting")
@@ -353,28 +357,52 @@ class AnakinRunner:
         if self._compiled is None:
             self.compile_update(state)
         sizes = self.sizes
+        # With several updates per call, a block's reports are made while the next block
+        # runs (it is dispatched first), so the host's work overlaps the device's; the
+        # block's state is then gone (donated to the next), which only a block that keeps
+        # its state needs: the last, and one after which a checkpoint is due.
+        overlap = self.updates_per_call > 1
+        waiting = None  # A block already followed by the one in flight, not yet reported.
         for first, count in update_blocks(
             first_update, sizes.num_updates, self.updates_per_call, ends_block
         ):
+            last = first + count - 1
             state, self.behaviour, self.acting, metrics, episodes = self._compiled(
                 state, self.behaviour, self.acting, np.int32(first), np.int32(count)
             )
-            # One read-back per block: the host's share of an update shrinks with its size.
-            metrics, episodes = jax.device_get((metrics, episodes))
-            for index in range(count):
-                report = update_report(
-                    first + index,
-                    sizes,
-                    self.policy_lag,
-                    jax.tree.map(lambda x, i=index: x[i], episodes),
-                    {name: value[index] for name, value in metrics.items()},
-                    last_update_of_call=first + count - 1,
-                )
-                if on_update is not None:
-                    on_update(report, state if index == count - 1 else None)
+            block = (first, count, metrics, episodes)
+            if waiting is not None:
+                self._report(*waiting, None, on_update)
+                waiting = None
+                if should_stop is not None and should_stop():
+                    # The stop was decided where that block ended; the one in flight ends
+                    # the run, with its state.
+                    self._report(*block, state, on_update)
+                    break
+            keeps_state = last == sizes.num_updates or (ends_block is not None and ends_block(last))
+            if overlap and not keeps_state:
+                waiting = block
+                continue
+            self._report(*block, state, on_update)
             if should_stop is not None and should_stop():
                 break
         return state
+
+    def _report(self, first, count, metrics, episodes, state, on_update) -> None:
+        """Reports a block's updates in order: `state` (None if gone) with its last."""
+        # One read-back per block: the host's share of an update shrinks with its size.
+        metrics, episodes = jax.device_get((metrics, episodes))
+        for index in range(count):
+            report = update_report(
+                first + index,
+                self.sizes,
+                self.policy_lag,
+                jax.tree.map(lambda x, i=index: x[i], episodes),
+                {name: value[index] for name, value in metrics.items()},
+                last_update_of_call=first + count - 1,
+            )
+            if on_update is not None:
+                on_update(report, state if index == count - 1 else None)
 
 
 def repeat_updates(act_and_learn: Callable, length: int) -> Callable:
