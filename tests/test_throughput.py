@@ -170,17 +170,26 @@ def test_auto_unrolls_only_convolutional_networks_on_cpu():
     assert not learner.unrolls_minibatch_loop("scan", convolutional=True)
 
 
-def test_summary_sps_is_steady_state_and_says_what_includes_start_up(tmp_path):
+def _quiet_metrics(workdir, updates=None):
+    """A MetricsLogger of the minimal agent's run (`updates` long, if given) that writes
+    nothing; and the run's sizes."""
     config = agent_config(minimal_agent)
+    if updates is not None:
+        config.total_timesteps = updates * config.env.num_envs * config.agent.num_steps
     sizes = derive_sizes(config)
     metrics = MetricsLogger(
-        str(tmp_path),
+        str(workdir),
         sizes,
         task_layout=tasks.task_layout(config, sizes.num_envs),
         every_updates=1,
         tensorboard=False,
         is_main_process=False,
     )
+    return metrics, sizes
+
+
+def test_summary_sps_is_steady_state_and_says_what_includes_start_up(tmp_path):
+    metrics, sizes = _quiet_metrics(tmp_path)
     time.sleep(0.5)  # Update 1: compiling and the first rollout.
     for update in range(1, sizes.num_updates + 1):
         if update > 1:
@@ -199,17 +208,7 @@ def test_summary_sps_is_steady_state_and_says_what_includes_start_up(tmp_path):
 def test_summary_sps_of_anakin_blocks_leaves_the_whole_first_call_out(tmp_path):
     # Blocks of 4 updates: each block's updates report together once it returns, so the
     # steady state starts after the first block's last report, not after update 1.
-    config = agent_config(minimal_agent)
-    config.total_timesteps = 12 * config.env.num_envs * config.agent.num_steps
-    sizes = derive_sizes(config)
-    metrics = MetricsLogger(
-        str(tmp_path),
-        sizes,
-        task_layout=tasks.task_layout(config, sizes.num_envs),
-        every_updates=1,
-        tensorboard=False,
-        is_main_process=False,
-    )
+    metrics, sizes = _quiet_metrics(tmp_path, updates=12)
     updates = sizes.num_updates
     for first in range(1, updates + 1, 4):
         time.sleep(0.4 if first == 1 else 0.08)  # The first block also compiles.
