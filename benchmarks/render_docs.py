@@ -53,12 +53,17 @@ def render(name: str, style: str) -> str:
             output = f"```text\n{output}```\n"
         return f"{output}\nRecorded by {provenance(record)}.\n"
     seeds = record["values"]["seeds"]
-    if style == "line":
-        returns = [f"{seeds[s]['mean_return']:.1f}" for s in seeds]
+    if style in ("line", "tasksline"):
+        if style == "line":
+            returns = [f"{seeds[s]['mean_return']:.1f}" for s in seeds]
+            counted = "mean return of the last 100 episodes"
+        else:  # A joint run: summary.json's `mean_return` averages its tasks' own means.
+            returns = [f"{seeds[s]['mean_return']:.3g}" for s in seeds]
+            counted = "the mean over tasks of each task's last 100 episodes"
         listed = ", ".join(returns[:-1]) + f" and {returns[-1]}" if len(returns) > 1 else returns[0]
         return (
-            f"seeds {', '.join(seeds)} end at {listed} (mean return of the last 100 "
-            f"episodes; record `docs/records/{name}.json`)\n"
+            f"seeds {', '.join(seeds)} end at {listed} ({counted}; "
+            f"record `docs/records/{name}.json`)\n"
         )
     if style == "table":
         rows = [
@@ -93,7 +98,7 @@ def render(name: str, style: str) -> str:
                 f"{result['wall_time_s']:.0f} s | `{result['params_checksum'][:12]}` |"
             )
         return "\n".join(rows) + f"\n\nRecorded by {provenance(record)}.\n"
-    raise ValueError(f"record block {name}: unknown style {style!r} (table, line, output)")
+    raise ValueError(f"record block {name}: unknown style {style!r} (table, line, tasksline, output)")
 
 
 def rendered(text: str) -> str:

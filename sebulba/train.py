@@ -398,7 +398,6 @@ class RunCheckpoints:
             "actor_policy_version": required_policy_version(
                 report.update + 1, config.pipeline.policy_lag
             ),
-            "recent_returns": list(self.metrics.recent_returns),
             "episodes_finished": self.metrics.episodes_finished,
             "task_episodes": self.metrics.task_episodes.state(),
             "wall_time_s": self.metrics.wall_time_s(),
@@ -439,6 +438,8 @@ def _final_report(summary: dict[str, Any], label: str = "") -> str:
     bottleneck = summary["bottleneck"]
     if mean_return is None or episodes == 0:
         returns = "no episode has finished, so there is no mean return"
+    elif len(summary["tasks"]) > 1:
+        returns = f"mean return over tasks (each its last 100 episodes) {mean_return:.3g}"
     else:
         counted = "the episode" if episodes == 1 else f"the last {episodes} episodes"
         returns = f"mean return of {counted} {mean_return:.1f}"

@@ -165,6 +165,10 @@ def test_task_statistics_are_per_task_bounded_and_survive_a_round_trip():
         "C": {"mean_return": 5.0, "mean_length": 50.0, "episodes": 1},
     }
     assert "atari_median_hns" not in summary
+    # summary.json's overall mean weighs each task the same: B's 250 short episodes,
+    # which would fill a window of the last 100 episodes overall, count once.
+    assert stats.mean_recent_return() == pytest.approx((1.5 + 3.0 + 5.0) / 3)
+    assert TaskEpisodes(layout).mean_recent_return() is None  # No episode yet.
     restored = TaskEpisodes(layout, json.loads(json.dumps(stats.state())))
     assert restored.summary() == summary
     one_task = TaskEpisodes(tasks.TaskLayout(("A",), 4))
@@ -173,6 +177,9 @@ def test_task_statistics_are_per_task_bounded_and_survive_a_round_trip():
     assert one_task.summary()["tasks"] == {
         "A": {"mean_return": 1.0, "mean_length": 3.0, "episodes": 1}
     }
+    one_task.record(list(range(150)), [1] * 150, [0] * 150)
+    # One task: the mean of the run's last 100 episodes.
+    assert one_task.mean_recent_return() == pytest.approx(np.mean(range(50, 150)))
 
 
 class _RecordingWriter:
@@ -300,6 +307,8 @@ def test_episodes_are_attributed_to_their_task(tmp_path, layout):
             "episodes": episodes,
         }
     assert summary["episodes"] == sum(t["episodes"] for t in summary["tasks"].values())
+    ended = [t["mean_return"] for t in summary["tasks"].values() if t["episodes"]]
+    assert summary["mean_return"] == pytest.approx(np.mean(ended))
 
 
 # ----- resume ---------------------------------------------------------------------

@@ -117,6 +117,18 @@ class TaskEpisodes:
             "atari_mean_hns": _mean_or_none(scores),
         }
 
+    def mean_recent_return(self) -> float | None:
+        """summary.json's `mean_return`: the mean over tasks of each task's recent mean.
+
+        Each task with a finished episode weighs the same, whatever its share of envs or
+        its episode length (a joint run's window of its last 100 episodes overall would
+        hold mostly the tasks whose episodes are short or whose envs come last); with one
+        task it is the mean of the run's last `RECENT_EPISODES` episodes. None before the
+        first episode.
+        """
+        means = [_mean_or_none(r) for r in self.recent_returns.values() if len(r)]
+        return float(np.mean(means)) if means else None
+
     def summary(self) -> dict[str, Any]:
         """summary.json's per-task fields: `tasks`, `env_ids` and the Atari aggregates."""
         tasks = {

@@ -9,7 +9,6 @@ task's episodes (`sebulba.environments.task_metrics`).
 
 from __future__ import annotations
 
-import collections
 import hashlib
 import json
 import math
@@ -192,7 +191,8 @@ class MetricsLogger:
     seconds (the first and the last line of a run, and the line of a run that stops
     early or diverges, always print), so a short run with a line per update does not
     flood the terminal or a notebook. A resumed run passes `first_update`, the
-    episode statistics (overall and per task) and the wall time of the run so far (from
+    episode statistics (per task: `task_episodes`; `recent_returns` only from a
+    checkpoint written before those existed) and the wall time of the run so far (from
     its checkpoint), so lines, summary and step counts continue. `show_progress` False
     writes every file but nothing to the console.
 
@@ -229,9 +229,6 @@ class MetricsLogger:
         self.start_time = time.perf_counter()
         self.first_update = first_update
         self.elapsed_before_s = elapsed_s
-        self.recent_returns: collections.deque[float] = collections.deque(
-            recent_returns, maxlen=100
-        )
         self.episodes_finished = episodes_finished
         if task_episodes is None and not task_layout.is_multitask:
             # A checkpoint written before per-task statistics existed holds a one-task
@@ -299,7 +296,6 @@ class MetricsLogger:
         self._first_call_done = self._first_call_done or report.call_ends_here
         self._last_record_time = now
         self._last_report = report
-        self.recent_returns.extend(report.episode_returns)
         self.episodes_finished += len(report.episode_returns)
         self._window_returns.extend(report.episode_returns)
         self._window_lengths.extend(report.episode_lengths)
@@ -404,7 +400,7 @@ class MetricsLogger:
             "wall_time_s": self.elapsed_before_s + wall,
             "sps": sps,
             "sps_including_compile": sps_including_compile,
-            "mean_return": (float(np.mean(self.recent_returns)) if self.recent_returns else None),
+            "mean_return": self.task_episodes.mean_recent_return(),
             "episodes": self.episodes_finished,
             "params_checksum": checksum,
             "bottleneck": self.bottleneck(),
