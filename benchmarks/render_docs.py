@@ -98,7 +98,9 @@ def render(name: str, style: str) -> str:
                 f"{result['wall_time_s']:.0f} s | `{result['params_checksum'][:12]}` |"
             )
         return "\n".join(rows) + f"\n\nRecorded by {provenance(record)}.\n"
-    raise ValueError(f"record block {name}: unknown style {style!r} (table, line, tasksline, output)")
+    raise ValueError(
+        f"record block {name}: unknown style {style!r} (table, line, tasksline, output)"
+    )
 
 
 def rendered(text: str) -> str:
