@@ -47,6 +47,12 @@ class DeviceLayout:
     def sharding(self, spec: PartitionSpec) -> NamedSharding:
         return NamedSharding(self.learner_mesh, spec)
 
+    @property
+    def actors_share_an_accelerator(self) -> bool:
+        """Whether a device that acts is also one that learns, and not a CPU."""
+        shared = set(self.actor_devices) & set(self.local_learner_devices)
+        return any(device.platform != "cpu" for device in shared)
+
     def describe(self) -> str:
         """A one-line, layout-identifying description (logged and put in summary.json)."""
         return (

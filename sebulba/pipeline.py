@@ -89,6 +89,24 @@ def in_env_order(
     )
 
 
+def copy_to_device(tree, device: jax.Device, *, may_alias: bool | None = None):
+    """`jax.device_put(tree, device)`, also from another platform's devices.
+
+    JAX copies an array between two backends (a GPU and the host's CPU devices, with
+    `mesh.actor_platform="cpu"`) through host memory, and its transfer guard counts that
+    hidden fetch as an implicit device-to-host transfer, which the pipeline's steady
+    state disallows. Such leaves are fetched explicitly first (`jax.device_get`, which
+    the guard allows), so it still catches every transfer nobody asked for.
+    """
+
+    def fetch_if_foreign(x):
+        if isinstance(x, jax.Array) and any(d.platform != device.platform for d in x.devices()):
+            return jax.device_get(x)
+        return x
+
+    return jax.device_put(jax.tree.map(fetch_if_foreign, tree), device, may_alias=may_alias)
+
+
 def rollout_struct(
     agent: Agent, env_spec: EnvSpec, sizes: Sizes, layout: DeviceLayout, state
 ) -> Rollout:
@@ -552,7 +570,7 @@ class Pipeline:
         learner_devices = self.layout.local_learner_devices
         if isinstance(rollout, _ScanRollout):
             return [
-                jax.device_put(piece, device)
+                copy_to_device(piece, device)
                 for piece, device in zip(rollout.pieces, learner_devices, strict=True)
             ]
         slice_size = self.sizes.envs_per_thread // len(learner_devices)
@@ -560,7 +578,7 @@ class Pipeline:
         for i, learner_device in enumerate(learner_devices):
             columns = slice(i * slice_size, (i + 1) * slice_size)
             piece = rollout.piece(columns, rollout.policy_outputs[i], rollout.initial_carry[i])
-            pieces.append(jax.device_put(piece, learner_device))
+            pieces.append(copy_to_device(piece, learner_device))
         return pieces
 
     def _run_actor(self, *args):
@@ -629,7 +647,7 @@ class Pipeline:
 
         local = jax.tree.map(local_copy, params)
         copies = [
-            jax.device_put(local, device, may_alias=False) for device in self.layout.actor_devices
+            copy_to_device(local, device, may_alias=False) for device in self.layout.actor_devices
         ]
         jax.block_until_ready(copies)
         store.publish(version, copies)

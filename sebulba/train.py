@@ -623,6 +623,7 @@ def open_outputs(
         task_episodes=start.meta.get("task_episodes"),
         elapsed_s=start.meta.get("wall_time_s", 0.0),
         show_progress=show_progress,
+        actors_share_an_accelerator=setup.layout.actors_share_an_accelerator,
     )
 
 

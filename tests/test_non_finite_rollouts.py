@@ -71,26 +71,32 @@ def test_a_non_finite_rollout_exits_with_one_line(tmp_path):
     assert "Traceback" not in result.stderr
 
 
-def test_auto_keeps_gpu_actor_threads_that_share_a_device_on_the_verified_loop():
-    pool = envpool.make("CartPole-v1", env_type="gymnasium", num_envs=2)
+def test_auto_takes_scan_on_gpus_only_in_the_verified_shapes():
+    pools = {n: envpool.make("CartPole-v1", env_type="gymnasium", num_envs=n) for n in (64, 128)}
     action = spaces.Discrete(2)
     gpu0 = types.SimpleNamespace(platform="gpu", id=0)
     gpu1 = types.SimpleNamespace(platform="gpu", id=1)
+    big, small = [pools[128]], [pools[64]]
     try:
-        # One thread per GPU: verified, so auto takes scan.
-        loop, _ = scan_actor.choose_actor_loop("auto", [[pool], [pool]], [gpu0, gpu1], action)
+        # One thread of 128 envs per GPU: verified, so auto takes scan.
+        loop, _ = scan_actor.choose_actor_loop("auto", [big, big], [gpu0, gpu1], action)
         assert loop == "scan"
         # Two threads sharing a GPU: not verified; auto keeps the step loop and says why.
-        loop, why = scan_actor.choose_actor_loop("auto", [[pool], [pool]], [gpu0, gpu0], action)
+        loop, why = scan_actor.choose_actor_loop("auto", [big, big], [gpu0, gpu0], action)
         assert loop == "step"
         assert "2 actor threads sharing one gpu device are not verified" in why
         assert "pipeline.actor_loop='scan' runs it anyway" in why
+        # One thread per GPU, but fewer envs per program than verified.
+        loop, why = scan_actor.choose_actor_loop("auto", [small], [gpu0], action)
+        assert loop == "step"
+        assert "64 envs per actor thread on a gpu device are not verified" in why
         # Asked for by name, it runs, and the log line says it is unverified.
-        loop, why = scan_actor.choose_actor_loop("scan", [[pool], [pool]], [gpu0, gpu0], action)
+        loop, why = scan_actor.choose_actor_loop("scan", [big, big], [gpu0, gpu0], action)
         assert loop == "scan" and why.startswith("requested, although")
-        # CPUs: any number of threads per device is verified by the suite.
+        # CPUs: any number of threads per device and of envs is verified by the suite.
         cpu = jax.devices()[0]
-        loop, _ = scan_actor.choose_actor_loop("auto", [[pool], [pool]], [cpu, cpu], action)
+        loop, _ = scan_actor.choose_actor_loop("auto", [small, small], [cpu, cpu], action)
         assert loop == "scan"
     finally:
-        pool.close()
+        for pool in pools.values():
+            pool.close()

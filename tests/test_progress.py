@@ -1,6 +1,7 @@
 """What a researcher watches: console progress, TensorBoard tags, the bottleneck report,
 a diverging run stopping itself, and the optional wandb sink."""
 
+import dataclasses
 import glob
 import importlib.machinery
 import io
@@ -16,6 +17,8 @@ from tensorboardX.proto import event_pb2
 
 from sebulba import checkpoint, train
 from sebulba.errors import ConfigError, TrainingDivergedError
+from sebulba.mesh import DeviceLayout
+from sebulba.runtime.metrics import diagnose_bottleneck
 from sebulba.runtime.progress import ConsoleProgress
 from tests import diverging_agent, minimal_agent
 from tests.helpers import agent_config, read_metrics, read_summary
@@ -127,6 +130,34 @@ def test_the_bottleneck_report_names_the_slow_side(tmp_path, delay, limited_by):
     assert bottleneck[f"{waiting_side}_wait_fraction"] > 0.5
     lines = read_metrics(str(tmp_path))
     assert all(0 <= line[f"{waiting_side}_wait_fraction"] <= 1 for line in lines)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Device:
+    platform: str
+    id: int
+
+
+def test_actors_sharing_an_accelerator_are_advised_to_act_on_the_cpus_not_to_add_threads():
+    gpu, other_gpu, cpu = _Device("gpu", 0), _Device("gpu", 1), _Device("cpu", 0)
+
+    def shares(actors, learners):
+        return DeviceLayout(
+            tuple(actors), tuple(learners), learner_mesh=None
+        ).actors_share_an_accelerator
+
+    assert shares([gpu], [gpu])
+    assert not shares([gpu], [other_gpu])  # Actor devices of their own.
+    assert not shares([cpu], [gpu])  # mesh.actor_platform="cpu".
+    assert not shares([cpu], [cpu])  # A CPU run: its devices do not queue programs so.
+    own = diagnose_bottleneck(8.0, 0.0, 10.0)
+    shared = diagnose_bottleneck(8.0, 0.0, 10.0, actors_share_an_accelerator=True)
+    assert own["limited_by"] == shared["limited_by"] == "actors"
+    assert "more actor threads" in own["detail"] and "actor_platform" not in own["detail"]
+    assert "more actor threads would queue behind its updates" in shared["detail"]
+    assert "mesh.actor_platform=cpu" in shared["detail"]
+    # A learner-bound run gets the same advice either way.
+    assert diagnose_bottleneck(0.0, 8.0, 10.0, True) == diagnose_bottleneck(0.0, 8.0, 10.0)
 
 
 def test_a_non_finite_loss_stops_the_run_at_that_update(tmp_path):

@@ -122,7 +122,11 @@ def choose_actor_loop(
         if requested == "scan":
             raise ValueError(f"pipeline.actor_loop is 'scan', but {reason}; use 'auto' or 'step'")
         return "step", reason
-    unverified = unverified_reason(devices_per_thread)
+    envs_per_thread = [
+        sum(pool.config["num_envs"] for group in groups for pool in pools_of(group))
+        for groups in groups_per_thread
+    ]
+    unverified = unverified_reason(devices_per_thread, envs_per_thread)
     if unverified is None:
         return "scan", "envpool's XLA interface steps the envs inside each rollout's program"
     if requested == "scan":
@@ -130,26 +134,55 @@ def choose_actor_loop(
     return "step", f"{unverified}; pipeline.actor_loop='scan' runs it anyway"
 
 
-# How many actor threads may share one actor device in scan rollouts, per platform, as far
-# as a test has shown the data equal to the step loop's (None: any number). CPU: the
-# suite (tests/test_scan_actor.py). GPU: one thread per device, on an H100; two threads
-# sharing one H100 handed the learner non-finite data (docs/architecture.md, "The actor
-# loop on GPUs"), and until tests/gpu shows the fix there, `auto` does not choose it.
-VERIFIED_SCAN_THREADS_PER_DEVICE: dict[str, int | None] = {"cpu": None, "gpu": 1}
+@dataclasses.dataclass(frozen=True)
+class VerifiedScan:
+    """The scan rollouts a test has shown to give the step loop's data on one platform.
+
+    Attributes:
+      max_threads_per_device: actor threads sharing one device (None: any number).
+      min_envs_per_thread: envs in one thread's rollout program.
+    """
+
+    max_threads_per_device: int | None = None
+    min_envs_per_thread: int = 1
 
 
-def unverified_reason(devices_per_thread: Sequence[jax.Device]) -> str | None:
-    """Why scan rollouts on these devices are not verified to give the step loop's data."""
+# Per platform, as far as tests have shown scan rollouts equal to the step loop's (a
+# platform not listed: none). CPU: any shape (tests/test_scan_actor.py). GPU: what
+# tests/gpu has shown on an H100 and an H200: one actor thread per device with 128 envs.
+# IMPALA Atari's scan rollouts of 64 and 32 envs per program, with one thread or two,
+# handed the learner data that made update 1's losses non-finite on an H200
+# (docs/architecture.md, "The actor loop on GPUs"); until tests/gpu shows the cause
+# fixed, `auto` does not choose them.
+VERIFIED_SCAN: dict[str, VerifiedScan] = {
+    "cpu": VerifiedScan(),
+    "gpu": VerifiedScan(max_threads_per_device=1, min_envs_per_thread=128),
+}
+
+
+def unverified_reason(
+    devices_per_thread: Sequence[jax.Device], envs_per_thread: Sequence[int]
+) -> str | None:
+    """Why scan rollouts on these devices, of these sizes, are not verified to give the
+    step loop's data; None if they are."""
     threads_on: dict[tuple[str, int], int] = {}
     for device in devices_per_thread:
         key = (device.platform, device.id)
         threads_on[key] = threads_on.get(key, 0) + 1
     for (platform, _), threads in threads_on.items():
-        verified = VERIFIED_SCAN_THREADS_PER_DEVICE.get(platform, 0)
-        if verified is not None and threads > verified:
+        verified = VERIFIED_SCAN.get(platform, VerifiedScan(max_threads_per_device=0))
+        limit = verified.max_threads_per_device
+        if limit is not None and threads > limit:
             return (
                 f"scan rollouts of {threads} actor threads sharing one {platform} device "
-                f"are not verified (verified: {verified or 'none'})"
+                f"are not verified (verified: {limit or 'none'})"
+            )
+    for device, envs in zip(devices_per_thread, envs_per_thread, strict=True):
+        least = VERIFIED_SCAN.get(device.platform, VerifiedScan()).min_envs_per_thread
+        if envs < least:
+            return (
+                f"scan rollouts of {envs} envs per actor thread on a {device.platform} device "
+                f"are not verified (verified: {least} or more)"
             )
     return None
 

@@ -120,11 +120,19 @@ def check_finite_losses(update: int, agent_metrics: dict[str, Any]) -> None:
 _BALANCED_WAIT_FRACTION = 0.05
 
 
-def diagnose_bottleneck(learner_wait_s: float, actor_wait_s: float, wall_s: float) -> dict:
+def diagnose_bottleneck(
+    learner_wait_s: float,
+    actor_wait_s: float,
+    wall_s: float,
+    actors_share_an_accelerator: bool = False,
+) -> dict:
     """Which side limited throughput, from the Cleanba paper's pair of wait times.
 
     A learner that waits for rollouts is starved by its actors; actors that wait for
-    parameters are held back by the learner. Args are totals over the same updates.
+    parameters are held back by the learner. The wait times are totals over the same
+    updates. `actors_share_an_accelerator`: an actor device is also a learner device
+    and not a CPU, so the actors' policy calls queue behind the learner's updates and
+    the advice for actor-bound runs differs.
     """
     if wall_s <= 0:
         return {"limited_by": "unknown", "detail": "no steady-state update was measured"}
@@ -139,6 +147,14 @@ def diagnose_bottleneck(learner_wait_s: float, actor_wait_s: float, wall_s: floa
     elif learner >= actors:
         limited_by = "actors"
         advice = "more actor threads, envs or actor devices would raise throughput"
+        if actors_share_an_accelerator:
+            # Measured on one GPU: more threads added envs but no GPU time
+            # (docs/architecture.md, "Acting on the host's CPUs").
+            advice = (
+                "the actors share their accelerator with the learner, so more actor threads "
+                "would queue behind its updates; a cheap (MLP) policy acts faster on the "
+                "host's CPUs (mesh.actor_platform=cpu), any policy on actor devices of its own"
+            )
     else:
         limited_by = "learner"
         advice = "more learner devices or fewer epochs/minibatches would raise throughput"
@@ -194,7 +210,8 @@ class MetricsLogger:
     episode statistics (per task: `task_episodes`; `recent_returns` only from a
     checkpoint written before those existed) and the wall time of the run so far (from
     its checkpoint), so lines, summary and step counts continue. `show_progress` False
-    writes every file but nothing to the console.
+    writes every file but nothing to the console. `actors_share_an_accelerator`: see
+    `diagnose_bottleneck`.
 
     Episodes are attributed to the tasks of `task_layout` by their global env index;
     multi-task lines carry per-task fields and summary.json always has `tasks`
@@ -219,8 +236,10 @@ class MetricsLogger:
         task_episodes: Mapping[str, Any] | None = None,
         elapsed_s: float = 0.0,
         show_progress: bool = True,
+        actors_share_an_accelerator: bool = False,
     ):
         self.workdir = workdir
+        self.actors_share_an_accelerator = actors_share_an_accelerator
         self.sizes = sizes
         self.every_updates = every_updates
         self.console_every_s = console_every_s
@@ -381,7 +400,10 @@ class MetricsLogger:
     def bottleneck(self) -> dict[str, Any]:
         """`diagnose_bottleneck` over this run's updates after its first."""
         return diagnose_bottleneck(
-            self._steady_rollout_wait, self._steady_params_wait, self._steady_s
+            self._steady_rollout_wait,
+            self._steady_params_wait,
+            self._steady_s,
+            self.actors_share_an_accelerator,
         )
 
     def summary(self, global_step: int, updates: int, checksum: str, extra: dict) -> dict:
