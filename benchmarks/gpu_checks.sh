@@ -15,42 +15,9 @@
 # the first metrics lines of the loop comparison. Every run compiles (no persistent cache).
 set -u
 cd "$(dirname "$0")/.."
-OUT=${1:-${OUT:-runs/gpu_checks}}
-WORK=${WORK:-/tmp/sebulba_gpu_checks}
-mkdir -p "$OUT" "$WORK"
+OUT=${1:-${OUT:-runs/gpu_checks}} WORK=${WORK:-/tmp/sebulba_gpu_checks}
+source benchmarks/gpu_runs.sh
 rm -f "$OUT/runs.txt"
-R=${RUNNER:-}
-export SEBULBA_COMPILATION_CACHE_DIR=
-
-summarise() {  # workdir name rc start end metrics-lines-to-print
-  $R python3 - "$@" >>"$OUT/runs.txt" 2>&1 <<'PY'
-import json, sys
-workdir, name, rc, start, end, lines = sys.argv[1:]
-wall, lines = float(end) - float(start), int(lines)
-s = json.load(open(f"{workdir}/summary.json"))
-b = s.get("bottleneck", {})
-print(f"{name} rc={rc} wall={wall:.1f}s sps={s['sps']:.0f} return={s['mean_return']} "
-      f"checksum={s['params_checksum'][:16]} loop={s['actor_loop']} "
-      f"limited_by={b.get('limited_by')} learner_wait={b.get('learner_wait_fraction', 0):.2f}")
-for line in list(open(f"{workdir}/metrics.jsonl"))[:lines]:
-    m = json.loads(line)
-    print("   ", {k: m[k] for k in sorted(m) if "loss" in k or k in ("update", "entropy")})
-PY
-}
-
-run() {  # name config [overrides...]; METRICS_LINES=N prints the first N metrics lines
-  local name=$1 config=$2
-  shift 2
-  local workdir=$WORK/$name start end rc
-  rm -rf "$workdir"
-  start=$(date +%s.%N)
-  timeout 300 $R python3 -m sebulba.main --config="$config" --workdir="$workdir" \
-    --config.log.tensorboard=False --config.log.console=lines "$@" >"$OUT/$name.log" 2>&1
-  rc=$?
-  end=$(date +%s.%N)
-  summarise "$workdir" "$name" "$rc" "$start" "$end" "${METRICS_LINES:-0}" ||
-    echo "$name rc=$rc: $(tail -2 "$OUT/$name.log")" >>"$OUT/runs.txt"
-}
 
 XLA_PYTHON_CLIENT_MEM_FRACTION=0.2 timeout 600 $R python3 -m pytest tests/gpu -n 4 --dist=load \
   -q -p no:cacheprovider >"$OUT/gpu_tests.log" 2>&1

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Acting and learning on one shared GPU (docs/benchmarks.md, "On a GPU"), ~8 min on one
+# H200 + 16 cores:
+#
+#   bash benchmarks/gpu_overlap.sh [OUT_DIR]
+#   PARTS=actor_platform bash benchmarks/gpu_overlap.sh     # one part only
+#   RUNNER="bash .gpu/run.sh" bash benchmarks/gpu_overlap.sh   # through a wrapper
+#
+# 1. `two_threads`: two actor threads running scan rollouts on the one GPU (IMPALA Atari as
+#    shipped, the scan loop forced), seven runs side by side, each with an eighth of the
+#    GPU's memory: as shipped, with one suspect removed per run (XLA's command buffers, the
+#    caching allocator, asynchronous kernel launches, the one-step lag), PPO instead of
+#    IMPALA, and the step loop. The first three updates' losses tell which runs hand the
+#    learner sound data.
+# 2. `scan_shapes`: one thread of 64 or 32 envs (with XLA's autotuner or its Triton GEMMs
+#    off), and two threads of 64 with the Nature CNN instead of the ResNet.
+# 3. `actor_platform`: the same run with the policy on the GPU (default) and on the
+#    host's CPUs, one after the other so each has the node to itself: an MLP on MuJoCo
+#    and on CartPole, the IMPALA ResNet on Atari (one thread of 128 envs, then two of 64).
+# OUT_DIR/runs.txt gets one line of figures per run (sps, limiting side, learner wait).
+set -u
+cd "$(dirname "$0")/.."
+OUT=${1:-${OUT:-runs/gpu_overlap}} WORK=${WORK:-/tmp/sebulba_gpu_overlap}
+source benchmarks/gpu_runs.sh
+rm -f "$OUT/runs.txt"
+export RUN_TIMEOUT=${RUN_TIMEOUT:-150}
+
+TWO_THREADS=(configs/impala_atari.py:Breakout-v5 --config.total_timesteps=7680
+  --config.log.every_updates=1 --config.ckpt.every_updates=0)
+two_threads() {
+  export XLA_PYTHON_CLIENT_MEM_FRACTION=0.12 METRICS_LINES=3
+  run two_threads_scan "${TWO_THREADS[@]}" --config.pipeline.actor_loop=scan &
+  XLA_FLAGS=--xla_gpu_enable_command_buffer= run two_threads_scan_no_command_buffers \
+    "${TWO_THREADS[@]}" --config.pipeline.actor_loop=scan &
+  XLA_PYTHON_CLIENT_ALLOCATOR=platform run two_threads_scan_platform_allocator \
+    "${TWO_THREADS[@]}" --config.pipeline.actor_loop=scan &
+  CUDA_LAUNCH_BLOCKING=1 run two_threads_scan_launch_blocking \
+    "${TWO_THREADS[@]}" --config.pipeline.actor_loop=scan &
+  run two_threads_step "${TWO_THREADS[@]}" --config.pipeline.actor_loop=step &
+  two_threads_lag_and_agent
+}
+
+two_threads_lag_and_agent() {  # Part of `two_threads`; also a part of its own.
+  export XLA_PYTHON_CLIENT_MEM_FRACTION=0.12 METRICS_LINES=3
+  run two_threads_scan_lag_0 "${TWO_THREADS[@]}" --config.pipeline.actor_loop=scan \
+    --config.pipeline.policy_lag=0 &
+  run two_threads_scan_ppo configs/ppo_atari.py:Breakout-v5 --config.total_timesteps=49152 \
+    --config.log.every_updates=1 --config.ckpt.every_updates=0 \
+    --config.pipeline.num_actor_threads=2 --config.env.num_envs=64 \
+    --config.pipeline.actor_loop=scan &
+  wait
+  unset XLA_PYTHON_CLIENT_MEM_FRACTION METRICS_LINES
+}
+
+scan_shapes() {  # One thread: envs per program, XLA's autotuner and Triton GEMMs; the network.
+  export XLA_PYTHON_CLIENT_MEM_FRACTION=0.2 METRICS_LINES=2
+  local one=(configs/impala_atari.py:Breakout-v5 --config.log.every_updates=1
+    --config.ckpt.every_updates=0 --config.pipeline.actor_loop=scan
+    --config.pipeline.num_actor_threads=1)
+  run scan_1x64 "${one[@]}" --config.total_timesteps=3840 &
+  run scan_1x32 "${one[@]}" --config.env.num_envs=32 --config.total_timesteps=1920 &
+  XLA_FLAGS=--xla_gpu_autotune_level=0 run scan_1x64_no_autotune "${one[@]}" \
+    --config.total_timesteps=3840 &
+  XLA_FLAGS=--xla_gpu_enable_triton_gemm=false run scan_1x64_no_triton_gemm "${one[@]}" \
+    --config.total_timesteps=3840 &
+  run scan_2x64_nature_cnn "${TWO_THREADS[@]}" --config.pipeline.actor_loop=scan \
+    --config.agent.network=nature_cnn &
+  wait
+  unset XLA_PYTHON_CLIENT_MEM_FRACTION METRICS_LINES
+}
+
+actor_platform() {
+  STEPS=--config.total_timesteps=131072
+  for actor in default cpu; do
+    run "mujoco_${actor}_actor" configs/ppo_mujoco.py:HalfCheetah-v4 "$STEPS" \
+      --config.ckpt.every_updates=0 --config.mesh.actor_platform=$actor
+  done
+  for actor in default cpu; do
+    run "cartpole_${actor}_actor" configs/ppo_cartpole.py "$STEPS" \
+      --config.ckpt.every_updates=0 --config.mesh.actor_platform=$actor
+  done
+  for actor in default cpu; do
+    run "atari_${actor}_actor_1x128" configs/ppo_atari.py:Breakout-v5 "$STEPS" \
+      --config.ckpt.every_updates=0 --config.mesh.actor_platform=$actor
+  done
+  run atari_cpu_actor_2x64 configs/ppo_atari.py:Breakout-v5 "$STEPS" \
+    --config.ckpt.every_updates=0 --config.mesh.actor_platform=cpu \
+    --config.pipeline.num_actor_threads=2 --config.env.num_envs=64
+}
+
+for part in ${PARTS:-two_threads scan_shapes actor_platform}; do
+  $part
+done
+cat "$OUT/runs.txt"
