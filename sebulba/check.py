@@ -100,10 +100,6 @@ def _learner_program(config, run, state):
         runner = train.make_anakin_runner(
             config, run.agent, run.layout, run.sizes, jax_env, run.env_spec
         )
-        # Priced per update: a block of `pipeline.updates_per_call` runs the same update in
-        # a loop, whose trip count XLA's cost analysis does not see (memory: the same state
-        # and rollout, plus the block's stacked metrics, a few bytes per update).
-        runner.updates_per_call = 1
         # Its rollout lives inside the program (in its temporaries), as at launch.
         return runner.lower_update(state), (), runner
     rollout = pipeline.rollout_struct(run.agent, run.env_spec, run.sizes, run.layout, state)
@@ -142,6 +138,10 @@ def check(config, topology: str) -> dict[str, Any]:
         # "auto" unrolls the minibatch loop only for CPU learners (agents.learner); the
         # slice's learners keep the rolled scan, as they would at launch there.
         config.agent.minibatch_loop = "scan"
+    # Priced per update: an Anakin block of `pipeline.updates_per_call` runs the same
+    # update in a loop, whose trip count XLA's cost analysis does not see (memory: the
+    # same state and rollout, plus the block's stacked metrics, a few bytes per update).
+    config.pipeline.updates_per_call = 1
     run = plan(config, devices, process_index=0)
     layout, sizes, agent = run.layout, run.sizes, run.agent
     num_learner_devices = layout.learner_mesh.devices.size

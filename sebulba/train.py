@@ -29,7 +29,7 @@ from sebulba.anakin import runner as anakin_runner
 from sebulba.anakin import suites as anakin_suites
 from sebulba.anakin.env_api import BatchOfEnvs
 from sebulba.config import resume as resume_config
-from sebulba.config.run_plan import plan
+from sebulba.config.run_plan import RunPlan, plan
 from sebulba.config.sizes import Sizes
 from sebulba.environments import tasks
 from sebulba.errors import ConfigError
@@ -61,14 +61,15 @@ class RunSetup:
     jax_env: BatchOfEnvs | None = None
 
 
-def prepare(config: ml_collections.ConfigDict) -> RunSetup:
+def prepare(config: ml_collections.ConfigDict, run: RunPlan | None = None) -> RunSetup:
     """Checks the config (`sebulba.config.run_plan.plan`: sizes, devices, envs, agent),
-    then builds the envs and chooses the actor loop.
+    then builds the envs and chooses the actor loop. `run`: the config's plan, where
+    the caller has made it already.
 
     Raises:
       ConfigError: with one line naming the offending field.
     """
-    run = plan(config)
+    run = plan(config) if run is None else run
     sizes, layout, env_spec = run.sizes, run.layout, run.env_spec
     if run.is_anakin:
         task_layout = tasks.task_layout(config, sizes.num_envs)

@@ -392,17 +392,29 @@ class AnakinRunner:
         """Reports a block's updates in order: `state` (None if gone) with its last."""
         # One read-back per block: the host's share of an update shrinks with its size.
         metrics, episodes = jax.device_get((metrics, episodes))
-        for index in range(count):
-            report = update_report(
-                first + index,
-                self.sizes,
-                self.policy_lag,
-                jax.tree.map(lambda x, i=index: x[i], episodes),
-                {name: value[index] for name, value in metrics.items()},
-                last_update_of_call=first + count - 1,
-            )
+        reports = block_reports(first, count, self.sizes, self.policy_lag, metrics, episodes)
+        for index, report in enumerate(reports):
             if on_update is not None:
                 on_update(report, state if index == count - 1 else None)
+
+
+def block_reports(first, count, sizes, policy_lag, metrics, episodes, seed=None):
+    """The reports of a block's updates first .. first + count - 1, in order, from its
+    metrics and episodes read back to the host: stacked [updates, ...], or for the
+    vmapped seeds [updates, seeds, ...], of which `seed` picks one."""
+
+    def pick(x, index):
+        return x[index] if seed is None else x[index, seed]
+
+    for index in range(count):
+        yield update_report(
+            first + index,
+            sizes,
+            policy_lag,
+            jax.tree.map(lambda x, i=index: pick(x, i), episodes),
+            {name: pick(value, index) for name, value in metrics.items()},
+            last_update_of_call=first + count - 1,
+        )
 
 
 def repeat_updates(act_and_learn: Callable, length: int) -> Callable:

@@ -32,7 +32,7 @@ from jax.sharding import PartitionSpec
 
 from sebulba import checkpoint as ckpt_lib
 from sebulba.agents import resolve_agent
-from sebulba.anakin.runner import AnakinRunner, repeat_updates, update_blocks, update_report
+from sebulba.anakin.runner import AnakinRunner, block_reports, repeat_updates, update_blocks
 from sebulba.config import resume as resume_config
 from sebulba.config.run_plan import plan
 from sebulba.errors import ConfigError
@@ -197,13 +197,15 @@ def train_seeds(
         resume_config.check(seeded, workdirs[-1])
     with stop_signals or ckpt_lib.StopSignals() as signals:
         # The run's checks, then this command's own, before any env exists.
-        if not plan(configs[0]).is_anakin:
+        first = plan(configs[0])
+        if not first.is_anakin:
             raise ConfigError(
                 f"--seeds trains the seeds in one program, which needs a JAX env (Anakin); "
                 f"env.id {config.env.id!r} is an envpool task: use `python -m sebulba.sweep "
                 "--seeds=...` to run its seeds one after the other"
             )
-        setups = [train_lib.prepare(seeded) for seeded in configs]
+        setups = [train_lib.prepare(configs[0], first)]
+        setups += [train_lib.prepare(seeded) for seeded in configs[1:]]
         batch = SeedBatch(config, setups[0], seeds)
         abstract_env_state = batch.abstract_acting_state()
         starts = [
@@ -269,6 +271,7 @@ def train_seeds(
             )
         ]
         seed_array = jax.device_put(np.asarray(seeds, np.int32), layout.replicated)
+        policy_lag = config.pipeline.policy_lag
         blocks = update_blocks(
             first_update,
             sizes.num_updates,
@@ -283,18 +286,13 @@ def train_seeds(
                 current.update(behaviours=behaviours, actings=actings)
                 # [updates in the block, seeds, ...]
                 metrics, episodes = jax.device_get((metrics, episodes))
+                per_seed = [
+                    list(block_reports(first, count, sizes, policy_lag, metrics, episodes, seed=i))
+                    for i in range(len(seeds))
+                ]
                 for index in range(count):
                     for i, saver in enumerate(checkpoints):
-                        seed_episodes = jax.tree.map(lambda x, k=index, i=i: x[k, i], episodes)
-                        seed_metrics = {name: value[index, i] for name, value in metrics.items()}
-                        report = update_report(
-                            first + index,
-                            sizes,
-                            config.pipeline.policy_lag,
-                            seed_episodes,
-                            seed_metrics,
-                            last_update_of_call=first + count - 1,
-                        )
+                        report = per_seed[i][index]
                         state = None  # Inside the block: see `RunCheckpoints.on_update`.
                         if index == count - 1:
                             state = lambda i=i, states=states: _take(states, i)  # noqa: E731
