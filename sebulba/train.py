@@ -164,20 +164,34 @@ def make_env_pools(config: ml_collections.ConfigDict, sizes: Sizes, first_update
     """
     base = random_streams.env_seed_base(config.seed, first_update)
     layout_of_tasks = tasks.task_layout(config, sizes.num_envs)
-    pools = []
-    for thread_index in range(sizes.num_actor_threads):
-        threads_before = jax.process_index() * sizes.num_actor_threads + thread_index
-        pools.append(
-            envs_lib.make_thread_envs(
-                config.env,
-                layout_of_tasks,
-                threads_before * sizes.envs_per_thread,
-                sizes.envs_per_thread,
-                base,
-                split=config.pipeline.overlap_env_steps,
-            )
+    split = config.pipeline.overlap_env_steps
+    first_envs = [
+        (jax.process_index() * sizes.num_actor_threads + thread) * sizes.envs_per_thread
+        for thread in range(sizes.num_actor_threads)
+    ]
+    pool_sizes = [
+        size
+        for first in first_envs
+        for size in envs_lib.thread_pool_sizes(
+            layout_of_tasks, first, sizes.envs_per_thread, split=split
         )
-    return pools
+    ]
+    workers, why = envs_lib.worker_threads(config.env.num_threads, pool_sizes)
+    logging.info(
+        "envpool: %d pool(s), %d worker thread(s) each (%s)", len(pool_sizes), workers, why
+    )
+    return [
+        envs_lib.make_thread_envs(
+            config.env,
+            layout_of_tasks,
+            first,
+            sizes.envs_per_thread,
+            base,
+            split=split,
+            num_threads=workers,
+        )
+        for first in first_envs
+    ]
 
 
 def init_learner_state(setup: RunSetup):

@@ -1,5 +1,7 @@
 """envpool construction: the Atari options reach envpool, and lives are not games."""
 
+import os
+
 import numpy as np
 import pytest
 
@@ -86,3 +88,24 @@ def test_without_episodic_life_game_overs_are_the_terminations():
     info = {"terminated": np.array([1, 0, 1], np.int32), "lives": np.zeros(3, np.int32)}
     assert np.array_equal(envs.game_overs(terminations, info), terminations)
     assert envs.game_overs(terminations, {}) is terminations  # Tasks without the flag.
+
+
+def test_envpool_workers_share_the_process_cores_among_its_pools(monkeypatch):
+    from sebulba.environments.tasks import TaskLayout
+
+    # Pools as make_thread_envs builds them: one per task block a thread overlaps, per half.
+    layout = TaskLayout(("A", "B"), 12)  # Blocks [0, 6) and [6, 12).
+    assert envs.thread_pool_sizes(layout, 0, 12, split=False) == [6, 6]
+    assert envs.thread_pool_sizes(layout, 4, 4, split=False) == [2, 2]
+    assert envs.thread_pool_sizes(layout, 0, 6, split=True) == [3, 3]
+    # A 16-core node (or a SLURM job's 16 CPUs of a larger one): two actor threads' pools
+    # get 8 workers each, where envpool's own default would start 16 in each.
+    monkeypatch.setattr(envs, "available_cores", lambda: 16)
+    assert envs.worker_threads(0, [64, 64]) == (8, "env.num_threads=0: 16 cores for 2 pool(s)")
+    assert envs.worker_threads(0, [128])[0] == 16
+    assert envs.worker_threads(0, [4, 4])[0] == 4  # No more workers than envs.
+    assert envs.worker_threads(0, [8] * 32)[0] == 1  # At least one.
+    assert envs.worker_threads(3, [64, 64]) == (3, "env.num_threads=3")  # Set: as set.
+    # The process's CPU set, not the machine's core count.
+    monkeypatch.undo()
+    assert 1 <= envs.available_cores() <= (os.cpu_count() or 1)

@@ -30,7 +30,7 @@ def env_section() -> ml_collections.ConfigDict:
     # e.g. ("MiniGrid-Empty-5x5-v0", "MiniGrid-DoorKey-5x5-v0"); docs/multitask.md.
     env.ids = ()  # Tasks trained jointly by one policy (): the single task env.id).
     env.num_envs = 8  # Envs stepped by each actor thread (one envpool pool).
-    env.num_threads = 0  # envpool worker threads per pool (0: envpool decides).
+    env.num_threads = 0  # envpool workers per pool (0: this process's cores, shared by its pools).
     env.clip_rewards = False  # Learn from sign(reward) (Atari); returns stay raw.
     env.repeat_action_probability = 0.25  # Atari sticky actions (Machado et al.).
     env.full_action_space = True  # Atari: all 18 actions for every game.
