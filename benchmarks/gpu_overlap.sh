@@ -76,8 +76,10 @@ actor_platform() {
       --config.ckpt.every_updates=0 --config.mesh.actor_platform=$actor
   done
   for actor in default cpu; do
+    # The scan loop as measured (auto now keeps 4 envs per thread on a GPU on the step loop).
     run "cartpole_${actor}_actor" configs/ppo_cartpole.py "$STEPS" \
-      --config.ckpt.every_updates=0 --config.mesh.actor_platform=$actor
+      --config.ckpt.every_updates=0 --config.mesh.actor_platform=$actor \
+      --config.pipeline.actor_loop=scan
   done
   for actor in default cpu; do
     run "atari_${actor}_actor_1x128" configs/ppo_atari.py:Breakout-v5 "$STEPS" \
