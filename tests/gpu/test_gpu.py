@@ -159,34 +159,28 @@ def test_shipped_atari_configs_train_finite_and_repeat_their_checksum(
     assert first["params_checksum"] == second["params_checksum"]
 
 
+def _same_checksum(tmp_path, config: str, common: tuple, layouts: tuple[tuple, tuple]) -> None:
+    """Two runs of `config` (with `common` overrides) in two layouts end with one checksum."""
+    one, other = (
+        _run(tmp_path / name, config, *common, *layout)
+        for name, layout in zip(("one", "other"), layouts, strict=True)
+    )
+    assert one["params_checksum"] == other["params_checksum"]
+
+
 def test_actors_on_the_hosts_cpus_feed_a_gpu_learner_the_same_data_in_any_layout(tmp_path):
     """`mesh.actor_platform="cpu"`: the policy runs on the host's CPU devices, the learner
     on the GPU; parameters and rollouts cross between the two backends every update.
     One thread of 8 envs and two of 4 give the same checksum (layout invariance)."""
     _require_gpus(1)
-    config = "configs/ppo_cartpole.py"
     common = (_steps(8 * 128), "--config.mesh.actor_platform=cpu")
-    one = _run(tmp_path / "one", config, *common, "--config.env.num_envs=8")
-    two = _run(
-        tmp_path / "two",
-        config,
-        *common,
-        "--config.env.num_envs=4",
-        "--config.pipeline.num_actor_threads=2",
-    )
-    assert one["params_checksum"] == two["params_checksum"]
+    one_thread = ("--config.env.num_envs=8",)
+    two_threads = ("--config.env.num_envs=4", "--config.pipeline.num_actor_threads=2")
+    _same_checksum(tmp_path, "configs/ppo_cartpole.py", common, (one_thread, two_threads))
 
 
 def test_actors_and_learner_on_separate_gpus_give_the_numbers_of_one(tmp_path):
     _require_gpus(2)
-    config = "configs/ppo_atari.py:Breakout-v5"
-    overrides = (_steps(128 * 128), "--config.log.every_updates=1")
-    shared = _run(tmp_path / "shared", config, *overrides)
-    separate = _run(
-        tmp_path / "separate",
-        config,
-        *overrides,
-        "--config.mesh.actor_device_ids=(0,)",
-        "--config.mesh.learner_device_ids=(1,)",
-    )
-    assert separate["params_checksum"] == shared["params_checksum"]
+    common = (_steps(128 * 128), "--config.log.every_updates=1")
+    separate = ("--config.mesh.actor_device_ids=(0,)", "--config.mesh.learner_device_ids=(1,)")
+    _same_checksum(tmp_path, "configs/ppo_atari.py:Breakout-v5", common, ((), separate))
