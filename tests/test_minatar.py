@@ -1,5 +1,6 @@
 """MinAtar: the "minatar" network, the "mlp" on MinAtar's grids, and configs/ppo_minatar.py
-(PPO on gymnax's MinAtar, with pgx's settings or, `:purejaxrl`, PureJaxRL's)."""
+(PPO on gymnax's MinAtar, with pgx's settings or, `:purejaxrl`, PureJaxRL's, or, `:cpu`,
+gymnax-blines')."""
 
 import math
 
@@ -118,3 +119,43 @@ def test_the_purejaxrl_variant_has_purejaxrls_settings_and_its_smoke_run_trains(
     assert summary["env_id"] == "gymnax:Breakout-MinAtar" and summary["updates"] == 4
     losses = [v for m in read_metrics(str(tmp_path)) for k, v in m.items() if "loss" in k]
     assert losses and all(math.isfinite(v) for v in losses)
+
+
+def test_the_cpu_variant_has_gymnax_blines_settings_and_its_smoke_run_trains(tmp_path):
+    config = load_config("ppo_minatar", "Asterix,cpu")
+    agent = config.agent
+    assert config.env.id == "gymnax:Asterix-MinAtar" and config.env.num_envs == 64
+    network = (agent.network, agent.activation, tuple(agent.hidden_sizes))
+    assert network == ("mlp", "relu", (256, 256))
+    assert (agent.num_steps, agent.num_minibatches, agent.update_epochs) == (128, 8, 4)
+    assert (agent.learning_rate, agent.anneal_lr, agent.gamma) == (5e-4, False, 0.999)
+    assert (agent.gae_lambda, agent.clip_coef, agent.ent_coef) == (0.95, 0.2, 0.01)
+    assert (agent.vf_coef, agent.max_grad_norm, agent.norm_adv) == (0.5, 0.5, "minibatch")
+    assert config.total_timesteps == 5_000_000 and config.pipeline.policy_lag == 0
+    assert load_config("ppo_minatar", "cpu").env.id == "gymnax:Breakout-MinAtar"
+    # The other variants keep their 64-wide MLPs.
+    assert tuple(load_config("ppo_minatar", "Breakout,purejaxrl").agent.hidden_sizes) == (64, 64)
+    with pytest.raises(ValueError, match="one of the variants purejaxrl and cpu"):
+        load_config("ppo_minatar", "purejaxrl,cpu")
+
+    # agent.hidden_sizes reaches PPO's network: 256-wide actor and critic layers.
+    learner_state = ppo.make(config, BREAKOUT_MINATAR, derive_sizes(config)).init(jax.random.key(0))
+    shapes = [leaf.shape for leaf in jax.tree.leaves(learner_state.params)]
+    assert shapes.count((10 * 10 * 4, 256)) == 2 and shapes.count((256, 256)) == 2
+    assert (10 * 10 * 4, 64) not in shapes
+
+    config = load_config("ppo_minatar", "Breakout,cpu,smoke")
+    config.log.tensorboard = False
+    train.train(config, str(tmp_path))
+    summary = read_summary(str(tmp_path))
+    assert summary["env_id"] == "gymnax:Breakout-MinAtar" and summary["updates"] == 4
+    losses = [v for m in read_metrics(str(tmp_path)) for k, v in m.items() if "loss" in k]
+    assert losses and all(math.isfinite(v) for v in losses)
+
+
+@pytest.mark.parametrize("widths", [(), (64, 0)])
+def test_ppo_refuses_hidden_sizes_that_are_not_positive_widths(widths):
+    config = base_config(ppo.get_config())
+    config.agent.hidden_sizes = widths
+    with pytest.raises(ConfigError, match=r"agent.hidden_sizes .* must be positive integers"):
+        ppo.make(config, BREAKOUT_MINATAR, derive_sizes(config))
