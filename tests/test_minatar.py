@@ -159,3 +159,54 @@ def test_ppo_refuses_hidden_sizes_that_are_not_positive_widths(widths):
     config.agent.hidden_sizes = widths
     with pytest.raises(ConfigError, match=r"agent.hidden_sizes .* must be positive integers"):
         ppo.make(config, BREAKOUT_MINATAR, derive_sizes(config))
+
+
+def test_gymnax_breakout_steps_as_pgx_breakout_without_sticky_actions():
+    """gymnax's Breakout-MinAtar and pgx's minatar-breakout (sticky actions off) from the
+    same start under the same actions: the same observations, rewards and terminations at
+    every step, through a brick respawn (a return above 30, the bricks of one wall)."""
+    pytest.importorskip("gymnax")
+    pytest.importorskip("pgx")
+    steps, best = compare_breakout_with_pgx(episodes=20)
+    assert best > 30, (steps, best)
+
+
+def compare_breakout_with_pgx(episodes: int) -> tuple[int, float]:
+    """Steps both Breakouts `episodes` times (asserting each step agrees); returns the
+    steps compared and the best episode's return."""
+    import gymnax
+    import numpy as np
+    from pgx.minatar.breakout import MinAtarBreakout
+
+    env, params = gymnax.make("Breakout-MinAtar")
+    pgx_env = MinAtarBreakout(sticky_action_prob=0.0)
+    gymnax_reset = jax.jit(lambda key: env.reset_env(key, params))
+    gymnax_step = jax.jit(
+        lambda state, action: env.step_env(jax.random.key(0), state, action, params)
+    )
+    pgx_step = jax.jit(lambda state, action: pgx_env.step(state, action, jax.random.key(0)))
+    rng = np.random.default_rng(0)
+    steps, best = 0, 0.0
+    for episode in range(episodes):
+        pgx_state = pgx_env.init(jax.random.key(episode))
+        # The ball starts on one of two sides: gymnax's start with pgx's side.
+        for attempt in range(64):
+            obs, state = gymnax_reset(jax.random.key(64 * episode + attempt))
+            if np.array_equal(obs, pgx_state.observation):
+                break
+        assert np.array_equal(obs, pgx_state.observation)
+        episode_return = 0.0
+        for _ in range(int(params.max_steps_in_episode) - 1):
+            # Mostly follow the ball (long episodes), sometimes a random action.
+            towards = int(jnp.sign(state.ball_x - state.pos))  # -1 left, 0 stay, 1 right.
+            action = [0, 2, 1][towards] if rng.random() < 0.99 else int(rng.integers(3))
+            obs, state, reward, done, _ = gymnax_step(state, action)
+            pgx_state = pgx_step(pgx_state, jnp.int32(action))
+            assert np.array_equal(obs, pgx_state.observation), steps
+            assert float(reward) == float(pgx_state.rewards[0]), steps
+            assert bool(done) == bool(pgx_state.terminated), steps
+            steps, episode_return = steps + 1, episode_return + float(reward)
+            if done:
+                break
+        best = max(best, episode_return)
+    return steps, best
