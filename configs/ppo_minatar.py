@@ -32,11 +32,12 @@ per env step (12 per 16,384 here, against gymnax-blines' 32 per 8,192), so at 5M
 this config is the less sample-efficient of the two; pgx trains for 20M. On Breakout
 that is what stalls it (docs/benchmarks.md, "Why Breakout stalls with the pgx settings"):
 at 2M steps (seed 1) it holds a near-deterministic policy at 5.5 (entropy 0.25, explained
-variance 1.00); 4x the step size gives 7.0, `:cpu`'s MLP in place of the CNN 6.0, and 16
-minibatches (48 gradient steps per update) 25.1. gymnax's Breakout steps as pgx's (tests/test_minatar.py), and its 1,000-step
-limit is far above these episodes' lengths. The default keeps pgx's settings, so that its
-records stand; `--config.agent.num_minibatches=16` would fix Breakout, and `:cpu` below
-learns Breakout and Freeway at 5M steps on a CPU (on Asterix the pgx settings end higher).
+variance 1.00); 4x the step size gives 7.0, `:cpu`'s MLP in place of the CNN 6.0, and
+16 minibatches (48 gradient steps per update) 25.1. gymnax's Breakout steps as pgx's
+(tests/test_minatar.py), and its 1,000-step limit is far above these episodes' lengths.
+The default keeps pgx's settings, so that its records stand;
+`--config.agent.num_minibatches=16` would fix Breakout, and `:cpu` below learns Breakout
+and Freeway at 5M steps on a CPU (on Asterix the pgx settings end higher).
 
 `:purejaxrl` trains PureJaxRL's MinAtar PPO instead, like for like (docs/benchmarks.md,
 "Like for like with PureJaxRL on MinAtar"): its settings are those of PureJaxRL's
