@@ -29,7 +29,15 @@ Deliberate differences:
 docs/benchmarks.md ("MinAtar") has each game's recorded return at 5M steps beside
 gymnax-blines' PPO at the same step count. pgx's large batches take few gradient steps
 per env step (12 per 16,384 here, against gymnax-blines' 32 per 8,192), so at 5M steps
-this config is the less sample-efficient of the two; pgx trains for 20M.
+this config is the less sample-efficient of the two; pgx trains for 20M. On Breakout
+that is what stalls it (docs/benchmarks.md, "Why Breakout stalls with the pgx settings"):
+at 2M steps (seed 1) it holds a near-deterministic policy at 5.5 (entropy 0.25, explained
+variance 1.00); 4x the step size gives 7.0, `:cpu`'s MLP in place of the CNN 6.0, and
+16 minibatches (48 gradient steps per update) 25.1. gymnax's Breakout steps as pgx's
+(tests/test_minatar.py), and its 1,000-step limit is far above these episodes' lengths.
+The default keeps pgx's settings, so that its records stand;
+`--config.agent.num_minibatches=16` would fix Breakout, and `:cpu` below learns Breakout
+and Freeway at 5M steps on a CPU (on Asterix the pgx settings end higher).
 
 `:purejaxrl` trains PureJaxRL's MinAtar PPO instead, like for like (docs/benchmarks.md,
 "Like for like with PureJaxRL on MinAtar"): its settings are those of PureJaxRL's
@@ -51,9 +59,40 @@ minibatch, 10M env steps, on-policy. Deliberate differences from PureJaxRL:
   * One jitted program per update, called from a host loop that reads finished
     episodes and logs metrics, where PureJaxRL scans every update in one program.
 
+`:cpu` trains gymnax-blines' MinAtar PPO instead (RobertTLange/gymnax-blines,
+`agents/<game>-MinAtar/ppo.yaml`, the same for every game, `utils/ppo.py`,
+`utils/models.py`), the sample-efficient setting for a 5M-step budget on a CPU: the grid
+flattened into separate 256-256 ReLU actor and critic MLPs (`agent.network="mlp"`,
+`agent.activation="relu"`, `agent.hidden_sizes=(256, 256)`); 64 envs x 128 steps, 8
+minibatches of 1024 samples x 4 epochs (32 gradient steps per 8,192 env steps, where the
+pgx settings take 12 per 16,384), Adam at 5e-4 (eps 1e-5) held constant, gamma 0.999, GAE
+lambda 0.95, clip 0.2 for the surrogate and the value loss, entropy 0.01, value
+coefficient 0.5, gradient norm 0.5, advantages normalised per minibatch, on-policy.
+gymnax-blines' `lr_warmup: 0.05` changes nothing: its warm-up runs from `lr_begin` to
+`lr_end`, both 5e-4, so its step size is constant too. Deliberate differences:
+  * 5M env steps instead of 10M: the budget of the other variants' records, and what
+    fits in minutes per game on a 2-core CPU (docs/benchmarks.md, "MinAtar"). The step
+    size is constant, so `--config.total_timesteps=10_000_000` continues the same run.
+  * Initialisation is the module's (baselines'): orthogonal weights (gain sqrt(2), 0.01
+    for the policy head, 1 for the value head) and zero biases, where gymnax-blines keeps
+    flax's default kernels (LeCun normal) and draws biases uniformly from [0, 0.05).
+  * Minibatches are shuffled in time within each env column (`time_shuffled`), where
+    gymnax-blines permutes all 8,192 samples (with a key it never advances, so every
+    update takes the same sequence of permutations).
+  * A rollout is 128 steps per env bootstrapped from the next observation, where
+    gymnax-blines steps each env 129 times per update and trains on the first 128 (the
+    129th only bootstraps, and its transition is not trained on).
+  * gymnax's time limits are truncations that bootstrap from the next observation, where
+    gymnax-blines' `done` ends the return.
+  * Random streams are sebulba's, so a seed gives other weights, env starts and actions.
+  * The recorded return is the mean of the last 100 training episodes (and
+    `sebulba.evaluate`'s 20 episodes), where gymnax-blines logs the mean return of 164
+    test episodes of the sampled policy.
+
 `:Breakout` (the default), `:Asterix`, `:Freeway`, `:SpaceInvaders` or `:Seaquest`
 selects the game; `:smoke` is a seconds-long run used by the tests (with a game and the
-PureJaxRL settings: `:Asterix,smoke`, `:Breakout,purejaxrl,smoke`).
+PureJaxRL or gymnax-blines settings: `:Asterix,smoke`, `:Breakout,purejaxrl,smoke`,
+`:Breakout,cpu,smoke`).
 """
 
 from sebulba.agents import defaults
@@ -61,7 +100,7 @@ from sebulba.config import base_config, minatar_variant, smoke_run
 
 
 def get_config(arg: str | None = None):
-    variant, env_id = minatar_variant(arg, "ppo_minatar", keywords=("smoke", "purejaxrl"))
+    variant, env_id = minatar_variant(arg, "ppo_minatar", keywords=("smoke", "purejaxrl", "cpu"))
     # The agent's defaults (baselines') are pgx's but for the lines below.
     config = base_config(defaults.ppo_config())
     config.env.id = env_id
@@ -76,8 +115,12 @@ def get_config(arg: str | None = None):
     config.agent.update_epochs = 3
     config.agent.clip_coef = 0.2
     config.log.every_updates = 10
+    if "purejaxrl" in variant and "cpu" in variant:
+        raise ValueError("ppo_minatar: choose one of the variants purejaxrl and cpu")
     if "purejaxrl" in variant:
         _purejaxrl_settings(config)
+    if "cpu" in variant:
+        _gymnax_blines_settings(config)
     if "smoke" in variant:
         smoke_run(config, num_envs=8, num_steps=16, update_epochs=2, updates=4)
     return config
@@ -94,3 +137,18 @@ def _purejaxrl_settings(config) -> None:
     config.agent.num_minibatches = 8  # Of 1024 samples, as PureJaxRL's.
     config.agent.update_epochs = 4
     config.log.every_updates = 50
+
+
+def _gymnax_blines_settings(config) -> None:
+    """gymnax-blines' MinAtar PPO (`agents/<game>-MinAtar/ppo.yaml`) in place of pgx's."""
+    config.env.num_envs = 64
+    config.total_timesteps = 5_000_000  # 610 updates of 8,192 steps.
+    config.agent.network = "mlp"
+    config.agent.activation = "relu"
+    config.agent.hidden_sizes = (256, 256)
+    config.agent.learning_rate = 5e-4
+    config.agent.anneal_lr = False
+    config.agent.gamma = 0.999
+    config.agent.num_minibatches = 8  # Of 1024 samples, as gymnax-blines'.
+    config.agent.update_epochs = 4
+    config.log.every_updates = 20

@@ -1,5 +1,6 @@
 """MinAtar: the "minatar" network, the "mlp" on MinAtar's grids, and configs/ppo_minatar.py
-(PPO on gymnax's MinAtar, with pgx's settings or, `:purejaxrl`, PureJaxRL's)."""
+(PPO on gymnax's MinAtar, with pgx's settings or, `:purejaxrl`, PureJaxRL's, or, `:cpu`,
+gymnax-blines')."""
 
 import math
 
@@ -118,3 +119,94 @@ def test_the_purejaxrl_variant_has_purejaxrls_settings_and_its_smoke_run_trains(
     assert summary["env_id"] == "gymnax:Breakout-MinAtar" and summary["updates"] == 4
     losses = [v for m in read_metrics(str(tmp_path)) for k, v in m.items() if "loss" in k]
     assert losses and all(math.isfinite(v) for v in losses)
+
+
+def test_the_cpu_variant_has_gymnax_blines_settings_and_its_smoke_run_trains(tmp_path):
+    config = load_config("ppo_minatar", "Asterix,cpu")
+    agent = config.agent
+    assert config.env.id == "gymnax:Asterix-MinAtar" and config.env.num_envs == 64
+    network = (agent.network, agent.activation, tuple(agent.hidden_sizes))
+    assert network == ("mlp", "relu", (256, 256))
+    assert (agent.num_steps, agent.num_minibatches, agent.update_epochs) == (128, 8, 4)
+    assert (agent.learning_rate, agent.anneal_lr, agent.gamma) == (5e-4, False, 0.999)
+    assert (agent.gae_lambda, agent.clip_coef, agent.ent_coef) == (0.95, 0.2, 0.01)
+    assert (agent.vf_coef, agent.max_grad_norm, agent.norm_adv) == (0.5, 0.5, "minibatch")
+    assert config.total_timesteps == 5_000_000 and config.pipeline.policy_lag == 0
+    assert load_config("ppo_minatar", "cpu").env.id == "gymnax:Breakout-MinAtar"
+    # The other variants keep their 64-wide MLPs.
+    assert tuple(load_config("ppo_minatar", "Breakout,purejaxrl").agent.hidden_sizes) == (64, 64)
+    with pytest.raises(ValueError, match="one of the variants purejaxrl and cpu"):
+        load_config("ppo_minatar", "purejaxrl,cpu")
+
+    # agent.hidden_sizes reaches PPO's network: 256-wide actor and critic layers.
+    learner_state = ppo.make(config, BREAKOUT_MINATAR, derive_sizes(config)).init(jax.random.key(0))
+    shapes = [leaf.shape for leaf in jax.tree.leaves(learner_state.params)]
+    assert shapes.count((10 * 10 * 4, 256)) == 2 and shapes.count((256, 256)) == 2
+    assert (10 * 10 * 4, 64) not in shapes
+
+    config = load_config("ppo_minatar", "Breakout,cpu,smoke")
+    config.log.tensorboard = False
+    train.train(config, str(tmp_path))
+    summary = read_summary(str(tmp_path))
+    assert summary["env_id"] == "gymnax:Breakout-MinAtar" and summary["updates"] == 4
+    losses = [v for m in read_metrics(str(tmp_path)) for k, v in m.items() if "loss" in k]
+    assert losses and all(math.isfinite(v) for v in losses)
+
+
+@pytest.mark.parametrize("widths", [(), (64, 0)])
+def test_ppo_refuses_hidden_sizes_that_are_not_positive_widths(widths):
+    config = base_config(ppo.get_config())
+    config.agent.hidden_sizes = widths
+    with pytest.raises(ConfigError, match=r"agent.hidden_sizes .* must be positive integers"):
+        ppo.make(config, BREAKOUT_MINATAR, derive_sizes(config))
+
+
+def test_gymnax_breakout_steps_as_pgx_breakout_without_sticky_actions():
+    """gymnax's Breakout-MinAtar and pgx's minatar-breakout (sticky actions off) from the
+    same start under the same actions: the same observations, rewards and terminations at
+    every step, through a brick respawn (a return above 30, the bricks of one wall)."""
+    pytest.importorskip("gymnax")
+    pytest.importorskip("pgx")
+    steps, best = compare_breakout_with_pgx(episodes=20)
+    assert best > 30, (steps, best)
+
+
+def compare_breakout_with_pgx(episodes: int) -> tuple[int, float]:
+    """Steps both Breakouts `episodes` times (asserting each step agrees); returns the
+    steps compared and the best episode's return."""
+    import gymnax
+    import numpy as np
+    from pgx.minatar.breakout import MinAtarBreakout
+
+    env, params = gymnax.make("Breakout-MinAtar")
+    pgx_env = MinAtarBreakout(sticky_action_prob=0.0)
+    gymnax_reset = jax.jit(lambda key: env.reset_env(key, params))
+    gymnax_step = jax.jit(
+        lambda state, action: env.step_env(jax.random.key(0), state, action, params)
+    )
+    pgx_step = jax.jit(lambda state, action: pgx_env.step(state, action, jax.random.key(0)))
+    rng = np.random.default_rng(0)
+    steps, best = 0, 0.0
+    for episode in range(episodes):
+        pgx_state = pgx_env.init(jax.random.key(episode))
+        # The ball starts on one of two sides: gymnax's start with pgx's side.
+        for attempt in range(64):
+            obs, state = gymnax_reset(jax.random.key(64 * episode + attempt))
+            if np.array_equal(obs, pgx_state.observation):
+                break
+        assert np.array_equal(obs, pgx_state.observation)
+        episode_return = 0.0
+        for _ in range(int(params.max_steps_in_episode) - 1):
+            # Mostly follow the ball (long episodes), sometimes a random action.
+            towards = int(jnp.sign(state.ball_x - state.pos))  # -1 left, 0 stay, 1 right.
+            action = [0, 2, 1][towards] if rng.random() < 0.99 else int(rng.integers(3))
+            obs, state, reward, done, _ = gymnax_step(state, action)
+            pgx_state = pgx_step(pgx_state, jnp.int32(action))
+            assert np.array_equal(obs, pgx_state.observation), steps
+            assert float(reward) == float(pgx_state.rewards[0]), steps
+            assert bool(done) == bool(pgx_state.terminated), steps
+            steps, episode_return = steps + 1, episode_return + float(reward)
+            if done:
+                break
+        best = max(best, episode_return)
+    return steps, best

@@ -174,6 +174,7 @@ def ppo_config() -> ml_collections.ConfigDict:
     config.num_steps = 128  # Steps per env per rollout (T).
     config.network = "mlp"  # mlp | nature_cnn | impala_resnet | multi_input | minatar.
     config.activation = "tanh"  # tanh | relu: actor and critic MLPs (mlp, minatar, multi_input).
+    config.hidden_sizes = (64, 64)  # Actor and critic MLP widths (mlp, minatar, multi_input).
     config.core = "none"  # none | lstm: an LSTM between the network's torso and its heads.
     config.lstm_size = 128  # LSTM units (agent.core="lstm"; CleanRL ppo_atari_lstm: 128).
     config.learning_rate = 2.5e-4  # Adam step size at the first update.

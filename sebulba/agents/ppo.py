@@ -80,6 +80,7 @@ from sebulba.agents.api import (
 from sebulba.agents.networks import check_network_fits, has_convolutions, make_network
 from sebulba.config.sizes import Sizes
 from sebulba.environments import tasks
+from sebulba.errors import ConfigError
 
 # Where advantages are standardised: within each minibatch (baselines ppo2), once over
 # the whole global rollout (Cleanba normalises once per rollout), or not at all.
@@ -174,6 +175,9 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
             "the time steps of a minibatch, agent.num_steps / agent.num_minibatches",
         )
     check_network_fits(hp.network, env_spec)
+    hidden = tuple(hp.hidden_sizes)
+    if not hidden or not all(isinstance(w, int) and w > 0 for w in hidden):
+        raise ConfigError(f"agent.hidden_sizes {hp.hidden_sizes!r} must be positive integers")
     value_normalization = popart.popart_of(config, tasks.task_layout(config, sizes.num_envs))
     # With an action mask (`agent.mask_actions`) the policy never picks an illegal action.
     policy = distributions.for_env_spec(env_spec, hp.mask_actions)
@@ -185,6 +189,7 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         core=core,
         value_heads=value_normalization.value_heads,
         policy=policy,
+        hidden=hidden,
         activation=hp.activation,
     )
     action_mask = env_spec.action_mask if hp.mask_actions else None
