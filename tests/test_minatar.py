@@ -102,6 +102,16 @@ def test_relu_is_refused_for_a_network_without_actor_and_critic_mlps():
     )
 
 
+def _smoke_run_trains_breakout(variant: str, tmp_path) -> None:
+    config = load_config("ppo_minatar", variant)
+    config.log.tensorboard = False
+    train.train(config, str(tmp_path))
+    summary = read_summary(str(tmp_path))
+    assert summary["env_id"] == "gymnax:Breakout-MinAtar" and summary["updates"] == 4
+    losses = [v for m in read_metrics(str(tmp_path)) for k, v in m.items() if "loss" in k]
+    assert losses and all(math.isfinite(v) for v in losses)
+
+
 def test_the_purejaxrl_variant_has_purejaxrls_settings_and_its_smoke_run_trains(tmp_path):
     config = load_config("ppo_minatar", "SpaceInvaders,purejaxrl")
     agent = config.agent
@@ -112,13 +122,7 @@ def test_the_purejaxrl_variant_has_purejaxrls_settings_and_its_smoke_run_trains(
     # The pgx settings keep their network.
     assert load_config("ppo_minatar", "Breakout").agent.activation == "tanh"
 
-    config = load_config("ppo_minatar", "Breakout,purejaxrl,smoke")
-    config.log.tensorboard = False
-    train.train(config, str(tmp_path))
-    summary = read_summary(str(tmp_path))
-    assert summary["env_id"] == "gymnax:Breakout-MinAtar" and summary["updates"] == 4
-    losses = [v for m in read_metrics(str(tmp_path)) for k, v in m.items() if "loss" in k]
-    assert losses and all(math.isfinite(v) for v in losses)
+    _smoke_run_trains_breakout("Breakout,purejaxrl,smoke", tmp_path)
 
 
 def test_the_cpu_variant_has_gymnax_blines_settings_and_its_smoke_run_trains(tmp_path):
@@ -144,13 +148,7 @@ def test_the_cpu_variant_has_gymnax_blines_settings_and_its_smoke_run_trains(tmp
     assert shapes.count((10 * 10 * 4, 256)) == 2 and shapes.count((256, 256)) == 2
     assert (10 * 10 * 4, 64) not in shapes
 
-    config = load_config("ppo_minatar", "Breakout,cpu,smoke")
-    config.log.tensorboard = False
-    train.train(config, str(tmp_path))
-    summary = read_summary(str(tmp_path))
-    assert summary["env_id"] == "gymnax:Breakout-MinAtar" and summary["updates"] == 4
-    losses = [v for m in read_metrics(str(tmp_path)) for k, v in m.items() if "loss" in k]
-    assert losses and all(math.isfinite(v) for v in losses)
+    _smoke_run_trains_breakout("Breakout,cpu,smoke", tmp_path)
 
 
 @pytest.mark.parametrize("widths", [(), (64, 0)])
