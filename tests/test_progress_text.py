@@ -55,8 +55,9 @@ def test_progress_lines_show_the_eta_they_are_given():
     assert " ETA 0:00:07 " in progress_line(_line(), 10_000, 10, 7.0)
 
 
-def _summary(episodes, mean_return):
+def _summary(episodes, mean_return, tasks=("CartPole-v1",)):
     return {
+        "tasks": {task: {} for task in tasks},  # Every summary has one task at least.
         "global_step": 512,
         "wall_time_s": 9.0,
         "sps": 6_000.0,
@@ -68,17 +69,19 @@ def _summary(episodes, mean_return):
 
 
 @pytest.mark.parametrize(
-    "episodes, mean_return, words",
+    "episodes, mean_return, tasks, words",
     [
-        (0, None, "no episode has finished, so there is no mean return"),
-        (1, 12.0, "mean return of the episode 12.0"),
-        (21, 20.5, "mean return of the last 21 episodes 20.5"),
-        (350, 480.0, "mean return of the last 100 episodes 480.0"),
+        (0, None, 1, "no episode has finished, so there is no mean return"),
+        (1, 12.0, 1, "mean return of the episode 12.0"),
+        (21, 20.5, 1, "mean return of the last 21 episodes 20.5"),
+        (350, 480.0, 1, "mean return of the last 100 episodes 480.0"),
+        (350, 0.9615, 3, "mean return over tasks (each its last 100 episodes) 0.962"),
     ],
 )
 def test_the_final_line_reads_naturally_however_many_episodes_finished(
-    episodes, mean_return, words
+    episodes, mean_return, tasks, words
 ):
-    first = train._final_report(_summary(episodes, mean_return)).splitlines()[0]
+    summary = _summary(episodes, mean_return, tuple(f"task{i}" for i in range(tasks)))
+    first = train._final_report(summary).splitlines()[0]
     assert first.endswith(f"including start-up), {words}")
     assert " -" not in first
