@@ -29,10 +29,11 @@ Where the task cannot run under scan (`sebulba.actors.scan_actor.unsupported_rea
 e.g. MuJoCo's float64 arrays), the scan figures are left out and the reason is printed.
 
 Actor and learner run on two virtual CPU devices (0 and 1) unless the config's mesh says
-otherwise with `--set`. Every figure is steady state: the first rollout or update of each
-measurement, which compiles, is excluded. Prints markdown tables; `--json` prints one
-JSON object with the keys `raw_envpool_sps`, `raw_envpool_scan_sps`,
-`actor_only_step_sps`, `actor_only_scan_sps`, `policy_in_scan_sps`,
+otherwise with `--set`. On a GPU every figure is taken under the config's
+`debug.deterministic_gpu` (True by default, as a run has it). Every figure is steady
+state: the first rollout or update of each measurement, which compiles, is excluded.
+Prints markdown tables; `--json` prints one JSON object with the keys `raw_envpool_sps`,
+`raw_envpool_scan_sps`, `actor_only_step_sps`, `actor_only_scan_sps`, `policy_in_scan_sps`,
 `episode_bookkeeping_sps`, `learner_only_sps`, `plain_jit_sps`,
 `end_to_end_step_sps`, `end_to_end_scan_sps`, `end_to_end_lag0_sps`, the ratios
 (`*_over_*`) and `scan_unsupported` (the reason, where scan cannot run). For the loop
@@ -70,6 +71,7 @@ from sebulba.actors import scan_actor
 from sebulba.actors.handoff import RunControl, StartGate  # noqa: E402
 from sebulba.config.sizes import derive_sizes  # noqa: E402
 from sebulba.environments import spaces  # noqa: E402
+from sebulba.runtime import gpu_determinism  # noqa: E402
 
 
 def random_actions(action_spec, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -513,6 +515,9 @@ def main() -> None:
     config.mesh.actor_device_ids = (0,)
     config.mesh.learner_device_ids = (1,)
     apply_overrides(config, args.set)
+    # Every measurement runs under the config's GPU determinism, as the end-to-end run must
+    # (JAX reads XLA_FLAGS once): `--set debug.deterministic_gpu=False` measures without it.
+    gpu_determinism.configure(config.debug.deterministic_gpu)
     if args.threads:
         print_threads_table(config, [int(n) for n in args.threads.split(",")], args.seconds)
         return

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Acting and learning on one shared GPU (docs/benchmarks.md, "On a GPU"), ~8 min on one
-# H200 + 16 cores:
+# Acting and learning on one shared GPU, and what deterministic GPU execution costs
+# (docs/benchmarks.md, "On a GPU"), ~16 min on one H200 + 16 cores:
 #
 #   bash benchmarks/gpu_overlap.sh [OUT_DIR]
 #   PARTS=actor_platform bash benchmarks/gpu_overlap.sh     # one part only
@@ -17,6 +17,14 @@
 # 3. `actor_platform`: the same run with the policy on the GPU (default) and on the
 #    host's CPUs, one after the other so each has the node to itself: an MLP on MuJoCo
 #    and on CartPole, the IMPALA ResNet on Atari (one thread of 128 envs, then two of 64).
+# 4. `determinism`: what `debug.deterministic_gpu` (on by default) costs: PPO and IMPALA
+#    Atari end to end with it on and off, and PPO's learner-only and actor-only ceilings
+#    (`benchmarks/ceilings.py`, actor and learner on the one GPU) under each, into
+#    OUT_DIR/ceilings_deterministic_{on,off}.txt.
+# 5. `determinism_flags`: which part of it costs: PPO's learner-only ceiling with only
+#    `--xla_gpu_exclude_nondeterministic_ops` (deterministic kernels, the autotuner on),
+#    with XLA's autotuner off (`--xla_gpu_autotune_level=0`) with and without it, and a
+#    short run with both, each bounded by 120 s (OUT_DIR/ceilings_flags_*.txt).
 # OUT_DIR/runs.txt gets one line of figures per run (sps, limiting side, learner wait).
 set -u
 cd "$(dirname "$0")/.."
@@ -90,7 +98,37 @@ actor_platform() {
     --config.pipeline.num_actor_threads=2 --config.env.num_envs=64
 }
 
-for part in ${PARTS:-two_threads scan_shapes actor_platform}; do
+determinism() {
+  local steps=--config.total_timesteps=98304
+  for deterministic in True False; do
+    local on=$([ $deterministic = True ] && echo on || echo off)
+    run "ppo_atari_deterministic_$on" configs/ppo_atari.py:Breakout-v5 "$steps" \
+      --config.ckpt.every_updates=0 --config.debug.deterministic_gpu=$deterministic
+    run "impala_atari_deterministic_$on" configs/impala_atari.py:Breakout-v5 "$steps" \
+      --config.ckpt.every_updates=0 --config.debug.deterministic_gpu=$deterministic
+    timeout "$RUN_TIMEOUT" $R python3 benchmarks/ceilings.py \
+      --config=configs/ppo_atari.py:Breakout-v5 --only=actor,learner --seconds=5 \
+      --set "mesh.actor_device_ids=(0,)" --set "mesh.learner_device_ids=(0,)" \
+      --set debug.deterministic_gpu=$deterministic >"$OUT/ceilings_deterministic_$on.txt" 2>&1
+  done
+}
+
+determinism_flags() {
+  local exclude=--xla_gpu_exclude_nondeterministic_ops=true autotune_off=--xla_gpu_autotune_level=0
+  local -A flags=([exclude]="$exclude" [exclude_autotune_off]="$exclude $autotune_off"
+    [autotune_off]="$autotune_off")
+  for name in exclude exclude_autotune_off autotune_off; do
+    XLA_FLAGS="${flags[$name]}" timeout 120 $R python3 benchmarks/ceilings.py \
+      --config=configs/ppo_atari.py:Breakout-v5 --only=learner --seconds=5 \
+      --set "mesh.actor_device_ids=(0,)" --set "mesh.learner_device_ids=(0,)" \
+      --set debug.deterministic_gpu=False >"$OUT/ceilings_flags_$name.txt" 2>&1
+  done
+  XLA_FLAGS="$exclude $autotune_off" RUN_TIMEOUT=120 run ppo_atari_exclude_autotune_off \
+    configs/ppo_atari.py:Breakout-v5 --config.total_timesteps=65536 \
+    --config.ckpt.every_updates=0 --config.debug.deterministic_gpu=False
+}
+
+for part in ${PARTS:-two_threads scan_shapes actor_platform determinism determinism_flags}; do
   $part
 done
 cat "$OUT/runs.txt"

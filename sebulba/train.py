@@ -639,6 +639,8 @@ def open_outputs(
         elapsed_s=start.meta.get("wall_time_s", 0.0),
         show_progress=show_progress,
         actors_share_an_accelerator=setup.layout.actors_share_an_accelerator,
+        deterministic_gpu_kernels=config.debug.deterministic_gpu
+        and any(device.platform == "gpu" for device in setup.layout.local_learner_devices),
     )
 
 

@@ -160,6 +160,19 @@ def test_actors_sharing_an_accelerator_are_advised_to_act_on_the_cpus_not_to_add
     assert diagnose_bottleneck(0.0, 8.0, 10.0, True) == diagnose_bottleneck(0.0, 8.0, 10.0)
 
 
+def test_gpu_runs_waiting_on_deterministic_kernels_are_told_what_turning_them_off_trades():
+    trade = "debug.deterministic_gpu=False trades the same-seed-same-result guarantee"
+    learner_bound = diagnose_bottleneck(0.0, 8.0, 10.0, deterministic_gpu_kernels=True)
+    assert learner_bound["limited_by"] == "learner" and trade in learner_bound["detail"]
+    # Actors on the learner's GPU wait for its update too; on devices of their own they
+    # do not, and nor do actors of a CPU run (no GPU kernels: the flag is False there).
+    shared = diagnose_bottleneck(8.0, 0.0, 10.0, True, deterministic_gpu_kernels=True)
+    assert "mesh.actor_platform=cpu" in shared["detail"] and trade in shared["detail"]
+    own = diagnose_bottleneck(8.0, 0.0, 10.0, False, deterministic_gpu_kernels=True)
+    assert own == diagnose_bottleneck(8.0, 0.0, 10.0)
+    assert trade not in diagnose_bottleneck(0.0, 8.0, 10.0)["detail"]
+
+
 def test_a_non_finite_loss_stops_the_run_at_that_update(tmp_path):
     config = agent_config(diverging_agent, ckpt__every_updates=1)
     with pytest.raises(TrainingDivergedError, match="non-finite loss at update 3: loss=nan"):

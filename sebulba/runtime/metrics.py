@@ -125,6 +125,7 @@ def diagnose_bottleneck(
     actor_wait_s: float,
     wall_s: float,
     actors_share_an_accelerator: bool = False,
+    deterministic_gpu_kernels: bool = False,
 ) -> dict:
     """Which side limited throughput, from the Cleanba paper's pair of wait times.
 
@@ -132,7 +133,9 @@ def diagnose_bottleneck(
     parameters are held back by the learner. The wait times are totals over the same
     updates. `actors_share_an_accelerator`: an actor device is also a learner device
     and not a CPU, so the actors' policy calls queue behind the learner's updates and
-    the advice for actor-bound runs differs.
+    the advice for actor-bound runs differs. `deterministic_gpu_kernels`: the learner
+    updates on GPUs under `debug.deterministic_gpu`, whose kernels cost time wherever
+    the learner's update is what the run waits for.
     """
     if wall_s <= 0:
         return {"limited_by": "unknown", "detail": "no steady-state update was measured"}
@@ -158,6 +161,14 @@ def diagnose_bottleneck(
     else:
         limited_by = "learner"
         advice = "more learner devices or fewer epochs/minibatches would raise throughput"
+    if deterministic_gpu_kernels and (limited_by == "learner" or actors_share_an_accelerator):
+        # Measured on one H200: PPO Atari's update ran 2.6x faster without them
+        # (docs/benchmarks.md, "What deterministic GPU execution costs").
+        advice += (
+            "; the learner's update runs XLA's deterministic GPU kernels, and "
+            "debug.deterministic_gpu=False trades the same-seed-same-result guarantee "
+            "for faster ones"
+        )
     return {
         "limited_by": limited_by,
         "learner_wait_fraction": learner,
@@ -210,8 +221,8 @@ class MetricsLogger:
     episode statistics (per task: `task_episodes`; `recent_returns` only from a
     checkpoint written before those existed) and the wall time of the run so far (from
     its checkpoint), so lines, summary and step counts continue. `show_progress` False
-    writes every file but nothing to the console. `actors_share_an_accelerator`: see
-    `diagnose_bottleneck`.
+    writes every file but nothing to the console. `actors_share_an_accelerator` and
+    `deterministic_gpu_kernels`: see `diagnose_bottleneck`.
 
     Episodes are attributed to the tasks of `task_layout` by their global env index;
     multi-task lines carry per-task fields and summary.json always has `tasks`
@@ -237,9 +248,11 @@ class MetricsLogger:
         elapsed_s: float = 0.0,
         show_progress: bool = True,
         actors_share_an_accelerator: bool = False,
+        deterministic_gpu_kernels: bool = False,
     ):
         self.workdir = workdir
         self.actors_share_an_accelerator = actors_share_an_accelerator
+        self.deterministic_gpu_kernels = deterministic_gpu_kernels
         self.sizes = sizes
         self.every_updates = every_updates
         self.console_every_s = console_every_s
@@ -404,6 +417,7 @@ class MetricsLogger:
             self._steady_params_wait,
             self._steady_s,
             self.actors_share_an_accelerator,
+            self.deterministic_gpu_kernels,
         )
 
     def summary(self, global_step: int, updates: int, checksum: str, extra: dict) -> dict:
