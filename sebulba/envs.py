@@ -41,7 +41,7 @@ et al. 2020) needs the system's Qt 5 runtime (`QT_APT_PACKAGES`), checked with t
 Research Football (which envpool does not draw) draw RGB screens; the MuJoCo-based
 families (MuJoCo, dm_control, Gymnasium Robotics, MetaWorld, MyoSuite, MuJoCo Playground)
 draw with OpenGL through EGL, headless, which needs the system's libEGL loaded before
-envpool is imported (done on import of this module when it is installed) and a Mesa EGL
+envpool is imported (`import_envpool` does both, on first use of envpool) and a Mesa EGL
 driver; `check_rendering` tries a task in a child process first.
 
 Env seeds follow the global env index: env i of a pool whose first env has global
@@ -107,7 +107,7 @@ QT_APT_PACKAGES = "libqt5core5a libqt5gui5"
 def _preload_egl() -> str | None:
     """Loads the system's libEGL globally, before envpool; None, or why it could not."""
     if "envpool" in sys.modules:
-        return "envpool was imported before sebulba.envs (import sebulba.envs first)"
+        return "envpool was imported before sebulba loaded it (let sebulba.envs import it)"
     try:
         ctypes.CDLL(_EGL_LIBRARY, mode=ctypes.RTLD_GLOBAL)
     except OSError:
@@ -115,9 +115,23 @@ def _preload_egl() -> str | None:
     return None
 
 
-_EGL_MISSING = _preload_egl()
+# Why rendering through EGL cannot work, once `import_envpool` has run (None: it can).
+_egl_missing: str | None = None
 
-import envpool  # noqa: E402  (after the EGL library, see above)
+
+@functools.cache
+def import_envpool():
+    """The envpool module, imported on first use, after the system's libEGL.
+
+    Deferred so that runs that never step an envpool env (Anakin's JAX envs) do not pay
+    its import, a large share of their start-up.
+    """
+    global _egl_missing
+    _egl_missing = _preload_egl()
+    import envpool
+
+    return envpool
+
 
 # envpool's classic-control spaces are float64 boxes that gymnasium casts with a warning
 # on every access; the cast is harmless.
@@ -214,6 +228,7 @@ class RenderingError(Exception):
 @functools.cache
 def envpool_families() -> dict[str, str]:
     """Every envpool task id -> the registry module of its family, e.g. "envpool.atari"."""
+    envpool = import_envpool()
     from envpool.registration import registry
 
     return {env_id: registry.specs[env_id][0] for env_id in envpool.list_all_envs()}
@@ -244,7 +259,7 @@ def task_spaces(env_id: str, env_kwargs: dict | None = None):
       env_id: an envpool task id.
       env_kwargs: `env.kwargs`, checked as a run checks them (None: envpool's defaults).
     """
-    spec = envpool.make_spec(env_id, **_spec_kwargs(env_id, env_kwargs))
+    spec = import_envpool().make_spec(env_id, **_spec_kwargs(env_id, env_kwargs))
     return spec.observation_space, spec.action_space
 
 
@@ -253,7 +268,7 @@ def envpool_config(env_id: str, env_kwargs: dict | None = None) -> dict:
 
     e.g. `envpool_config("BigfishEasy-v0", {"num_levels": 200})["num_levels"] == 200`.
     """
-    return envpool.make_spec(env_id, **_spec_kwargs(env_id, env_kwargs)).config._asdict()
+    return import_envpool().make_spec(env_id, **_spec_kwargs(env_id, env_kwargs)).config._asdict()
 
 
 def _spec_kwargs(env_id: str, env_kwargs: dict | None) -> dict:
@@ -426,7 +441,7 @@ def make_envs(
     # env.kwargs may change the family defaults above that FAMILY_ENV_KWARGS does not own
     # (Atari's episodic_life and noop_max); the owned ones it refuses.
     kwargs.update(check_env_kwargs(env_config))
-    return envpool.make(env_config.id, env_type="gymnasium", **kwargs)
+    return import_envpool().make(env_config.id, env_type="gymnasium", **kwargs)
 
 
 def _family_kwargs(env_config: ml_collections.ConfigDict) -> dict:
@@ -498,6 +513,7 @@ def _qt_missing() -> bool:
     """Whether envpool's Procgen module cannot load for want of the Qt 5 libraries."""
     import importlib
 
+    import_envpool()
     try:
         importlib.import_module("envpool.procgen").ProcgenEnvSpec  # noqa: B018
     except ImportError:
@@ -556,6 +572,7 @@ def _envpool_defaults(env_id: str) -> dict:
     """A task's envpool settings with their values for it (no env is created)."""
     import importlib
 
+    import_envpool()
     from envpool.registration import registry
 
     check_system_libraries(env_id)
@@ -639,10 +656,11 @@ def _check_drawn(env_id: str) -> None:
 
 def _check_egl(env_id: str) -> None:
     """Raises RenderingError unless the system's libEGL was loaded before envpool."""
-    if _EGL_MISSING is not None:
+    import_envpool()
+    if _egl_missing is not None:
         raise RenderingError(
             f"cannot render {env_id}: {_family_name(env_id)} tasks render headless through "
-            f"EGL, and {_EGL_MISSING}"
+            f"EGL, and {_egl_missing}"
         )
 
 
@@ -880,7 +898,7 @@ def registry_env_spec(env_config: ml_collections.ConfigDict) -> spaces.EnvSpec:
     check_env_id(env_config.id)
     kwargs = _family_kwargs(env_config)
     kwargs.update(check_env_kwargs(env_config))
-    return env_spec_of(env_config, envpool.make_spec(env_config.id, **kwargs))
+    return env_spec_of(env_config, import_envpool().make_spec(env_config.id, **kwargs))
 
 
 def _jax_env_spec(env_config: ml_collections.ConfigDict) -> spaces.EnvSpec:

@@ -349,6 +349,12 @@ class Pipeline:
         self._concat_pieces = jax.jit(self._concat_pieces_fn)
         self._compiled_update = None
 
+    def replace_envs(self, envs_per_thread: Sequence[Any]) -> None:
+        """Steps these pools instead (a resumed run's, made for its first update)."""
+        if len(envs_per_thread) != self.sizes.num_actor_threads:
+            raise ValueError("one env pool per actor thread is required")
+        self.envs_per_thread = list(envs_per_thread)
+
     # ----- actor side -------------------------------------------------------------
 
     def _policy_step_fn(self, params, carry, obs, starts, env_ids, step_index):

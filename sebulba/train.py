@@ -14,6 +14,7 @@ import dataclasses
 import os
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import jax
@@ -194,11 +195,30 @@ def make_env_pools(config: ml_collections.ConfigDict, sizes: Sizes, first_update
     ]
 
 
+def learner_state_shapes(setup: RunSetup):
+    """The learner state's shapes and dtypes, without computing it."""
+    return jax.eval_shape(setup.agent.init, random_streams.init_key(setup.config.seed))
+
+
+def start_compiling(pipeline: Pipeline | anakin_runner.AnakinRunner, setup: RunSetup) -> Future:
+    """Compiles the run's update program on a thread of its own, from the state's shapes.
+
+    The main thread meanwhile makes or restores the learner state (compiling its own small
+    programs); XLA compiles without holding the GIL, so on two cores or more the two
+    overlap: the largest part of a cold start-up that is not imports. `Future.result()`
+    returns the compiled program or raises what compiling raised.
+    """
+    executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sebulba-compile")
+    future = executor.submit(pipeline.compile_update, learner_state_shapes(setup))
+    executor.shutdown(wait=False)
+    return future
+
+
 def init_learner_state(setup: RunSetup):
     """Creates the learner state already placed on the learner mesh (`Agent.partition_specs`)."""
-    key = random_streams.init_key(setup.config.seed)
-    shapes = jax.eval_shape(setup.agent.init, key)
+    shapes = learner_state_shapes(setup)
     shardings = setup.agent.state_shardings(shapes, setup.layout.sharding)
+    key = random_streams.init_key(setup.config.seed)
     return jax.jit(setup.agent.init, out_shardings=shardings)(key)
 
 
@@ -262,7 +282,7 @@ def restore_or_init(setup: RunSetup, workdir: str, abstract_env_state: Any = Non
         run this config cannot continue.
     """
     config, layout = setup.config, setup.layout
-    shapes = jax.eval_shape(setup.agent.init, random_streams.init_key(config.seed))
+    shapes = learner_state_shapes(setup)
     abstract = jax.tree.map(
         lambda x, sharding: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding),
         shapes,
@@ -533,6 +553,8 @@ def train(
                 config, setup.agent, layout, sizes, setup.jax_env, setup.env_spec
             )
         abstract_env_state = None if runner is None else runner.abstract_acting_state()
+        pipeline = runner or make_pipeline(setup)
+        compiling = start_compiling(pipeline, setup)
         start = restore_or_init(setup, workdir, abstract_env_state)
         if start.first_update > sizes.num_updates:
             if is_main_process:
@@ -547,6 +569,7 @@ def train(
             for pool in setup.envs_per_thread:
                 pool.close()
             setup.envs_per_thread = make_env_pools(config, sizes, start.first_update)
+            pipeline.replace_envs(setup.envs_per_thread)
         logging.info(
             "process %d/%d: %s; %d envs, updates %d..%d of %d steps",
             jax.process_index(),
@@ -557,8 +580,7 @@ def train(
             sizes.num_updates,
             sizes.steps_per_update,
         )
-        pipeline = runner or make_pipeline(setup)
-        compiled = pipeline.compile_update(start.state)
+        compiled = compiling.result()
         _log_compiled(compiled)
         if not config.debug.skip_memory_check:
             memory.check_update_fits(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib
+import os
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
@@ -25,6 +26,7 @@ from sebulba.anakin import suites
 from sebulba.anakin.env_api import JaxEnv, reset_envs, step_envs
 from sebulba.environments.spaces import ArraySpec, Box, Discrete, MultiDiscrete, map_observation
 from sebulba.errors import ConfigError
+from tests.helpers import ROOT, run_python
 
 NUM_ENVS = 4
 
@@ -343,3 +345,47 @@ def test_a_task_that_downloads_data_is_refused_before_any_download() -> None:
     with pytest.raises(ConfigError, match="downloads the MNIST data set") as error:
         suites.make_env("gymnax:MNISTBandit-bsuite")
     assert "\n" not in str(error.value)
+
+
+_START_UP_PROBE = """
+import sys
+from sebulba import train
+from tests.helpers import load_config
+
+setup = train.prepare(load_config("ppo_cartpole_anakin"))
+assert setup.jax_env is not None, "not an Anakin run"
+real = lambda name: type(sys.modules.get(name)).__name__ == "module"
+loaded = [name for name in ("envpool", "seaborn") if real(name)]
+print("loaded:", loaded)
+import seaborn  # A user's own use of a deferred module gets the real one.
+print("seaborn works:", callable(seaborn.color_palette))
+"""
+
+
+def test_an_anakin_run_starts_without_envpool_or_the_suites_plotting_modules():
+    """Their imports were a large share of an Anakin run's start-up (docs/anakin.md)."""
+    pytest.importorskip("gymnax")
+    pytest.importorskip("seaborn")
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": ROOT}
+    result = run_python("-c", _START_UP_PROBE, env=env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "loaded: []" in result.stdout and "seaborn works: True" in result.stdout
+
+
+def test_a_deferred_module_loads_on_first_use_and_not_on_import():
+    probe = (
+        "import sys\n"
+        "from sebulba.anakin.suites import defer_import\n"
+        "assert 'netrc' not in sys.modules\n"
+        "defer_import('netrc')\n"
+        "import netrc\n"
+        "kind = lambda: type(sys.modules['netrc']).__name__\n"
+        "assert kind() == '_DeferredModule', kind()\n"
+        "assert issubclass(netrc.NetrcParseError, Exception)\n"
+        "assert kind() == 'module', kind()\n"
+        "defer_import('not_a_module_anywhere')\n"
+        "assert 'not_a_module_anywhere' not in sys.modules\n"
+    )
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    result = run_python("-c", probe, env=env)
+    assert result.returncode == 0, result.stderr[-2000:]

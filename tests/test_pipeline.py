@@ -3,6 +3,7 @@
 import dataclasses
 import threading
 import time
+from types import SimpleNamespace
 
 import jax
 import numpy as np
@@ -267,3 +268,23 @@ def test_steady_state_never_recompiles_and_transfers_are_explicit():
         jax.monitoring.unregister_event_duration_listener(listener)
     assert compiles == []
     assert probe_agent.TRACE_COUNTS == traces_after_warmup
+
+
+def test_compiling_on_its_own_thread_hands_back_the_program_or_the_error_it_raised():
+    def init(key):
+        return {"w": jax.numpy.zeros((3, 2)), "key": key}
+
+    setup = SimpleNamespace(agent=SimpleNamespace(init=init), config=SimpleNamespace(seed=4))
+
+    class Compiles:
+        def compile_update(self, shapes):
+            return jax.tree.map(lambda s: (s.shape, str(s.dtype)), shapes)
+
+    class Fails:
+        def compile_update(self, shapes):
+            raise MemoryError("the update needs more memory than the device has")
+
+    compiled = train.start_compiling(Compiles(), setup).result(timeout=60)
+    assert compiled["w"] == ((3, 2), "float32")
+    with pytest.raises(MemoryError, match="needs more memory"):
+        train.start_compiling(Fails(), setup).result(timeout=60)

@@ -15,7 +15,9 @@ import dataclasses
 import difflib
 import functools
 import importlib
+import importlib.util
 import io
+import sys
 from types import ModuleType
 
 from sebulba.anakin.env_api import BatchOfEnvs, JaxEnv, JointJaxEnv
@@ -33,6 +35,9 @@ SUITES = {
 EXTRA = "anakin"
 INSTALL_HINT = f'pip install -e ".[{EXTRA}]"'
 SEPARATOR = ":"
+# Plotting modules that suites import when they are imported, only to render (gymnax's
+# Pong: seaborn, pandas and pyplot, about a second), which a run never asks of them.
+RENDER_ONLY_MODULES = ("seaborn", "matplotlib.pyplot")
 
 
 def is_jax_env_id(env_id: str) -> bool:
@@ -61,6 +66,8 @@ def suite_module(suite: str, field: str = "env.id") -> ModuleType:
             f"{field}: {suite!r} is not a JAX env suite: use one of {', '.join(SUITES)}"
         )
     module = importlib.import_module(SUITES[suite])
+    for name in RENDER_ONLY_MODULES:
+        defer_import(name)
     try:
         # Suites print at import (brax through MuJoCo's MJX: "Failed to import warp", an
         # optional GPU package); a run's output keeps its own lines only.
@@ -71,6 +78,42 @@ def suite_module(suite: str, field: str = "env.id") -> ModuleType:
             f"{field} needs the {suite} suite, which is not installed ({error}): {INSTALL_HINT}"
         ) from None
     return module
+
+
+class _DeferredModule(ModuleType):
+    """Stands in `sys.modules` for a module until an attribute of it is first asked for.
+
+    Then it imports the real module (which replaces it in `sys.modules`) and answers from
+    it; names bound to it by earlier imports keep working through it.
+    """
+
+    def __init__(self, name: str, spec):
+        super().__init__(name)
+        # The import system reads `__spec__` of modules it finds in `sys.modules`; set, it
+        # does not need the real module.
+        self.__spec__ = spec
+
+    def __getattr__(self, attribute: str):
+        name = self.__name__
+        if sys.modules.get(name) is self:
+            del sys.modules[name]
+        return getattr(importlib.import_module(name), attribute)
+
+
+def defer_import(name: str) -> None:
+    """Lets `import name` cost nothing until the module is used (see `_DeferredModule`).
+
+    A module already imported, or not installed, is left as it is.
+    """
+    if name in sys.modules:
+        return
+    try:
+        spec = importlib.util.find_spec(name)
+    except ImportError:  # A parent package that is not installed.
+        return
+    if spec is None:
+        return
+    sys.modules[name] = _DeferredModule(name, spec)
 
 
 @functools.cache
