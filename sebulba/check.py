@@ -171,7 +171,7 @@ def check(config, topology: str) -> dict[str, Any]:
         "minibatch_loop": config.agent.get("minibatch_loop"),
         "hbm_bytes": chip.hbm_bytes,
         "hbm_usable_bytes": chip.allocatable_bytes,
-        "assumptions": _assumptions(chip),
+        "assumptions": _assumptions(chip, config),
     }
     if update is None:
         needed, available = refused
@@ -292,8 +292,11 @@ def _actor_report(config, run, state, chip: accelerators.Chip) -> dict[str, Any]
     }
 
 
-def _assumptions(chip: accelerators.Chip) -> dict[str, Any]:
+def _assumptions(chip: accelerators.Chip, config) -> dict[str, Any]:
     return {
+        # The GPU calibration measured XLA's free choice of kernels; the deterministic ones
+        # a run uses by default are slower by a factor that depends on the network.
+        "deterministic_gpu_kernels_unpriced": chip.is_gpu and bool(config.debug.deterministic_gpu),
         "peak_flops": chip.peak_flops,
         "f32_flops": chip.tf32_flops or chip.peak_flops,
         "hbm_bytes_per_s": chip.hbm_bytes_per_s,

@@ -265,6 +265,11 @@ def test_the_gpu_proxy_reports_a_run_that_fits():
     assert 0 < low <= high
     text = check.format_report(report, "configs/ppo_cartpole.py")
     assert "fits" in text and "DOES NOT FIT" not in text
+    # The GPU prices are XLA's fastest kernels: the run's deterministic ones are named.
+    assert "debug.deterministic_gpu, on by default" in text
+    fast = check.check(_proxy_config(**{"debug.deterministic_gpu": False}), "h100:4")
+    assert "deterministic_gpu" not in check.format_report(fast, "configs/ppo_cartpole.py")
+    assert fast["predicted_update_s"] == report["predicted_update_s"]
 
 
 def test_the_gpu_allocator_share_follows_jax_s_memory_fraction(monkeypatch):

@@ -77,6 +77,11 @@ class Chip:
         return peak * self.achieved_fraction
 
     @property
+    def is_gpu(self) -> bool:
+        """An NVIDIA GPU (float32 products on its tensor cores as TF32), not a TPU."""
+        return self.tf32_flops is not None
+
+    @property
     def achieved_bytes_per_s(self) -> float:
         return self.hbm_bytes_per_s * self.achieved_fraction
 

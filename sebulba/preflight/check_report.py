@@ -147,6 +147,12 @@ def _learner_lines(report: dict[str, Any], learner: dict[str, Any], anakin: bool
                 else "(envs on the hosts' CPUs and host-device copies are not modelled)"
             )
         )
+    if report["assumptions"].get("deterministic_gpu_kernels_unpriced"):
+        lines.append(
+            "  priced with XLA's fastest GPU kernels; the run's deterministic ones "
+            "(debug.deterministic_gpu, on by default) are slower: ppo_atari's update took "
+            "2.56x as long with them on one H200 (docs/benchmarks.md)"
+        )
     return lines
 
 
