@@ -385,7 +385,8 @@ def test_the_command_line_refuses_a_bad_topology_in_one_line():
     assert result.stderr.strip().splitlines() == [
         "sebulba: config error: --topology=v5e:banana: not a topology name; give a TPU "
         "slice as GENERATION:SHAPE (v4, v5e, v5p, v6e; e.g. v5e:2x4, v4:2x2x2) or as its "
-        "accelerator type (v5litepod-8, v4-16), or one GPU node as h100:N or a100:N (N <= 8)"
+        "accelerator type (v5litepod-8, v4-16), or one GPU node as h100:N, h200:N or a100:N "
+        "(N <= 8)"
     ]
 
 

@@ -6,9 +6,9 @@
   `v6e:2x2`), from the `libtpu` wheel (`pip install -e ".[tpu-check]"`): XLA compiles
   for those chips for real, on any machine, split into hosts as Cloud TPU rents them
   (`host_shape`; a shape it does not rent is refused in one line);
-* one GPU node, `h100:8` or `a100:4`, as that many virtual CPU devices: the program is
-  partitioned and its collectives placed as on GPUs, but it is compiled by XLA:CPU, so
-  its memory and operation counts are a proxy for the GPU's.
+* one GPU node, `h100:8`, `h200:1` or `a100:4`, as that many virtual CPU devices: the
+  program is partitioned and its collectives placed as on GPUs, but it is compiled by
+  XLA:CPU, so its memory and operation counts are a proxy for the GPU's.
 
 `CHIPS` holds the published figures each prediction uses; every one names its source.
 GPUs price float32 products at their TF32 rate, hold what JAX's allocator takes of the
@@ -137,11 +137,16 @@ CHIPS = {
         "TPU v6e", 32 * _GB, 918e12, 1638 * _GB, 102.4e12 / 256, _ASSUMED_HOP_LATENCY_S,
         "ICI (2D torus)", "https://cloud.google.com/tpu/docs/v6e",
     ),
-    # Dense (no sparsity) tensor-core peaks: bf16 989 and TF32 494.7 TFLOP/s (H100 SXM),
-    # bf16 312 and TF32 156 TFLOP/s (A100).
+    # Dense (no sparsity) tensor-core peaks: bf16 989 and TF32 494.7 TFLOP/s (H100 SXM and
+    # H200 SXM, which differ in memory), bf16 312 and TF32 156 TFLOP/s (A100).
     "h100": Chip(
         "NVIDIA H100 SXM", 80 * _GB, 989e12, 3350 * _GB, 900 * _GB / 2, _ASSUMED_HOP_LATENCY_S,
         "NVLink 4", "https://www.nvidia.com/en-us/data-center/h100/ (datasheet, SXM)", True,
+        494.7e12, GPU_ALLOCATOR_FRACTION, GPU_ACHIEVED_FRACTION,
+    ),
+    "h200": Chip(
+        "NVIDIA H200 SXM", 141 * _GB, 989e12, 4800 * _GB, 900 * _GB / 2, _ASSUMED_HOP_LATENCY_S,
+        "NVLink 4", "https://www.nvidia.com/en-us/data-center/h200/ (datasheet, SXM)", True,
         494.7e12, GPU_ALLOCATOR_FRACTION, GPU_ACHIEVED_FRACTION,
     ),
     "a100": Chip(
@@ -193,7 +198,7 @@ def accelerator_type(topology: str) -> str | None:
     return None
 
 
-_GPU_TOPOLOGY = re.compile(r"^(h100|a100):(\d+)$")
+_GPU_TOPOLOGY = re.compile(r"^(h100|h200|a100):(\d+)$")
 MAX_GPUS_PER_NODE = 8
 
 
@@ -202,7 +207,7 @@ def _usage(topology: str, why: str) -> ConfigError:
         f"--topology={topology}: {why}; give a TPU slice as GENERATION:SHAPE "
         f"({', '.join(TPU_GENERATIONS)}; e.g. v5e:2x4, v4:2x2x2) or as its accelerator "
         "type (v5litepod-8, v4-16), or one GPU node as "
-        f"h100:N or a100:N (N <= {MAX_GPUS_PER_NODE})"
+        f"h100:N, h200:N or a100:N (N <= {MAX_GPUS_PER_NODE})"
     )
 
 
