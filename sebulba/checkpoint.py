@@ -34,14 +34,18 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-import orbax.checkpoint as ocp
 from absl import logging
 from jax.experimental import multihost_utils
 from jax.sharding import PartitionSpec
 
 from sebulba.errors import ConfigError
 from sebulba.mesh import BATCH_AXIS, DeviceLayout
+from sebulba.runtime.deferred_imports import defer_import
 from sebulba.runtime.stop_signals import StopSignals  # noqa: F401 - part of this module's API.
+
+# orbax loads when a run first looks for a checkpoint, while its update compiles.
+defer_import("orbax.checkpoint")
+import orbax.checkpoint as ocp  # noqa: E402
 
 CHECKPOINTS_DIRNAME = "checkpoints"
 # Unreadable checkpoints of a run are moved here (never deleted), so the run can save

@@ -375,7 +375,7 @@ def test_an_anakin_run_starts_without_envpool_or_the_suites_plotting_modules():
 def test_a_deferred_module_loads_on_first_use_and_not_on_import():
     probe = (
         "import sys\n"
-        "from sebulba.anakin.suites import defer_import\n"
+        "from sebulba.runtime.deferred_imports import defer_import\n"
         "assert 'netrc' not in sys.modules\n"
         "defer_import('netrc')\n"
         "import netrc\n"

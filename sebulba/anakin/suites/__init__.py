@@ -15,15 +15,14 @@ import dataclasses
 import difflib
 import functools
 import importlib
-import importlib.util
 import io
-import sys
 from types import ModuleType
 
 from sebulba.anakin.env_api import BatchOfEnvs, JaxEnv, JointJaxEnv
 from sebulba.environments.spaces import EnvSpec
 from sebulba.environments.tasks import TaskLayout
 from sebulba.errors import ConfigError
+from sebulba.runtime.deferred_imports import defer_import
 
 SUITES = {
     "gymnax": "sebulba.anakin.suites.gymnax",
@@ -78,42 +77,6 @@ def suite_module(suite: str, field: str = "env.id") -> ModuleType:
             f"{field} needs the {suite} suite, which is not installed ({error}): {INSTALL_HINT}"
         ) from None
     return module
-
-
-class _DeferredModule(ModuleType):
-    """Stands in `sys.modules` for a module until an attribute of it is first asked for.
-
-    Then it imports the real module (which replaces it in `sys.modules`) and answers from
-    it; names bound to it by earlier imports keep working through it.
-    """
-
-    def __init__(self, name: str, spec):
-        super().__init__(name)
-        # The import system reads `__spec__` of modules it finds in `sys.modules`; set, it
-        # does not need the real module.
-        self.__spec__ = spec
-
-    def __getattr__(self, attribute: str):
-        name = self.__name__
-        if sys.modules.get(name) is self:
-            del sys.modules[name]
-        return getattr(importlib.import_module(name), attribute)
-
-
-def defer_import(name: str) -> None:
-    """Lets `import name` cost nothing until the module is used (see `_DeferredModule`).
-
-    A module already imported, or not installed, is left as it is.
-    """
-    if name in sys.modules:
-        return
-    try:
-        spec = importlib.util.find_spec(name)
-    except ImportError:  # A parent package that is not installed.
-        return
-    if spec is None:
-        return
-    sys.modules[name] = _DeferredModule(name, spec)
 
 
 @functools.cache
