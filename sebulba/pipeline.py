@@ -329,12 +329,10 @@ class Pipeline:
     ):
         if actor_loop not in ("step", "scan"):
             raise ValueError(f"actor_loop must be 'step' or 'scan', got {actor_loop!r}")
-        if len(envs_per_thread) != sizes.num_actor_threads:
-            raise ValueError("one env pool per actor thread is required")
         self.agent = agent
         self.layout = layout
         self.sizes = sizes
-        self.envs_per_thread = list(envs_per_thread)
+        self.replace_envs(envs_per_thread)
         self.env_spec = env_spec
         self.seed = seed
         self.policy_lag = policy_lag
@@ -350,7 +348,7 @@ class Pipeline:
         self._compiled_update = None
 
     def replace_envs(self, envs_per_thread: Sequence[Any]) -> None:
-        """Steps these pools instead (a resumed run's, made for its first update)."""
+        """Steps these pools (the first ones, or a resumed run's, made for its first update)."""
         if len(envs_per_thread) != self.sizes.num_actor_threads:
             raise ValueError("one env pool per actor thread is required")
         self.envs_per_thread = list(envs_per_thread)

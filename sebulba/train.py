@@ -11,6 +11,7 @@ A run resumes from the newest valid checkpoint in `workdir/checkpoints` (else fr
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import time
 from collections.abc import Callable
@@ -60,6 +61,11 @@ class RunSetup:
     actor_loop_reason: str  # Why that loop, for the log.
     # An Anakin run's env (a joint run's: one per task); None for envpool (Sebulba).
     jax_env: BatchOfEnvs | None = None
+
+    @functools.cached_property
+    def learner_state_shapes(self):
+        """The learner state's shapes and dtypes, without computing it (traced once)."""
+        return jax.eval_shape(self.agent.init, random_streams.init_key(self.config.seed))
 
 
 def prepare(config: ml_collections.ConfigDict, run: RunPlan | None = None) -> RunSetup:
@@ -195,11 +201,6 @@ def make_env_pools(config: ml_collections.ConfigDict, sizes: Sizes, first_update
     ]
 
 
-def learner_state_shapes(setup: RunSetup):
-    """The learner state's shapes and dtypes, without computing it."""
-    return jax.eval_shape(setup.agent.init, random_streams.init_key(setup.config.seed))
-
-
 def start_compiling(pipeline: Pipeline | anakin_runner.AnakinRunner, setup: RunSetup) -> Future:
     """Compiles the run's update program on a thread of its own, from the state's shapes.
 
@@ -209,14 +210,14 @@ def start_compiling(pipeline: Pipeline | anakin_runner.AnakinRunner, setup: RunS
     returns the compiled program or raises what compiling raised.
     """
     executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sebulba-compile")
-    future = executor.submit(pipeline.compile_update, learner_state_shapes(setup))
+    future = executor.submit(pipeline.compile_update, setup.learner_state_shapes)
     executor.shutdown(wait=False)
     return future
 
 
 def init_learner_state(setup: RunSetup):
     """Creates the learner state already placed on the learner mesh (`Agent.partition_specs`)."""
-    shapes = learner_state_shapes(setup)
+    shapes = setup.learner_state_shapes
     shardings = setup.agent.state_shardings(shapes, setup.layout.sharding)
     key = random_streams.init_key(setup.config.seed)
     return jax.jit(setup.agent.init, out_shardings=shardings)(key)
@@ -282,7 +283,7 @@ def restore_or_init(setup: RunSetup, workdir: str, abstract_env_state: Any = Non
         run this config cannot continue.
     """
     config, layout = setup.config, setup.layout
-    shapes = learner_state_shapes(setup)
+    shapes = setup.learner_state_shapes
     abstract = jax.tree.map(
         lambda x, sharding: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding),
         shapes,
