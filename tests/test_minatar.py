@@ -159,6 +159,17 @@ def test_ppo_refuses_hidden_sizes_that_are_not_positive_widths(widths):
         ppo.make(config, BREAKOUT_MINATAR, derive_sizes(config))
 
 
+def test_a_network_without_hidden_layers_refuses_hidden_sizes_it_would_ignore():
+    config = base_config(ppo.get_config())
+    config.agent.network = "minatar"
+    config.agent.hidden_sizes = (32,)  # The MinAtar CNN's heads have hidden layers: taken.
+    ppo.make(config, BREAKOUT_MINATAR, derive_sizes(config))
+    with pytest.raises(ConfigError, match=r"agent.hidden_sizes \(32,\) would be ignored"):
+        make_network("nature_cnn", Discrete(4), hidden=(32,), hidden_default=(64, 64))
+    # The agent's default passes (pqn_atari's Nature CNN leaves it as it is).
+    make_network("nature_cnn", Discrete(4), hidden=(64, 64), hidden_default=(64, 64))
+
+
 def test_gymnax_breakout_steps_as_pgx_breakout_without_sticky_actions():
     """gymnax's Breakout-MinAtar and pgx's minatar-breakout (sticky actions off) from the
     same start under the same actions: the same observations, rewards and terminations at

@@ -526,6 +526,7 @@ def make_network(
     q_head: bool = False,
     hidden: Sequence[int] | None = None,
     activation: str = "tanh",
+    hidden_default: Sequence[int] | None = None,
 ) -> nn.Module:
     """Returns the actor-critic network `agent.network` names (or its Q-network).
 
@@ -547,6 +548,8 @@ def make_network(
         None keeps the network's default.
       activation: a key of `ACTIVATIONS`, what follows the hidden layers of the actor and
         critic MLPs ("mlp", "minatar", "multi_input"; a Q-network's tower stays ReLU).
+      hidden_default: the agent's default `agent.hidden_sizes`. A network without hidden
+        layers to size refuses any other `hidden`, which it would otherwise ignore.
     """
     network_class = _check_name(name)
     check_choice(conv_init, "agent.conv_init", tuple(CONV_INITS))
@@ -564,6 +567,14 @@ def make_network(
         raise ConfigError(
             f"agent.network {name!r} has no Q head or norm option: use one of "
             f"{', '.join(with_norm)}"
+        )
+    unused_hidden = hidden is not None and "hidden" not in fields
+    if unused_hidden and hidden_default is not None and tuple(hidden) != tuple(hidden_default):
+        with_hidden = sorted(n for n, c in NETWORKS.items() if "hidden" in c.__dataclass_fields__)
+        raise ConfigError(
+            f"agent.hidden_sizes {tuple(hidden)!r} would be ignored: agent.network {name!r} has "
+            f"no hidden layers to size; keep {tuple(hidden_default)!r} or use one of "
+            f"{', '.join(with_hidden)}"
         )
     entry_specs = tuple(jax.tree.leaves(observation, is_leaf=is_array_spec))
     options = {

@@ -191,6 +191,7 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         policy=policy,
         hidden=hidden,
         activation=hp.activation,
+        hidden_default=get_config().hidden_sizes,
     )
     action_mask = env_spec.action_mask if hp.mask_actions else None
     model = recurrent.ActorCritic(network, env_spec.observation, hp.lstm_size, action_mask)

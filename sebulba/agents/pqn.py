@@ -151,6 +151,7 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         norm=hp.norm,
         q_head=True,
         hidden=hp.hidden_sizes,
+        hidden_default=get_config().hidden_sizes,
     )
     unroll = learner.unrolls_minibatch_loop(
         hp.minibatch_loop, convolutional=has_convolutions(network, env_spec.observation)
