@@ -332,6 +332,17 @@ def end_to_end_sps(config, policy_lag: int, updates: int, actor_loop: str = "aut
 MEASUREMENTS = ("raw", "actor", "learner", "end_to_end")
 
 
+def endless(config):
+    """A copy of the config whose actors run until stopped: more updates than any
+    measurement takes, few enough that an update's index fits the int32 that a learning
+    rate schedule reads it as."""
+    config = config.copy_and_resolve_references()
+    config.total_timesteps = 10**12  # Only to derive the update size.
+    sizes = derive_sizes(config, num_processes=jax.process_count())
+    config.total_timesteps = sizes.steps_per_update * 10**6
+    return config
+
+
 def _close(setup) -> None:
     for pool in setup.envs_per_thread:
         pool.close()
@@ -342,9 +353,7 @@ def measure(config, seconds: float, updates: int, only=MEASUREMENTS) -> dict:
     config.log.tensorboard = False
     result = {"config": f"{config.agent.name} {config.env.id}"}
     end_to_end_config = config
-    # The actors run until stopped: give them more updates than any measurement takes.
-    config = config.copy_and_resolve_references()
-    config.total_timesteps = 10**12
+    config = endless(config)
     config.pipeline.actor_loop = "auto"
     setup = train.prepare(config)
     loops = ["step", "scan"] if setup.actor_loop == "scan" else ["step"]
