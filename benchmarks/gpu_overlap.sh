@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Acting and learning on one shared GPU, and what deterministic GPU execution costs
-# (docs/benchmarks.md, "On a GPU"), ~16 min on one H200 + 16 cores:
+# (docs/benchmarks.md, "On a GPU"), ~20 min on one H200 + 16 cores:
 #
 #   bash benchmarks/gpu_overlap.sh [OUT_DIR]
 #   PARTS=actor_platform bash benchmarks/gpu_overlap.sh     # one part only
@@ -25,6 +25,12 @@
 #    `--xla_gpu_exclude_nondeterministic_ops` (deterministic kernels, the autotuner on),
 #    with XLA's autotuner off (`--xla_gpu_autotune_level=0`) with and without it, and a
 #    short run with both, each bounded by 120 s (OUT_DIR/ceilings_flags_*.txt).
+# 6. `kernels`: where PPO Atari's learner update spends its time, kernel by kernel
+#    (`benchmarks/learner_profile.py`, deterministic kernels on and off), and the ResNet's
+#    gradient at PPO's minibatch (4,096 frames) with either max-pool
+#    (`benchmarks/max_pool.py`, on and off): OUT_DIR/profile_*.txt, OUT_DIR/max_pool_*.txt.
+#    Then `max_pool` end to end: PPO Atari with `agent.max_pool=reduce_window`, to set
+#    beside `determinism`'s runs (slices, the default).
 # OUT_DIR/runs.txt gets one line of figures per run (sps, limiting side, learner wait).
 set -u
 cd "$(dirname "$0")/.."
@@ -128,7 +134,29 @@ determinism_flags() {
     --config.ckpt.every_updates=0 --config.debug.deterministic_gpu=False
 }
 
-for part in ${PARTS:-two_threads scan_shapes actor_platform determinism determinism_flags}; do
+kernels() {
+  for deterministic in True False; do
+    local on=$([ $deterministic = True ] && echo on || echo off)
+    timeout "$RUN_TIMEOUT" $R python3 benchmarks/learner_profile.py \
+      --config=configs/ppo_atari.py:Breakout-v5 --updates=3 --top=25 \
+      --set "mesh.actor_device_ids=(0,)" --set "mesh.learner_device_ids=(0,)" \
+      --set debug.deterministic_gpu=$deterministic >"$OUT/profile_deterministic_$on.txt" 2>&1
+    local flag=$([ $deterministic = True ] && echo "" || echo --nondeterministic)
+    timeout "$RUN_TIMEOUT" $R python3 benchmarks/max_pool.py --batch=4096 --rounds=3 $flag \
+      >"$OUT/max_pool_deterministic_$on.txt" 2>&1
+  done
+}
+
+max_pool() {
+  for deterministic in True False; do
+    local on=$([ $deterministic = True ] && echo on || echo off)
+    run "ppo_atari_reduce_window_deterministic_$on" configs/ppo_atari.py:Breakout-v5 \
+      --config.total_timesteps=98304 --config.ckpt.every_updates=0 \
+      --config.agent.max_pool=reduce_window --config.debug.deterministic_gpu=$deterministic
+  done
+}
+
+for part in ${PARTS:-two_threads scan_shapes actor_platform determinism determinism_flags kernels max_pool}; do
   $part
 done
 cat "$OUT/runs.txt"

@@ -203,3 +203,54 @@ def test_a_rank_3_array_no_cnn_reads_is_flattened_by_mlp_or_multi_input():
     logits, value = network.apply(variables, jnp.zeros((3, 4, 4, 31)))
     assert logits.shape == (3, 4) and value.shape == (3,)
     assert not [leaf for leaf in jax.tree.leaves(variables) if leaf.ndim == 4]  # No CNN.
+
+
+@pytest.mark.parametrize(
+    "shape, window, strides, padding",
+    [
+        ((2, 21, 21, 8), (3, 3), (2, 2), "SAME"),  # The ResNet's pools, odd sizes.
+        ((2, 10, 11, 3), (3, 3), (2, 2), "VALID"),
+        ((2, 7, 8, 3), (3, 2), (1, 2), "SAME"),  # Overlaps of three windows along H.
+    ],
+)
+def test_max_pool_by_slices_is_flax_max_pool_bitwise_ties_included(shape, window, strides, padding):
+    import flax.linen as nn
+
+    from sebulba.agents.max_pool import max_pool
+
+    x = jax.random.normal(jax.random.key(0), shape)
+    tied = jnp.round(x * 2) / 2  # Many equal maxima: the gradient's choice matters.
+    for inputs in (x, tied):
+        expected = nn.max_pool(inputs, window, strides, padding=padding)
+        np.testing.assert_array_equal(max_pool(inputs, window, strides, padding), expected)
+        weights = jax.random.normal(jax.random.key(1), expected.shape)
+
+        def gradient(pool, inputs=inputs, weights=weights):
+            return jax.jit(jax.grad(lambda a: (pool(a) * weights).sum()))(inputs)
+
+        np.testing.assert_array_equal(
+            gradient(lambda a: max_pool(a, window, strides, padding)),
+            gradient(lambda a: nn.max_pool(a, window, strides, padding=padding)),
+        )
+
+
+def test_the_resnet_max_pools_by_slices_unless_told_otherwise():
+    import flax.linen as nn
+
+    from sebulba.agents.max_pool import max_pool
+
+    assert make_network("impala_resnet", Discrete(6)).max_pool == "slices"
+    assert ppo.get_config().max_pool == impala.get_config().max_pool == "slices"
+    with pytest.raises(ConfigError, match="agent.max_pool 'avg'"):
+        make_network("impala_resnet", Discrete(6), max_pool="avg")
+    # The slices' gradient has no scatter, which a GPU would run with atomic additions
+    # (or, when deterministic, as a sorted scatter).
+    x = jnp.zeros((1, 9, 9, 2))
+    programs = [
+        jax.jit(jax.grad(lambda a, pool=pool: pool(a).sum())).lower(x).as_text()
+        for pool in (
+            lambda a: max_pool(a, (3, 3), (2, 2), "SAME"),
+            lambda a: nn.max_pool(a, (3, 3), (2, 2), padding="SAME"),
+        )
+    ]
+    assert "scatter" not in programs[0] and "select_and_scatter" in programs[1]

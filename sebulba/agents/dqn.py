@@ -108,6 +108,7 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         hp.conv_init,
         env_spec.observation,
         activation=hp.activation,
+        max_pool=hp.max_pool,
     )
     optimizer = optax.adam(hp.learning_rate)
     exploration_steps = hp.exploration_fraction * config.total_timesteps

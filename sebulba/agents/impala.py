@@ -152,6 +152,7 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         value_heads=value_normalization.value_heads,
         policy=policy,
         activation=hp.activation,
+        max_pool=hp.max_pool,
     )
     action_mask = env_spec.action_mask if hp.mask_actions else None
     model = recurrent.ActorCritic(network, env_spec.observation, hp.lstm_size, action_mask)

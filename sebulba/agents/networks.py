@@ -71,6 +71,7 @@ import numpy as np
 
 from sebulba.agents import distributions, popart, recurrent
 from sebulba.agents.api import ActionSpec, ArraySpec, EnvSpec
+from sebulba.agents.max_pool import max_pool as max_pool_by_slices
 from sebulba.config.validation import check_choice
 from sebulba.environments.spaces import is_array_spec, map_observation, zero_observation
 from sebulba.errors import ConfigError
@@ -86,6 +87,15 @@ ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu}
 # What follows every hidden layer before its activation (`norm`): nothing, or a LayerNorm
 # over the features (the channels of a convolution's output).
 NORMS = ("none", "layer_norm")
+# How the ResNet max-pools (`max_pool`): both compute the same values and, on a CPU,
+# bitwise the same gradients; "slices" builds the gradient without a scatter
+# (`sebulba.agents.max_pool`), "reduce_window" is flax's (XLA's select-and-scatter).
+MAX_POOLS = {
+    "slices": max_pool_by_slices,
+    "reduce_window": lambda x, window, strides, padding: nn.max_pool(
+        x, window, strides, padding=padding
+    ),
+}
 
 CONV_INITS = {
     "orthogonal": nn.initializers.orthogonal(_HIDDEN_GAIN),
@@ -448,6 +458,7 @@ class ImpalaResNet(nn.Module):
     value_heads: int | None = None  # PopArt: one value per task [B, K].
     norm: str = "none"  # A key of NORMS: what follows every convolution and the dense layer.
     q_head: bool = False  # A Q-network: obs -> Q-values [B, A] (policy_head the Q head).
+    max_pool: str = "slices"  # A key of MAX_POOLS: the same values and gradients either way.
 
     @nn.compact
     def __call__(self, obs, carry=None, starts=None):
@@ -460,7 +471,7 @@ class ImpalaResNet(nn.Module):
         x = _pixels_to_nhwc(obs, self.channels_first)
         for channels in self.channels:
             x = _normalized(self.norm, _conv(self.conv_init, channels, 3, padding="SAME")(x))
-            x = nn.max_pool(x, (3, 3), (2, 2), padding="SAME")
+            x = MAX_POOLS[self.max_pool](x, (3, 3), (2, 2), "SAME")
             x = _ResidualBlock(channels, self.conv_init, self.norm)(x)
             x = _ResidualBlock(channels, self.conv_init, self.norm)(x)
         x = nn.relu(x).reshape(x.shape[0], -1)
@@ -527,6 +538,7 @@ def make_network(
     hidden: Sequence[int] | None = None,
     activation: str = "tanh",
     hidden_default: Sequence[int] | None = None,
+    max_pool: str = "slices",
 ) -> nn.Module:
     """Returns the actor-critic network `agent.network` names (or its Q-network).
 
@@ -550,11 +562,14 @@ def make_network(
         critic MLPs ("mlp", "minatar", "multi_input"; a Q-network's tower stays ReLU).
       hidden_default: the agent's default `agent.hidden_sizes`. A network without hidden
         layers to size refuses any other `hidden`, which it would otherwise ignore.
+      max_pool: a key of `MAX_POOLS`, how "impala_resnet" max-pools (others have no
+        max-pool).
     """
     network_class = _check_name(name)
     check_choice(conv_init, "agent.conv_init", tuple(CONV_INITS))
     check_choice(norm, "agent.norm", NORMS)
     check_choice(activation, "agent.activation", tuple(ACTIVATIONS))
+    check_choice(max_pool, "agent.max_pool", tuple(MAX_POOLS))
     fields = {field.name for field in dataclasses.fields(network_class)}
     if activation != "tanh" and ("activation" not in fields or q_head):
         with_mlp = sorted(n for n, c in NETWORKS.items() if "activation" in c.__dataclass_fields__)
@@ -593,6 +608,7 @@ def make_network(
     if hidden is not None:
         options["hidden"] = tuple(hidden)
     options["activation"] = activation
+    options["max_pool"] = max_pool
     return network_class(
         policy_head=head,
         core=core,

@@ -192,6 +192,7 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         hidden=hidden,
         activation=hp.activation,
         hidden_default=get_config().hidden_sizes,
+        max_pool=hp.max_pool,
     )
     action_mask = env_spec.action_mask if hp.mask_actions else None
     model = recurrent.ActorCritic(network, env_spec.observation, hp.lstm_size, action_mask)

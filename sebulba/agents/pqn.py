@@ -152,6 +152,7 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         q_head=True,
         hidden=hp.hidden_sizes,
         hidden_default=get_config().hidden_sizes,
+        max_pool=hp.max_pool,
     )
     unroll = learner.unrolls_minibatch_loop(
         hp.minibatch_loop, convolutional=has_convolutions(network, env_spec.observation)
