@@ -29,8 +29,8 @@
 #    (`benchmarks/learner_profile.py`, deterministic kernels on and off), and the ResNet's
 #    gradient at PPO's minibatch (4,096 frames) with either max-pool
 #    (`benchmarks/max_pool.py`, on and off): OUT_DIR/profile_*.txt, OUT_DIR/max_pool_*.txt.
-#    Then `max_pool` end to end: PPO Atari with `agent.max_pool=reduce_window`, to set
-#    beside `determinism`'s runs (slices, the default).
+#    Then `max_pool` end to end: PPO Atari with `agent.max_pool=slices`, to set beside
+#    `determinism`'s runs (`auto`, which is reduce_window on a GPU).
 # OUT_DIR/runs.txt gets one line of figures per run (sps, limiting side, learner wait).
 set -u
 cd "$(dirname "$0")/.."
@@ -150,9 +150,9 @@ kernels() {
 max_pool() {
   for deterministic in True False; do
     local on=$([ $deterministic = True ] && echo on || echo off)
-    run "ppo_atari_reduce_window_deterministic_$on" configs/ppo_atari.py:Breakout-v5 \
+    run "ppo_atari_slices_deterministic_$on" configs/ppo_atari.py:Breakout-v5 \
       --config.total_timesteps=98304 --config.ckpt.every_updates=0 \
-      --config.agent.max_pool=reduce_window --config.debug.deterministic_gpu=$deterministic
+      --config.agent.max_pool=slices --config.debug.deterministic_gpu=$deterministic
   done
 }
 

@@ -120,9 +120,12 @@ def small(args) -> None:
     T, B, E = args.num_steps, args.num_envs, args.update_epochs
     print(
         f"PPO update, IMPALA ResNet, {B} envs x {T} steps, 4 minibatches x {E} epochs "
-        f"({4 * E} optimizer steps of {T * B // 4} samples), 1 CPU device"
+        f"({4 * E} optimizer steps of {T * B // 4} samples), 1 CPU device, "
+        f"agent.max_pool={args.max_pool}"
     )
-    common = dict(num_steps=T, num_envs=B, update_epochs=E, num_minibatches=4)
+    common = dict(
+        num_steps=T, num_envs=B, update_epochs=E, num_minibatches=4, max_pool=args.max_pool
+    )
     rows = [
         measure(
             "scan (rolled loop)", **common, memory_optimised=True, run=True, minibatch_loop="scan"
@@ -159,12 +162,14 @@ def small(args) -> None:
         )
 
 
-def pong() -> None:
+def pong(max_pool: str) -> None:
     print(
         "ppo_atari.py:Pong-v5 shapes: 128 envs x 128 steps, 4 minibatches x 4 epochs "
         "(compiled only)"
     )
-    common = dict(num_steps=128, num_envs=128, minibatch_loop="unrolled", run=False)
+    common = dict(
+        num_steps=128, num_envs=128, minibatch_loop="unrolled", run=False, max_pool=max_pool
+    )
     measure("Pong, unrolled, default scheduler (before)", **common, memory_optimised=False)
     measure("Pong, unrolled, memory-optimised (now)", **common, memory_optimised=True)
     measure(
@@ -185,11 +190,14 @@ def main() -> None:
     parser.add_argument("--num_envs", type=int, default=4)
     parser.add_argument("--update_epochs", type=int, default=2)
     parser.add_argument("--pong", action="store_true", help="also compile the Pong config")
+    parser.add_argument(
+        "--max_pool", default="auto", help="agent.max_pool: auto | slices | reduce_window"
+    )
     args = parser.parse_args()
     print(f"jax {jax.__version__}, {jax.devices()[0].device_kind}")
     small(args)
     if args.pong:
-        pong()
+        pong(args.max_pool)
 
 
 if __name__ == "__main__":

@@ -138,6 +138,9 @@ def check(config, topology: str) -> dict[str, Any]:
         # "auto" unrolls the minibatch loop only for CPU learners (agents.learner); the
         # slice's learners keep the rolled scan, as they would at launch there.
         config.agent.minibatch_loop = "scan"
+    if config.agent.get("max_pool") == "auto":
+        # Likewise "auto" builds the ResNet's max-pool from slices only on CPUs.
+        config.agent.max_pool = "reduce_window"
     # Priced per update: an Anakin block of `pipeline.updates_per_call` runs the same
     # update in a loop, whose trip count XLA's cost analysis does not see (memory: the
     # same state and rollout, plus the block's stacked metrics, a few bytes per update).

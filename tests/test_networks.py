@@ -234,15 +234,22 @@ def test_max_pool_by_slices_is_flax_max_pool_bitwise_ties_included(shape, window
         )
 
 
-def test_the_resnet_max_pools_by_slices_unless_told_otherwise():
+def test_auto_max_pools_by_slices_on_cpus_and_as_flax_does_elsewhere(monkeypatch):
     import flax.linen as nn
 
+    from sebulba.agents import networks
     from sebulba.agents.max_pool import max_pool
 
-    assert make_network("impala_resnet", Discrete(6)).max_pool == "slices"
-    assert ppo.get_config().max_pool == impala.get_config().max_pool == "slices"
+    assert ppo.get_config().max_pool == impala.get_config().max_pool == "auto"
+    assert make_network("impala_resnet", Discrete(6)).max_pool == "slices"  # Tests run on CPU.
+    assert make_network("impala_resnet", Discrete(6), max_pool="reduce_window").max_pool == (
+        "reduce_window"
+    )
     with pytest.raises(ConfigError, match="agent.max_pool 'avg'"):
         make_network("impala_resnet", Discrete(6), max_pool="avg")
+    monkeypatch.setattr(networks.jax, "default_backend", lambda: "gpu")
+    assert networks.resolve_max_pool("auto") == "reduce_window"
+    assert networks.resolve_max_pool("slices") == "slices"
     # The slices' gradient has no scatter, which a GPU would run with atomic additions
     # (or, when deterministic, as a sorted scatter).
     x = jnp.zeros((1, 9, 9, 2))

@@ -81,22 +81,42 @@ def _backward(window, strides, padding, residuals, dy):
         first = jnp.logical_and(view == y, jnp.logical_not(taken))
         chosen.append(first)
         taken = jnp.logical_or(taken, first)
-    # Each view's contributions, spread back to its strided positions. Of two windows that
-    # choose one element, the later (in row-major output order) holds it at a smaller view
-    # index: adding the views in reverse adds the windows in XLA's scatter order.
+    # Each view's contributions, spread back to its strided positions without materialising
+    # a padded array per view: the padded input splits into strides[0] x strides[1]
+    # phases (rows = a mod strides[0], columns = b mod strides[1]); view (i, j) lands in
+    # phase (i mod strides[0], j mod strides[1]), shifted by (i // strides[0],
+    # j // strides[1]) of the output's shape. Of two windows that choose one element, the
+    # later (in row-major output order) holds it at a smaller view index: adding the views
+    # in reverse adds the windows in XLA's scatter order.
     zero = jnp.zeros((), dy.dtype)
-    dx = jnp.zeros(padded.shape, dy.dtype)
     (out_h, top, _), (out_w, left, _) = geometry
-    for index in reversed(range(len(chosen))):
-        i, j = divmod(index, window[1])
-        after_h = padded.shape[1] - (i + (out_h - 1) * strides[0] + 1)
-        after_w = padded.shape[2] - (j + (out_w - 1) * strides[1] + 1)
-        spread = lax.pad(
-            jnp.where(chosen[index], dy, zero),
-            zero,
-            ((0, 0, 0), (i, after_h, strides[0] - 1), (j, after_w, strides[1] - 1), (0, 0, 0)),
-        )
-        dx = dx + spread
+    rows, columns = -(-padded.shape[1] // strides[0]), -(-padded.shape[2] // strides[1])
+    phase_shape = (dy.shape[0], rows, columns, dy.shape[3])
+    phase_rows = []
+    for a in range(strides[0]):
+        phases = []
+        for b in range(strides[1]):
+            phase = jnp.zeros(phase_shape, dy.dtype)
+            for index in reversed(range(len(chosen))):
+                i, j = divmod(index, window[1])
+                if i % strides[0] != a or j % strides[1] != b:
+                    continue
+                down, right = i // strides[0], j // strides[1]
+                shifted = lax.pad(
+                    jnp.where(chosen[index], dy, zero),
+                    zero,
+                    (
+                        (0, 0, 0),
+                        (down, rows - out_h - down, 0),
+                        (right, columns - out_w - right, 0),
+                        (0, 0, 0),
+                    ),
+                )
+                phase = phase + shifted
+            phases.append(phase)
+        phase_rows.append(jnp.stack(phases, axis=3))  # [N, rows, columns, b, C]
+    interleaved = jnp.stack(phase_rows, axis=2)  # [N, rows, a, columns, b, C]
+    dx = interleaved.reshape(dy.shape[0], rows * strides[0], columns * strides[1], dy.shape[3])
     return (dx[:, top : top + x.shape[1], left : left + x.shape[2], :],)
 
 

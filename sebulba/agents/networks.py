@@ -97,6 +97,17 @@ MAX_POOLS = {
     ),
 }
 
+
+def resolve_max_pool(max_pool: str) -> str:
+    """`agent.max_pool` -> a key of `MAX_POOLS`: "auto" is "slices" where JAX computes on
+    CPUs (faster there, and it needs about half the learner's temporary memory) and
+    "reduce_window" on accelerators (TPUs pool natively; GPUs not measured yet)."""
+    check_choice(max_pool, "agent.max_pool", ("auto", *MAX_POOLS))
+    if max_pool != "auto":
+        return max_pool
+    return "slices" if jax.default_backend() == "cpu" else "reduce_window"
+
+
 CONV_INITS = {
     "orthogonal": nn.initializers.orthogonal(_HIDDEN_GAIN),
     "lecun_normal": nn.initializers.lecun_normal(),
@@ -458,7 +469,7 @@ class ImpalaResNet(nn.Module):
     value_heads: int | None = None  # PopArt: one value per task [B, K].
     norm: str = "none"  # A key of NORMS: what follows every convolution and the dense layer.
     q_head: bool = False  # A Q-network: obs -> Q-values [B, A] (policy_head the Q head).
-    max_pool: str = "slices"  # A key of MAX_POOLS: the same values and gradients either way.
+    max_pool: str = "reduce_window"  # A key of MAX_POOLS: the same values and gradients.
 
     @nn.compact
     def __call__(self, obs, carry=None, starts=None):
@@ -538,7 +549,7 @@ def make_network(
     hidden: Sequence[int] | None = None,
     activation: str = "tanh",
     hidden_default: Sequence[int] | None = None,
-    max_pool: str = "slices",
+    max_pool: str = "auto",
 ) -> nn.Module:
     """Returns the actor-critic network `agent.network` names (or its Q-network).
 
@@ -562,14 +573,14 @@ def make_network(
         critic MLPs ("mlp", "minatar", "multi_input"; a Q-network's tower stays ReLU).
       hidden_default: the agent's default `agent.hidden_sizes`. A network without hidden
         layers to size refuses any other `hidden`, which it would otherwise ignore.
-      max_pool: a key of `MAX_POOLS`, how "impala_resnet" max-pools (others have no
-        max-pool).
+      max_pool: "auto" or a key of `MAX_POOLS`, how "impala_resnet" max-pools (others
+        have no max-pool); see `resolve_max_pool`.
     """
     network_class = _check_name(name)
     check_choice(conv_init, "agent.conv_init", tuple(CONV_INITS))
     check_choice(norm, "agent.norm", NORMS)
     check_choice(activation, "agent.activation", tuple(ACTIVATIONS))
-    check_choice(max_pool, "agent.max_pool", tuple(MAX_POOLS))
+    max_pool = resolve_max_pool(max_pool)
     fields = {field.name for field in dataclasses.fields(network_class)}
     if activation != "tanh" and ("activation" not in fields or q_head):
         with_mlp = sorted(n for n, c in NETWORKS.items() if "activation" in c.__dataclass_fields__)
