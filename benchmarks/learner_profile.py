@@ -152,7 +152,9 @@ def op_times(xspace_path: str, module_name: str) -> dict[str, int]:
             events = []
             for event in line.events:
                 stats = _stats(event)
-                if "hlo_op" in stats and str(stats.get("hlo_module", "")) == module_name:
+                # Only the update runs while tracing: an event that does not name its
+                # module (as some GPU traces' kernels may not) is taken as the update's.
+                if "hlo_op" in stats and str(stats.get("hlo_module", module_name)) == module_name:
                     events.append((str(stats["hlo_op"]), event.start_ns, event.end_ns))
             for name, ns in own_times(events).items():
                 totals[name] += ns
