@@ -41,7 +41,6 @@ to stderr.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import math
@@ -57,7 +56,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from config_spec import apply_overrides, load_config  # noqa: E402
+from config_spec import apply_overrides, benchmark_parser, load_config  # noqa: E402
 
 from sebulba import random_streams, train
 from sebulba.anakin.env_api import reset_envs, step_envs  # noqa: E402
@@ -699,9 +698,7 @@ def print_seeds(result: dict, seeds: list[int]) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", default=DEFAULT_CONFIG, help="configs/FILE.py[:ARG]")
-    parser.add_argument("--set", action="append", default=[], help="KEY=VALUE override")
+    parser = benchmark_parser(__doc__, default=DEFAULT_CONFIG)
     parser.add_argument(
         "--sections", default=",".join(SECTIONS), help=f"comma-separated subset of {SECTIONS}"
     )

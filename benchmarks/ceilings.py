@@ -46,7 +46,6 @@ first, 1 at the second). Raw envpool from Python against inside a scan is
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import queue
@@ -63,7 +62,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from config_spec import apply_overrides, load_config  # noqa: E402
+from config_spec import actor_and_learner_config, benchmark_parser  # noqa: E402
 
 from sebulba import envs as envs_lib  # noqa: E402
 from sebulba import random_streams, train
@@ -71,7 +70,6 @@ from sebulba.actors import scan_actor
 from sebulba.actors.handoff import RunControl, StartGate  # noqa: E402
 from sebulba.config.sizes import derive_sizes  # noqa: E402
 from sebulba.environments import spaces  # noqa: E402
-from sebulba.runtime import gpu_determinism  # noqa: E402
 
 
 def random_actions(action_spec, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -505,9 +503,7 @@ def print_threads_table(config, thread_counts: list[int], seconds: float) -> Non
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", required=True, help="configs/FILE.py[:ARG]")
-    parser.add_argument("--set", action="append", default=[], help="KEY=VALUE override")
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--seconds", type=float, default=5.0, help="per measurement")
     parser.add_argument("--updates", type=int, default=30, help="per end-to-end run")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -520,13 +516,7 @@ def main() -> None:
         help="e.g. 1,2,4: raw envpool and actor-only per pipeline.num_actor_threads, one table",
     )
     args = parser.parse_args()
-    config = load_config(args.config)
-    config.mesh.actor_device_ids = (0,)
-    config.mesh.learner_device_ids = (1,)
-    apply_overrides(config, args.set)
-    # Every measurement runs under the config's GPU determinism, as the end-to-end run must
-    # (JAX reads XLA_FLAGS once): `--set debug.deterministic_gpu=False` measures without it.
-    gpu_determinism.configure(config.debug.deterministic_gpu)
+    config = actor_and_learner_config(args)
     if args.threads:
         print_threads_table(config, [int(n) for n in args.threads.split(",")], args.seconds)
         return

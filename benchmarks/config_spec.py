@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import ast
 import importlib.util
 
@@ -28,3 +29,31 @@ def apply_overrides(config, overrides: list[str]) -> None:
         for parent in parents:
             node = node[parent]
         node[name] = value
+
+
+def benchmark_parser(doc: str, default: str | None = None) -> argparse.ArgumentParser:
+    """A benchmark's flags parser, described by its docstring's first line, with `--config`
+    (required unless given a default) and `--set`."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument(
+        "--config", required=default is None, default=default, help="configs/FILE.py[:ARG]"
+    )
+    parser.add_argument("--set", action="append", default=[], help="KEY=VALUE override")
+    return parser
+
+
+def actor_and_learner_config(args):
+    """The config `--config` and `--set` name, actor on device 0 and learner on device 1
+    unless `--set` says otherwise, with XLA's GPU determinism set as the config asks.
+
+    Every measurement then runs under the config's `debug.deterministic_gpu`, as a run does
+    (JAX reads XLA_FLAGS once): `--set debug.deterministic_gpu=False` measures without it.
+    """
+    from sebulba.runtime import gpu_determinism
+
+    config = load_config(args.config)
+    config.mesh.actor_device_ids = (0,)
+    config.mesh.learner_device_ids = (1,)
+    apply_overrides(config, args.set)
+    gpu_determinism.configure(config.debug.deterministic_gpu)
+    return config

@@ -28,7 +28,6 @@ deterministic execution makes slower. `--json` prints one JSON object instead (k
 
 from __future__ import annotations
 
-import argparse
 import collections
 import dataclasses
 import glob
@@ -45,10 +44,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import jax  # noqa: E402
 from ceilings import actor_only_sps, endless  # noqa: E402
-from config_spec import apply_overrides, load_config  # noqa: E402
+from config_spec import actor_and_learner_config, benchmark_parser  # noqa: E402
 
 from sebulba import train  # noqa: E402
-from sebulba.runtime import gpu_determinism  # noqa: E402
 
 # Lines a trace viewer derives from the raw ones; they would count every operation twice.
 DERIVED_LINES = frozenset(
@@ -231,21 +229,14 @@ def print_summary(summary: dict, title: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", required=True, help="configs/FILE.py[:ARG]")
-    parser.add_argument("--set", action="append", default=[], help="KEY=VALUE override")
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--updates", type=int, default=5, help="traced updates")
     parser.add_argument("--top", type=int, default=15, help="operations listed")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
     if args.updates < 1:
         parser.error("--updates must be at least 1")
-    config = load_config(args.config)
-    config.mesh.actor_device_ids = (0,)
-    config.mesh.learner_device_ids = (1,)
-    apply_overrides(config, args.set)
-    gpu_determinism.configure(config.debug.deterministic_gpu)
-    config = endless(config)
+    config = endless(actor_and_learner_config(args))
     config.log.tensorboard = False
     setup = train.prepare(config)
     try:
