@@ -65,7 +65,12 @@ class RunSetup:
     @functools.cached_property
     def learner_state_shapes(self):
         """The learner state's shapes and dtypes, without computing it (traced once)."""
-        return jax.eval_shape(self.agent.init, random_streams.init_key(self.config.seed))
+        return state_shapes(self.agent, self.config.seed)
+
+
+def state_shapes(agent: Agent, seed: int):
+    """The shapes and dtypes of the learner state `agent.init` makes for `seed`."""
+    return jax.eval_shape(agent.init, random_streams.init_key(seed))
 
 
 def prepare(config: ml_collections.ConfigDict, run: RunPlan | None = None) -> RunSetup:

@@ -274,7 +274,8 @@ def test_compiling_on_its_own_thread_hands_back_the_program_or_the_error_it_rais
     def init(key):
         return {"w": jax.numpy.zeros((3, 2)), "key": key}
 
-    setup = SimpleNamespace(agent=SimpleNamespace(init=init), config=SimpleNamespace(seed=4))
+    agent = SimpleNamespace(init=init)
+    setup = SimpleNamespace(agent=agent, learner_state_shapes=train.state_shapes(agent, 4))
 
     class Compiles:
         def compile_update(self, shapes):

@@ -39,10 +39,12 @@ def _key_data(keys):
 def init_keys(seed):
     """The key `train.init_learner_state` hands to `agent.init`."""
     mesh = jax.sharding.Mesh(jax.devices()[:1], ("batch",))
+    agent = Agent(init=_key_data, act=None, update=None, policy_params=None)
     setup = types.SimpleNamespace(
         config=types.SimpleNamespace(seed=seed),
-        agent=Agent(init=_key_data, act=None, update=None, policy_params=None),
+        agent=agent,
         layout=types.SimpleNamespace(sharding=lambda spec: NamedSharding(mesh, spec)),
+        learner_state_shapes=train.state_shapes(agent, seed),
     )
     return _rows(train.init_learner_state(setup))
 

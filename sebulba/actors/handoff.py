@@ -108,8 +108,18 @@ def put_or_stop(q: queue.Queue, item: Any, control: RunControl) -> None:
 
 
 def get_or_stop(q: queue.Queue, control: RunControl) -> Any:
-    """Takes an item; re-raises another thread's error, or RunStopped if the run stops."""
+    """Takes an item; once none is left, re-raises another thread's error, or RunStopped
+    if the run stops.
+
+    An item handed over before a failure is still taken, so what the learner does before
+    an actor's error stops it does not depend on when the error arrives: an actor that
+    fails on rollout k has already handed over rollout k - 1, and the learner learns it.
+    """
     while True:
+        try:
+            return q.get_nowait()
+        except queue.Empty:
+            pass
         if control.error is not None:
             raise control.error
         control.raise_if_stopped()
