@@ -22,6 +22,9 @@ import render_docs  # noqa: E402
 
 # The README's promise for its default configs: every recorded seed ends near 500.
 LEARNED = 475.0
+# The greedy policy of the default run's final checkpoint, 20 episodes of `sebulba.evaluate
+# --greedy` (seed 0); random play scores ~22.
+GREEDY_FLOOR = {"ppo_cartpole": 400.0}
 
 
 def test_every_record_block_in_the_docs_is_rendered_from_its_record():
@@ -54,10 +57,12 @@ def test_a_stale_block_is_found():
 @pytest.mark.parametrize("config", ["ppo_cartpole", "impala_cartpole"])
 def test_the_default_run_gives_its_recorded_numbers(config):
     # The README's command for the record's first seed, in a process of its own with JAX's
-    # default devices (as a user runs it): ~1 min (PPO) and ~30 s (IMPALA) on 2 cores.
+    # default devices (as a user runs it): ~1 min (PPO) and ~30 s (IMPALA) on 2 cores; then
+    # the checkpoint it leaves, evaluated greedily where GREEDY_FLOOR names the config.
     record = records.read(config)
     seed, recorded = next(iter(record["values"]["seeds"].items()))
-    result = default_runs.run(config, int(seed))
+    greedy = config in GREEDY_FLOOR
+    result = default_runs.run(config, int(seed), eval_episodes=20 if greedy else 0, greedy=greedy)
     regenerate = (
         f"if the change is meant to alter the run, regenerate: python "
         f"benchmarks/default_runs.py --config={config} --seeds="
@@ -65,6 +70,8 @@ def test_the_default_run_gives_its_recorded_numbers(config):
     )
     # The learning claim holds everywhere.
     assert result["mean_return"] >= LEARNED, (result, regenerate)
+    if greedy:
+        assert result["eval"]["mean_return"] >= GREEDY_FLOOR[config], result
     same, why = records.same_environment(record)
     if not same:
         warnings.warn(f"{config}: numbers not compared exactly here: {why}", stacklevel=1)

@@ -203,6 +203,7 @@ def test_scan_and_step_agree_when_lives_terminate_and_games_are_scored():
         agent__num_steps=64,
         agent__num_minibatches=2,
         agent__minibatch_loop="auto",
+        agent__update_epochs=1,  # The actors are under test: the update compiles faster.
         total_timesteps=4 * 64 * 3,
     )
     step_run = _run(config, "step")
