@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Acting and learning on one shared GPU, and what deterministic GPU execution costs
-# (docs/benchmarks.md, "On a GPU"), ~20 min on one H200 + 16 cores:
+# (docs/benchmarks.md, "On a GPU"), ~25 min on one H200 + 16 cores:
 #
 #   bash benchmarks/gpu_overlap.sh [OUT_DIR]
 #   PARTS=actor_platform bash benchmarks/gpu_overlap.sh     # one part only
@@ -31,6 +31,13 @@
 #    (`benchmarks/max_pool.py`, on and off): OUT_DIR/profile_*.txt, OUT_DIR/max_pool_*.txt.
 #    Then `max_pool` end to end: PPO Atari with `agent.max_pool=slices`, to set beside
 #    `determinism`'s runs (`auto`, which is reduce_window on a GPU).
+# 7. `crossover`: where acting on the host's CPUs stops paying, between `actor_platform`'s
+#    MLP (2e4 policy FLOPs per env step: 1.97x faster on the CPUs) and ResNet (1.1e8: 0.39x):
+#    HalfCheetah with 1024-1024 and 2048-2048 MLPs (4.3e6, 1.7e7) and Atari with the Nature
+#    CNN (1.9e7), each with the policy on the GPU and on the CPUs, 65,536 env steps each
+#    (~4 min). The FLOPs are the actor program's, per env step, from `python -m
+#    sebulba.check --config=CONFIG --topology=h100:1 [--config.KEY=VALUE]` on any machine
+#    ("actor policy step" over the envs of one step).
 # OUT_DIR/runs.txt gets one line of figures per run (sps, limiting side, learner wait).
 set -u
 cd "$(dirname "$0")/.."
@@ -156,7 +163,24 @@ max_pool() {
   done
 }
 
-for part in ${PARTS:-two_threads scan_shapes actor_platform determinism determinism_flags kernels max_pool}; do
+crossover() {
+  local steps=--config.total_timesteps=65536
+  for width in 1024 2048; do
+    for actor in default cpu; do
+      run "mujoco_mlp${width}_${actor}_actor" configs/ppo_mujoco.py:HalfCheetah-v4 "$steps" \
+        --config.ckpt.every_updates=0 --config.mesh.actor_platform=$actor \
+        "--config.agent.hidden_sizes=($width,$width)"
+    done
+  done
+  for actor in default cpu; do
+    run "atari_nature_cnn_${actor}_actor" configs/ppo_atari.py:Breakout-v5 "$steps" \
+      --config.ckpt.every_updates=0 --config.mesh.actor_platform=$actor \
+      --config.agent.network=nature_cnn
+  done
+}
+
+PARTS_IN_ORDER="two_threads scan_shapes actor_platform determinism determinism_flags kernels"
+for part in ${PARTS:-$PARTS_IN_ORDER max_pool crossover}; do
   $part
 done
 cat "$OUT/runs.txt"

@@ -153,10 +153,8 @@ def test_layouts_agree_to_float_tolerance(tmp_path, one_learner_run, case, layou
     ],
     ids=["2-learners", "2-threads"],
 )
-def test_normalization_statistics_agree_across_layouts(tmp_path, layout):
-    _, reference = _checksum_and_params(
-        tmp_path, "one", "ppo-normalized", mesh__learner_device_ids=[1]
-    )
+def test_normalization_statistics_agree_across_layouts(tmp_path, one_learner_run, layout):
+    reference, _ = one_learner_run("ppo-normalized")
     _, other = _checksum_and_params(tmp_path, "other", "ppo-normalized", **layout)
     stats = reference.normalization
     np.testing.assert_allclose(stats.observation.count, 8 * 16 * 6, rtol=1e-6)
