@@ -58,6 +58,16 @@ def _views(padded: jax.Array, geometry, window, strides) -> list[jax.Array]:
     ]
 
 
+def _shifted(values, offset, room):
+    """NHWC `values` placed `offset` (rows, columns) into zeros that are `room` larger."""
+    (down, right), (extra_rows, extra_columns) = offset, room
+    return lax.pad(
+        values,
+        jnp.zeros((), values.dtype),
+        ((0, 0, 0), (down, extra_rows - down, 0), (right, extra_columns - right, 0), (0, 0, 0)),
+    )
+
+
 @functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2, 3))
 def max_pool(x: jax.Array, window=(3, 3), strides=(2, 2), padding: str = "SAME") -> jax.Array:
     """Max-pool of NHWC `x` over H and W; what `flax.linen.max_pool(x, window, strides,
@@ -97,22 +107,14 @@ def _backward(window, strides, padding, residuals, dy):
         phases = []
         for b in range(strides[1]):
             phase = jnp.zeros(phase_shape, dy.dtype)
-            for index in reversed(range(len(chosen))):
-                i, j = divmod(index, window[1])
-                if i % strides[0] != a or j % strides[1] != b:
-                    continue
-                down, right = i // strides[0], j // strides[1]
-                shifted = lax.pad(
-                    jnp.where(chosen[index], dy, zero),
-                    zero,
-                    (
-                        (0, 0, 0),
-                        (down, rows - out_h - down, 0),
-                        (right, columns - out_w - right, 0),
-                        (0, 0, 0),
-                    ),
-                )
-                phase = phase + shifted
+            # This phase's views, in reverse view order (as above).
+            for i in reversed(range(a, window[0], strides[0])):
+                for j in reversed(range(b, window[1], strides[1])):
+                    phase = phase + _shifted(
+                        jnp.where(chosen[i * window[1] + j], dy, zero),
+                        (i // strides[0], j // strides[1]),
+                        (rows - out_h, columns - out_w),
+                    )
             phases.append(phase)
         phase_rows.append(jnp.stack(phases, axis=3))  # [N, rows, columns, b, C]
     interleaved = jnp.stack(phase_rows, axis=2)  # [N, rows, a, columns, b, C]
