@@ -24,6 +24,8 @@ Every figure is taken under the config's `debug.deterministic_gpu`, as a run has
 invocations, with `--set debug.deterministic_gpu=False` for the second, show which kernels
 deterministic execution makes slower. `--json` prints one JSON object instead (keys
 `wall_ms`, `op_ms`, `busy`, `kinds` and `top_ops`, times per update in milliseconds).
+Each stage (the rollout, compiling, the traced updates) is announced on stderr with the
+seconds since the start: on a CPU a full Atari config takes minutes before the results.
 """
 
 from __future__ import annotations
@@ -238,13 +240,22 @@ def main() -> None:
         parser.error("--updates must be at least 1")
     config = endless(actor_and_learner_config(args))
     config.log.tensorboard = False
+    started = time.perf_counter()
+
+    def progress(stage: str) -> None:
+        # On stderr: a large config on a CPU takes minutes before the first line of results.
+        print(f"[{time.perf_counter() - started:6.1f} s] {stage}", file=sys.stderr, flush=True)
+
     setup = train.prepare(config)
+    progress(f"collecting one rollout of {setup.sizes.steps_per_update:,} env steps")
     try:
         _, pipeline, state, rollouts = actor_only_sps(setup, 0.0, setup.actor_loop)
     finally:
         for pool in setup.envs_per_thread:
             pool.close()
+    progress("compiling the update")
     compiled = pipeline.compile_update(state)
+    progress(f"one untraced update, then {args.updates} traced, and reading their trace")
     times, wall = profile_update(compiled, state, pipeline._assemble(rollouts), args.updates)
     summary = summarise(times, wall, args.updates, compiled.as_text(), args.top)
     if args.json:
