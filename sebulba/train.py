@@ -669,6 +669,7 @@ def open_outputs(
         actors_share_an_accelerator=setup.layout.actors_share_an_accelerator,
         deterministic_gpu_kernels=config.debug.deterministic_gpu
         and any(device.platform == "gpu" for device in setup.layout.local_learner_devices),
+        host_cores=envs_lib.available_cores(),
     )
 
 

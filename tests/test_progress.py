@@ -160,6 +160,24 @@ def test_actors_sharing_an_accelerator_are_advised_to_act_on_the_cpus_not_to_add
     assert diagnose_bottleneck(0.0, 8.0, 10.0, True) == diagnose_bottleneck(0.0, 8.0, 10.0)
 
 
+def test_actors_on_saturated_cpus_are_not_advised_to_add_threads():
+    contend = "more actor threads or envs would contend for them"
+    saturated = diagnose_bottleneck(8.0, 0.0, 10.0, cpu_s=19.0, cores=2)
+    assert saturated["limited_by"] == "actors"
+    assert saturated["host_cpu_fraction"] == pytest.approx(0.95)
+    assert "this process kept its 2 CPU cores 95% busy" in saturated["detail"]
+    assert contend in saturated["detail"] and "more actor threads, envs" not in saturated["detail"]
+    # CPUs with time to spare: the actors wait on something else (latency, a shared GPU).
+    spare = diagnose_bottleneck(8.0, 0.0, 10.0, cpu_s=10.0, cores=2)
+    assert "50% busy" in spare["detail"] and contend not in spare["detail"]
+    assert "more actor threads, envs or actor devices" in spare["detail"]
+    # A learner-bound run keeps its advice; without the CPU time nothing is said of it.
+    assert (
+        "more learner devices" in diagnose_bottleneck(0.0, 8.0, 10.0, cpu_s=20.0, cores=2)["detail"]
+    )
+    assert "host_cpu_fraction" not in diagnose_bottleneck(8.0, 0.0, 10.0)
+
+
 def test_gpu_runs_waiting_on_deterministic_kernels_are_told_what_turning_them_off_trades():
     trade = "debug.deterministic_gpu=False trades the same-seed-same-result guarantee"
     learner_bound = diagnose_bottleneck(0.0, 8.0, 10.0, deterministic_gpu_kernels=True)

@@ -170,7 +170,7 @@ def test_auto_unrolls_only_convolutional_networks_on_cpu():
     assert not learner.unrolls_minibatch_loop("scan", convolutional=True)
 
 
-def _quiet_metrics(workdir, updates=None):
+def _quiet_metrics(workdir, updates=None, host_cores=None):
     """A MetricsLogger of the minimal agent's run (`updates` long, if given) that writes
     nothing; and the run's sizes."""
     config = agent_config(minimal_agent)
@@ -184,8 +184,32 @@ def _quiet_metrics(workdir, updates=None):
         every_updates=1,
         tensorboard=False,
         is_main_process=False,
+        host_cores=host_cores,
     )
     return metrics, sizes
+
+
+def _report(update, sizes):
+    steps = update * sizes.steps_per_update
+    return UpdateReport(update, steps, 1, update + 1, 0.0, 0.0, [], [], [], {})
+
+
+def test_host_cpu_fraction_is_the_process_cpu_time_over_its_cores(tmp_path):
+    metrics, sizes = _quiet_metrics(tmp_path, updates=3, host_cores=1)
+    metrics.record(_report(1, sizes))
+    end = time.perf_counter() + 0.3
+    while time.perf_counter() < end:  # One core kept busy by this thread.
+        pass
+    metrics.record(_report(2, sizes))
+    busy = metrics.last_line["host_cpu_fraction"]
+    time.sleep(0.3)  # Nothing to do.
+    metrics.record(_report(3, sizes))
+    idle = metrics.last_line["host_cpu_fraction"]
+    # Not 1: on a loaded machine the busy thread is not always scheduled.
+    assert busy > 0.5 and idle < 0.3, (busy, idle)
+    bottleneck = metrics.summary(sizes.global_steps, sizes.num_updates, "x", {})["bottleneck"]
+    assert idle < bottleneck["host_cpu_fraction"] < busy
+    assert "this process kept its 1 CPU core " in bottleneck["detail"]
 
 
 def test_summary_sps_is_steady_state_and_says_what_includes_start_up(tmp_path):

@@ -41,6 +41,7 @@ _TB_NAMESPACE = {
     "params_wait_s": "pipeline",
     "learner_wait_fraction": "pipeline",
     "actor_wait_fraction": "pipeline",
+    "host_cpu_fraction": "perf",
     "actor_policy_version": "pipeline",
     "learner_policy_version": "pipeline",
 }
@@ -118,6 +119,15 @@ def check_finite_losses(update: int, agent_metrics: dict[str, Any]) -> None:
 
 # Below this wait fraction on both sides, neither actors nor learner idle noticeably.
 _BALANCED_WAIT_FRACTION = 0.05
+# From this share of its cores on, a process leaves its host's CPUs no room: more actor
+# threads or envs would contend for them (envpool's workers step the envs on them).
+_SATURATED_CPU_FRACTION = 0.9
+
+
+def cpu_fraction(cpu_s: float, wall_s: float, cores: int) -> float:
+    """The share of `cores` that `cpu_s` of process CPU time (all its threads: envpool's
+    workers, XLA's, Python's) kept busy over `wall_s`."""
+    return min(cpu_s / max(wall_s * cores, 1e-9), 1.0)
 
 
 def diagnose_bottleneck(
@@ -126,6 +136,8 @@ def diagnose_bottleneck(
     wall_s: float,
     actors_share_an_accelerator: bool = False,
     deterministic_gpu_kernels: bool = False,
+    cpu_s: float | None = None,
+    cores: int | None = None,
 ) -> dict:
     """Which side limited throughput, from the Cleanba paper's pair of wait times.
 
@@ -135,7 +147,10 @@ def diagnose_bottleneck(
     and not a CPU, so the actors' policy calls queue behind the learner's updates and
     the advice for actor-bound runs differs. `deterministic_gpu_kernels`: the learner
     updates on GPUs under `debug.deterministic_gpu`, whose kernels cost time wherever
-    the learner's update is what the run waits for.
+    the learner's update is what the run waits for. `cpu_s` and `cores`: the process's
+    CPU time over the same updates and the cores it may run on; they add how busy it
+    kept them, and actors that wait on saturated CPUs are told that more actor threads
+    or envs would not help.
     """
     if wall_s <= 0:
         return {"limited_by": "unknown", "detail": "no steady-state update was measured"}
@@ -145,12 +160,22 @@ def diagnose_bottleneck(
         f"the learner waited for rollouts {100 * learner:.0f}% of the time, "
         f"the actors waited for parameters {100 * actors:.0f}%"
     )
+    host = None
+    if cpu_s is not None and cores:
+        host = cpu_fraction(cpu_s, wall_s, cores)
+        cores_named = f"{cores} CPU core{'s' if cores != 1 else ''}"
+        waits += f", this process kept its {cores_named} {100 * host:.0f}% busy"
     if max(learner, actors) < _BALANCED_WAIT_FRACTION:
         limited_by, advice = "neither", "both sides stayed busy"
     elif learner >= actors:
         limited_by = "actors"
         advice = "more actor threads, envs or actor devices would raise throughput"
-        if actors_share_an_accelerator:
+        if host is not None and host >= _SATURATED_CPU_FRACTION:
+            advice = (
+                "the CPUs had no time to spare, so more actor threads or envs would contend "
+                "for them; more cores, or processes on more hosts, would raise throughput"
+            )
+        elif actors_share_an_accelerator:
             # Measured on one GPU: more threads added envs but no GPU time
             # (docs/architecture.md, "Acting on the host's CPUs").
             advice = (
@@ -169,12 +194,15 @@ def diagnose_bottleneck(
             "debug.deterministic_gpu=False trades the same-seed-same-result guarantee "
             "for faster ones"
         )
-    return {
+    verdict = {
         "limited_by": limited_by,
         "learner_wait_fraction": learner,
         "actor_wait_fraction": actors,
         "detail": f"{waits}; {advice}",
     }
+    if host is not None:
+        verdict["host_cpu_fraction"] = host
+    return verdict
 
 
 class _WandbSink:
@@ -222,7 +250,9 @@ class MetricsLogger:
     checkpoint written before those existed) and the wall time of the run so far (from
     its checkpoint), so lines, summary and step counts continue. `show_progress` False
     writes every file but nothing to the console. `actors_share_an_accelerator` and
-    `deterministic_gpu_kernels`: see `diagnose_bottleneck`.
+    `deterministic_gpu_kernels`: see `diagnose_bottleneck`. `host_cores`, the cores the
+    process may run on, adds `host_cpu_fraction` to the lines and the bottleneck report:
+    the process's CPU time over that many cores' wall time.
 
     Episodes are attributed to the tasks of `task_layout` by their global env index;
     multi-task lines carry per-task fields and summary.json always has `tasks`
@@ -249,8 +279,10 @@ class MetricsLogger:
         show_progress: bool = True,
         actors_share_an_accelerator: bool = False,
         deterministic_gpu_kernels: bool = False,
+        host_cores: int | None = None,
     ):
         self.workdir = workdir
+        self.host_cores = host_cores
         self.actors_share_an_accelerator = actors_share_an_accelerator
         self.deterministic_gpu_kernels = deterministic_gpu_kernels
         self.sizes = sizes
@@ -275,8 +307,10 @@ class MetricsLogger:
         # Steady-state totals for the bottleneck report; the first update of a run
         # includes compilation and the first rollout, so it is left out.
         self._last_record_time: float | None = None
+        self._last_record_cpu = 0.0
         self._first_call_done = False
         self._steady_s = self._steady_rollout_wait = self._steady_params_wait = 0.0
+        self._steady_cpu_s = 0.0
         self._steady_updates = 0
         self._writer = self._jsonl = self._wandb = self._console = None
         if not is_main_process:
@@ -302,6 +336,8 @@ class MetricsLogger:
 
     def _window_reset(self, now: float, global_step: int) -> None:
         self._window_start = now
+        # Process CPU time: every thread's, envpool's workers and XLA's included.
+        self._window_cpu = time.process_time()
         self._window_step = global_step
         self._window_updates = 0
         self._window_returns: list[float] = []
@@ -318,8 +354,10 @@ class MetricsLogger:
         """
         del state
         now = time.perf_counter()
+        cpu_now = time.process_time()
         if self._first_call_done:
             self._steady_s += now - self._last_record_time
+            self._steady_cpu_s += cpu_now - self._last_record_cpu
             self._steady_updates += 1
             self._steady_rollout_wait += report.rollout_wait_s
             self._steady_params_wait += report.params_wait_s
@@ -327,6 +365,7 @@ class MetricsLogger:
         # starts up: the steady state begins once its last update is recorded.
         self._first_call_done = self._first_call_done or report.call_ends_here
         self._last_record_time = now
+        self._last_record_cpu = cpu_now
         self._last_report = report
         self.episodes_finished += len(report.episode_returns)
         self._window_returns.extend(report.episode_returns)
@@ -381,6 +420,9 @@ class MetricsLogger:
             "wall_time_s": self.elapsed_before_s + now - self.start_time,
             **self.task_episodes.window_metrics(),
         }
+        if self.host_cores:
+            cpu_s = time.process_time() - self._window_cpu
+            line["host_cpu_fraction"] = cpu_fraction(cpu_s, window_s, self.host_cores)
         for name, value in sorted(agent_metrics.items()):
             line[name] = _finite_or_none(float(value))
         self.last_line = line
@@ -418,6 +460,8 @@ class MetricsLogger:
             self._steady_s,
             self.actors_share_an_accelerator,
             self.deterministic_gpu_kernels,
+            cpu_s=self._steady_cpu_s if self.host_cores else None,
+            cores=self.host_cores,
         )
 
     def summary(self, global_step: int, updates: int, checksum: str, extra: dict) -> dict:
