@@ -38,7 +38,8 @@
 #    (~4 min). The FLOPs are the actor program's, per env step, from `python -m
 #    sebulba.check --config=CONFIG --topology=h100:1 [--config.KEY=VALUE]` on any machine
 #    ("actor policy step" over the envs of one step).
-# OUT_DIR/runs.txt gets one line of figures per run (sps, limiting side, learner wait).
+# OUT_DIR/runs.txt gets one line of figures per run (sps, limiting side, learner wait,
+# host CPU share).
 set -u
 cd "$(dirname "$0")/.."
 OUT=${1:-${OUT:-runs/gpu_overlap}} WORK=${WORK:-/tmp/sebulba_gpu_overlap}

@@ -1,5 +1,6 @@
 # Shared by the GPU scripts of benchmarks/ (sourced, not run): `run` trains one config into
-# $WORK/NAME, logs to $OUT/NAME.log and appends one line of figures to $OUT/runs.txt.
+# $WORK/NAME, logs to $OUT/NAME.log and appends one line of figures to $OUT/runs.txt
+# (steps/s, the limiting side, the learner's wait and how busy the run kept the CPUs).
 #
 #   OUT=DIR WORK=DIR RUNNER="bash .gpu/run.sh" source benchmarks/gpu_runs.sh
 #   run NAME CONFIG [--config.KEY=VALUE ...]
@@ -25,7 +26,8 @@ s = json.load(open(f"{workdir}/summary.json"))
 b = s.get("bottleneck", {})
 print(f"{name} rc={rc} wall={wall:.1f}s sps={s['sps']:.0f} return={s['mean_return']} "
       f"checksum={s['params_checksum'][:16]} loop={s['actor_loop']} "
-      f"limited_by={b.get('limited_by')} learner_wait={b.get('learner_wait_fraction', 0):.2f}")
+      f"limited_by={b.get('limited_by')} learner_wait={b.get('learner_wait_fraction', 0):.2f} "
+      f"host_cpu={b.get('host_cpu_fraction', 0):.2f}")
 for line in list(open(f"{workdir}/metrics.jsonl"))[:lines]:
     m = json.loads(line)
     print("   ", {k: m[k] for k in sorted(m) if "loss" in k or k in ("update", "entropy")})
