@@ -57,6 +57,10 @@ def run_blocked(*args):
             "agent.exploration_fraction must be a number in (0, 1]",
         ),
         ("ppo_joint.py:smoke", 'env.ids=("A-v0","A-v0")', "env.ids names 'A-v0' twice"),
+        # Durations: NaN and infinity would fail mid-run, in the clocks that wait on them.
+        ("ppo_cartpole.py", "debug.actor_delay_s=nan", "debug.actor_delay_s must be a number"),
+        ("ppo_cartpole.py", "debug.learner_delay_s=inf", "debug.learner_delay_s must be a num"),
+        ("impala_cartpole.py", "log.console_every_s=nan", "log.console_every_s must be a number"),
     ],
 )
 def test_a_config_error_is_one_line_before_jax_and_envpool(tmp_path, config, override, message):

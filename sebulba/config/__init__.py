@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 import ml_collections
 
 from sebulba.config.validation import (
+    FINITE_NON_NEGATIVE,
     NON_NEGATIVE_INT,
     POSITIVE_INT,
     UNIT_INTERVAL,
@@ -177,9 +178,7 @@ def check_run_config(config: ml_collections.ConfigDict) -> None:
     log = config.log
     if not isinstance(log.every_updates, int) or log.every_updates < 1:
         raise ConfigError(f"log.every_updates must be >= 1, got {log.every_updates!r}")
-    every_s = log.console_every_s
-    if isinstance(every_s, bool) or not isinstance(every_s, int | float) or every_s < 0:
-        raise ConfigError(f"log.console_every_s must be a number >= 0, got {every_s!r}")
+    check_range(log.console_every_s, "log.console_every_s", FINITE_NON_NEGATIVE)
     if log.console not in CONSOLE_MODES:
         raise ConfigError(f"log.console {log.console!r} must be one of {', '.join(CONSOLE_MODES)}")
     if log.wandb and importlib.util.find_spec("wandb") is None:

@@ -10,6 +10,7 @@ import dataclasses
 
 import ml_collections
 
+from sebulba.config.validation import FINITE_NON_NEGATIVE, check_range
 from sebulba.errors import ConfigError
 
 
@@ -86,8 +87,7 @@ def derive_sizes(config: ml_collections.ConfigDict, num_processes: int = 1) -> S
     if config.pipeline.policy_lag not in (0, 1):
         raise ConfigError(f"pipeline.policy_lag must be 0 or 1, got {config.pipeline.policy_lag!r}")
     for name in ("learner_delay_s", "actor_delay_s"):
-        if config.debug[name] < 0:
-            raise ConfigError(f"debug.{name} must be >= 0, got {config.debug[name]!r}")
+        check_range(config.debug[name], f"debug.{name}", FINITE_NON_NEGATIVE)
     return Sizes(
         num_processes=num_processes,
         num_actor_threads=num_actor_threads,

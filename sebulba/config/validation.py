@@ -58,6 +58,8 @@ def _number(bound: float) -> str:
 
 POSITIVE = Range(0, low_open=True)
 NON_NEGATIVE = Range(0)
+# A duration in seconds: infinity would overflow the clocks that wait on it.
+FINITE_NON_NEGATIVE = Range(0, high_open=True)
 UNIT_INTERVAL = Range(0, 1)
 POSITIVE_INT = Range(1, integer=True)
 NON_NEGATIVE_INT = Range(0, integer=True)
