@@ -629,11 +629,27 @@ def train(
                 # An Anakin block (`pipeline.updates_per_call`) ends where one is due.
                 ends_block=checkpoints.is_due,
             )
-        finally:
+        except BaseException:
+            # The run's own error is the one to report: one from closing the outputs
+            # is logged, and the saver still waits for the saves it started.
+            _close_after_an_error(metrics.close, checkpoints.saver.close)
+            raise
+        try:
             metrics.close()
+        finally:
             checkpoints.saver.close()  # Waits for the last save to reach the disk.
     finish_run(setup, workdir, metrics, checkpoints, state, signals)
     return state
+
+
+def _close_after_an_error(*closers: Callable[[], None]) -> None:
+    """Calls every closer; logs what one raises instead of letting it replace the error
+    that stopped the run."""
+    for close in closers:
+        try:
+            close()
+        except Exception:
+            logging.exception("while closing the run's outputs after an error")
 
 
 def open_outputs(

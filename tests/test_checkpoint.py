@@ -393,3 +393,20 @@ def test_incompatible_or_missing_checkpoint_is_a_config_error(saved_run, tmp_pat
     with pytest.raises(ConfigError, match="ckpt.resume_from"):
         train.train(missing, str(tmp_path / "b"))
     assert not os.path.exists(tmp_path / "a") and not os.path.exists(tmp_path / "b")
+
+
+def test_an_error_closing_the_outputs_never_replaces_the_runs_own(tmp_path, monkeypatch):
+    def failing_close(self):
+        raise OSError("closing the metrics failed")
+
+    monkeypatch.setattr(train.MetricsLogger, "close", failing_close)
+
+    def fail_at_update_3(report, state):
+        if report.update == 3:
+            raise RuntimeError("the run's own error")
+
+    config = agent_config(minimal_agent, ckpt__every_updates=1)
+    with pytest.raises(RuntimeError, match="the run's own error"):
+        train.train(config, str(tmp_path), on_update=fail_at_update_3)
+    # The saver was still closed: the save started at update 3 reached the disk whole.
+    assert sorted(os.listdir(tmp_path / "checkpoints")) == ["1", "2", "3"]
