@@ -70,6 +70,10 @@ class CheckpointMismatch(ConfigError):
     """A readable checkpoint holds a run this config cannot continue."""
 
 
+class NoReadableCheckpoint(ConfigError):
+    """Every finished checkpoint of a directory failed to read; none was moved."""
+
+
 def checkpoints_dir(workdir: str) -> str:
     """Where a run in `workdir` keeps its checkpoints."""
     return os.path.join(os.path.abspath(workdir), CHECKPOINTS_DIRNAME)
@@ -269,7 +273,9 @@ def restore(
 
     Arrays take the shardings of the abstract trees, so a checkpoint saved on one learner
     layout restores onto any other. One that cannot be read or fails its checksum is
-    skipped with a warning (moved to `skipped_dir` if given) for the next older one.
+    skipped with a warning (moved to `skipped_dir` if given) for the next older one, once
+    an older one has been read: if none can be, the cause may be passing (memory, I/O),
+    so nothing is moved and the run stops rather than start over.
 
     Args:
       directory: a checkpoints directory.
@@ -287,6 +293,7 @@ def restore(
 
     Raises:
       CheckpointMismatch: a readable checkpoint cannot continue this config.
+      NoReadableCheckpoint: `directory` has finished checkpoints and none can be read.
       ValueError: `step` is given but missing or unreadable.
     """
     steps = list_steps(directory)
@@ -334,10 +341,13 @@ def restore(
         return meta, trees, None
 
     try:
+        unusable = []  # (step, problem), newest first: moved aside once an older one reads.
         for candidate in reversed(steps):
             path = os.path.join(directory, str(candidate))
             meta, trees, problem = read(candidate, path)
             if problem is None:
+                for bad_step, bad_problem in unusable:
+                    _skip(directory, bad_step, bad_problem, skipped_dir)
                 return Restored(
                     candidate,
                     path,
@@ -348,8 +358,14 @@ def restore(
                 )
             if step is not None:
                 raise ValueError(f"checkpoint {path} is not usable: {problem}")
-            _skip(directory, candidate, problem, skipped_dir)
-        return None
+            logging.warning("checkpoint %s is not usable: %s", path, problem)
+            unusable.append((candidate, problem))
+        newest, newest_problem = unusable[0]
+        raise NoReadableCheckpoint(
+            f"no checkpoint in {directory} can be read ({len(unusable)} tried; the newest, "
+            f"{newest}: {newest_problem}); none was moved or changed: remove the cause (memory, "
+            "disk, permissions) and run again, or move the directory away to start over"
+        )
     finally:
         manager.close()
 

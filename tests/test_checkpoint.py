@@ -378,6 +378,21 @@ def test_corrupt_checkpoint_is_skipped_with_a_warning(saved_run, tmp_path, caplo
     assert read_summary(workdir)["updates"] == 6
 
 
+def test_a_run_none_of_whose_checkpoints_reads_stops_and_changes_nothing(saved_run, tmp_path):
+    # A cause that passes (host memory, an I/O error) fails every checkpoint alike:
+    # moving them all aside and training from update 1 would discard the run.
+    workdir = str(tmp_path / "run")
+    shutil.copytree(saved_run[0], workdir)
+    for step in ("3", "6"):
+        _truncate_state_files(os.path.join(workdir, "checkpoints", step))
+    before = sorted(os.listdir(workdir)), read_metrics(workdir)
+    config = agent_config(minimal_agent, mesh__learner_device_ids=[1, 2], ckpt__every_updates=3)
+    with pytest.raises(checkpoint.NoReadableCheckpoint, match=r"no checkpoint in .* can be read"):
+        train.train(config, workdir)
+    assert (sorted(os.listdir(workdir)), read_metrics(workdir)) == before
+    assert checkpoint.list_steps(os.path.join(workdir, "checkpoints")) == [3, 6]
+
+
 def test_incompatible_or_missing_checkpoint_is_a_config_error(saved_run, tmp_path):
     workdir, _ = saved_run
     other = agent_config(minimal_agent, ckpt__resume_from=workdir, agent__num_steps=8)
