@@ -9,6 +9,7 @@ import os
 import re
 import struct
 import sys
+import threading
 import time
 import types
 
@@ -116,6 +117,37 @@ def test_tensorboard_tags_are_namespaced_with_env_steps_on_the_x_axis(tmp_path):
     steps = [line["global_step"] for line in read_metrics(workdir)]
     assert [step for step, _ in scalars["losses/loss"]] == steps
     assert [v for _, v in scalars["pipeline/actor_policy_version"]] == [1, 1, 2, 3, 4, 5]
+
+
+def test_a_failing_tensorboard_write_stops_the_run_with_its_own_error(tmp_path, monkeypatch):
+    # tensorboardX's own writer thread died on such an error and the learner then
+    # blocked for good on its full queue of events.
+    from tensorboardX.event_file_writer import EventsWriter
+
+    write_event, written = EventsWriter.write_event, []
+
+    def write_or_fail(self, event):
+        written.append(event)
+        if len(written) == 40:
+            raise OSError(28, "No space left on device")
+        return write_event(self, event)
+
+    monkeypatch.setattr(EventsWriter, "write_event", write_or_fail)
+    config = agent_config(minimal_agent, log__tensorboard=True)
+    outcome = []
+
+    def run():
+        try:
+            train.train(config, str(tmp_path / "run"))
+        except BaseException as error:  # noqa: BLE001 - the test inspects it.
+            outcome.append(error)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(timeout=120)
+    assert not thread.is_alive(), "the run hung after a failed TensorBoard write"
+    assert len(outcome) == 1 and isinstance(outcome[0], OSError), outcome
+    assert "No space left on device" in str(outcome[0])
 
 
 @pytest.mark.parametrize(

@@ -205,6 +205,37 @@ def diagnose_bottleneck(
     return verdict
 
 
+class _TensorBoardSink:
+    """TensorBoard scalars (x-axis: env steps), written on the caller's thread.
+
+    tensorboardX's SummaryWriter writes from a thread of its own, fed by a queue of ten
+    events: one failed write (a full disk) ends that thread, and the learner then blocks
+    for good on the full queue, as does closing it. Written here, such an error stops
+    the run as itself.
+    """
+
+    def __init__(self, workdir: str):
+        from tensorboardX.event_file_writer import EventsWriter
+
+        # The file SummaryWriter would write: events.out.tfevents.<time>.<host>.
+        self._events = EventsWriter(os.path.join(workdir, "events"))
+
+    def log(self, line: dict[str, Any]) -> None:
+        from tensorboardX.proto.event_pb2 import Event
+        from tensorboardX.summary import scalar
+
+        now, step = time.time(), line["global_step"]
+        for name, value in line.items():
+            if value is None or name in ("global_step", "update"):
+                continue
+            summary = scalar(scalar_tag(name), value)
+            self._events.write_event(Event(wall_time=now, step=step, summary=summary))
+        self._events.flush()
+
+    def close(self) -> None:
+        self._events.close()
+
+
 class _WandbSink:
     """Optional Weights & Biases logging of the metrics lines (process 0, opt-in)."""
 
@@ -312,13 +343,11 @@ class MetricsLogger:
         self._steady_s = self._steady_rollout_wait = self._steady_params_wait = 0.0
         self._steady_cpu_s = 0.0
         self._steady_updates = 0
-        self._writer = self._jsonl = self._wandb = self._console = None
+        self._tensorboard = self._jsonl = self._wandb = self._console = None
         if not is_main_process:
             return
         if tensorboard:
-            from tensorboardX import SummaryWriter
-
-            self._writer = SummaryWriter(workdir, flush_secs=10)
+            self._tensorboard = _TensorBoardSink(workdir)
         self._jsonl = open(os.path.join(workdir, "metrics.jsonl"), "a", encoding="utf-8")
         if wandb_config is not None:
             self._wandb = _WandbSink(wandb_config, workdir, first_update)
@@ -431,11 +460,8 @@ class MetricsLogger:
             return
         self._jsonl.write(json.dumps(line) + "\n")
         self._jsonl.flush()
-        if self._writer is not None:
-            for name, value in line.items():
-                if value is None or name in ("global_step", "update"):
-                    continue
-                self._writer.add_scalar(scalar_tag(name), value, report.global_step)
+        if self._tensorboard is not None:
+            self._tensorboard.log(line)
         if self._wandb is not None:
             self._wandb.log(line)
         due = (
@@ -496,8 +522,8 @@ class MetricsLogger:
     def close(self) -> None:
         if self._console is not None:
             self._console.close()
-        if self._writer is not None:
-            self._writer.close()
+        if self._tensorboard is not None:
+            self._tensorboard.close()
         if self._jsonl is not None:
             self._jsonl.close()
         if self._wandb is not None:
