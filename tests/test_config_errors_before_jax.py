@@ -74,6 +74,13 @@ def test_a_config_error_is_one_line_before_jax_and_envpool(tmp_path, config, ove
     assert not workdir.exists()
 
 
+def test_an_empty_workdir_is_one_line_before_jax():
+    # As from `--workdir=$WORKDIR` with the variable unset.
+    result = run_blocked("--config=configs/ppo_cartpole.py:smoke", "--workdir=")
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert result.stderr == "sebulba: config error: workdir is empty: give the run's directory\n"
+
+
 def test_a_valid_config_does_reach_jax(tmp_path):
     # The check above can fail: a config without errors goes on to import JAX.
     result = run_blocked("--config=configs/ppo_cartpole.py:smoke", f"--workdir={tmp_path / 'run'}")

@@ -235,6 +235,8 @@ def test_a_non_discrete_action_space_is_refused_naming_the_field():
         ("batch_size", 6, "agent.batch_size"),
         ("replay_ratio", 0.01, "agent.replay_ratio"),
         ("loss", "l1", "agent.loss"),
+        # An epsilon rising from start_e to end_e would pass 1.
+        ("start_e", 0.01, r"agent.start_e \(0.01\) must be >= agent.end_e"),
     ],
 )
 def test_sizes_that_do_not_divide_are_refused_naming_the_field(field, value, words):

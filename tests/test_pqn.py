@@ -140,6 +140,9 @@ def test_a_non_discrete_action_space_is_refused_in_one_line():
         make_agent(network="multi_input")
     with pytest.raises(ConfigError, match="agent.num_minibatches"):
         make_agent(num_minibatches=3)
+    for widths in ((64, 0), (-4,)):
+        with pytest.raises(ConfigError, match=r"agent.hidden_sizes .* must be positive integers"):
+            make_agent(hidden_sizes=widths)
 
 
 def test_update_agrees_across_layouts_and_moves_no_rollout_data():

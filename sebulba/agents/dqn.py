@@ -97,6 +97,11 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
             f"has {type(env_spec.action).__name__} actions"
         )
     check_choice(hp.loss, "agent.loss", LOSSES)
+    if hp.start_e < hp.end_e:
+        # linear_schedule decays: an increasing one would pass 1 (CleanRL's does too).
+        raise ConfigError(
+            f"agent.start_e ({hp.start_e}) must be >= agent.end_e ({hp.end_e}): epsilon decays"
+        )
     check_network_fits(hp.network, env_spec)
     num_steps = sizes.num_steps
     replay_sizes = replay.check_sizes(hp, sizes, hp.n_step, "agent.n_step", "gradient steps")

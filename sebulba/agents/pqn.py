@@ -142,6 +142,10 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         )
     check_choice(hp.network, "agent.network", Q_NETWORKS)
     check_network_fits(hp.network, env_spec)
+    # () is a linear Q-function of the torso's features; a zero width would fail at the
+    # first checkpoint, a negative one inside JAX.
+    if not all(isinstance(w, int) and w > 0 for w in tuple(hp.hidden_sizes)):
+        raise ConfigError(f"agent.hidden_sizes {hp.hidden_sizes!r} must be positive integers")
     require_divisible(hp.num_steps, "agent.num_steps", hp.num_minibatches, "agent.num_minibatches")
     network = make_network(
         hp.network,

@@ -63,8 +63,12 @@ def check_workdir(workdir: str) -> None:
     """The checks `train.train` and the command line run on `--workdir` before any work.
 
     Raises:
-      ConfigError: the workdir is a URL, a file, lies below a file or is not writable.
+      ConfigError: the workdir is empty or a URL, a file, lies below a file or is not
+        writable.
     """
+    if not workdir.strip():
+        # An unset shell variable (`--workdir=$WORKDIR`) would write into the current folder.
+        raise ConfigError("workdir is empty: give the run's directory")
     if "://" in workdir:
         raise ConfigError(
             f"workdir {workdir}: URLs are not supported; give a filesystem path (in "
