@@ -184,9 +184,8 @@ def check(config, topology: str) -> dict[str, Any]:
             compiler_available_bytes=available,
             memory_advice=(
                 f"the compiler for {chip.name} needs {_bytes(needed)} per device for the "
-                f"learner program and has {_bytes(available)}: lower env.num_envs or "
-                "agent.num_steps, or raise agent.num_minibatches or "
-                "agent.gradient_accumulation_steps"
+                f"learner program and has {_bytes(available)}: "
+                f"{memory.lowering_advice(config.agent, on_cpu=False)}"
             ),
             learner=None,
             actor_step=None,
@@ -202,7 +201,11 @@ def check(config, topology: str) -> dict[str, Any]:
     advice = None
     try:
         memory.check_update_fits(
-            update, rollout, layout.local_learner_devices, available=chip.allocatable_bytes
+            update,
+            rollout,
+            layout.local_learner_devices,
+            agent=config.agent,
+            available=chip.allocatable_bytes,
         )
     except ConfigError as error:
         advice = str(error)

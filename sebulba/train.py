@@ -595,6 +595,7 @@ def train(
                 # the pipeline's next rollout arrives while the update runs.
                 () if runner is not None else pipeline.rollout_struct(start.state),
                 layout.local_learner_devices,
+                agent=config.agent,
             )
 
         metrics = open_outputs(setup, workdir, start)

@@ -327,8 +327,17 @@ def test_the_memory_check_counts_each_devices_buffer_shard_and_names_buffer_size
     # Two devices hold half the buffer each (the replicated parameters stay whole).
     assert needs[1].arguments - needs[2].arguments >= 0.45 * buffer_bytes
     with pytest.raises(ConfigError) as error:
-        memory.check_update_fits(compiled, rollout_struct, jax.devices()[:2], available=1024)
-    assert "\n" not in str(error.value) and "agent.buffer_size" in str(error.value)
+        memory.check_update_fits(
+            compiled,
+            rollout_struct,
+            jax.devices()[:2],
+            agent=load_config("dqn_cartpole").agent,  # The keys a user's DQN config has.
+            available=1024,
+        )
+    message = str(error.value)
+    # The buffer first, and only keys DQN has (no minibatches or accumulation).
+    assert "\n" not in message and ": lower agent.buffer_size" in message
+    assert "num_minibatches" not in message and "gradient_accumulation" not in message
 
 
 def test_a_sebulba_run_on_one_and_two_learner_devices_agrees(tmp_path):

@@ -142,7 +142,7 @@ def _compiled_cartpole_update(num_devices=2):
 
 def test_normal_cartpole_update_fits_and_counts_both_rollouts():
     compiled, rollout, devices = _compiled_cartpole_update()
-    needed = memory.check_update_fits(compiled, rollout, devices)
+    needed = memory.check_update_fits(compiled, rollout, devices, agent=agent_config(ppo).agent)
     # One device's share of the next rollout: obs, 2 policy outputs, and the small rest.
     leaves = jax.tree.leaves(rollout)
     shard_bytes = sum(np.prod(x.shape) * x.dtype.itemsize for x in leaves) // len(devices)
@@ -155,13 +155,16 @@ def test_normal_cartpole_update_fits_and_counts_both_rollouts():
 def test_update_that_cannot_fit_is_refused_in_one_line_with_the_figures():
     compiled, rollout, devices = _compiled_cartpole_update()
     with pytest.raises(ConfigError) as error:
-        memory.check_update_fits(compiled, rollout, devices, available=1024)
+        memory.check_update_fits(
+            compiled, rollout, devices, agent=agent_config(ppo).agent, available=1024
+        )
     message = str(error.value)
     assert "\n" not in message
     assert re.search(r"needs [\d.]+ MiB per learner device .* is 0\.0 MiB", message), message
     for key in ("env.num_envs", "agent.num_steps", "agent.num_minibatches"):
         assert key in message
     assert "agent.gradient_accumulation_steps" in message
+    assert "agent.buffer_size" not in message  # PPO has no replay buffer.
 
 
 def test_train_stops_before_training_when_the_update_cannot_fit(tmp_path, monkeypatch):

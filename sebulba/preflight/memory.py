@@ -18,7 +18,8 @@ Two things live here:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import jax
 import numpy as np
@@ -105,11 +106,34 @@ def _size(num_bytes: float) -> str:
     return f"{num_bytes / _MIB:,.1f} MiB"
 
 
+def lowering_advice(agent: Mapping[str, Any], on_cpu: bool) -> str:
+    """The config keys that lower the learner update's memory, of those `agent` (the
+    run's `agent` section) has: a replay buffer first, where there is one."""
+    advice = []
+    if "buffer_size" in agent:
+        advice.append(
+            "lower agent.buffer_size (the replay buffer is learner state, split over the "
+            "learner devices) or add learner devices"
+        )
+    advice.append("lower env.num_envs" + (" or agent.num_steps" if "num_steps" in agent else ""))
+    raising = [f"agent.{key}" for key in _BATCH_SPLITS if key in agent]
+    if raising:
+        advice.append("raise " + " or ".join(raising))
+    if on_cpu and "minibatch_loop" in agent:  # A rolled loop holds one micro-batch, slower.
+        advice.append("set agent.minibatch_loop=scan (less memory, slower on CPU)")
+    return ", or ".join(advice)
+
+
+# Keys that split the update's batch into smaller pieces, where an agent has them.
+_BATCH_SPLITS = ("num_minibatches", "gradient_accumulation_steps")
+
+
 def check_update_fits(
     compiled,
     rollout_struct,
     devices: Sequence[jax.Device],
     *,
+    agent: Mapping[str, Any],
     available: int | None = None,
 ) -> UpdateMemory | None:
     """Stops the run before training if the update cannot fit on a learner device.
@@ -118,6 +142,7 @@ def check_update_fits(
       compiled: the ahead-of-time compiled learner update.
       rollout_struct: the rollout's shapes, dtypes and shardings.
       devices: this process's learner devices.
+      agent: the run's `agent` section; the error names only the keys it has.
       available: bytes one device can hold (default: `available_bytes(devices)`).
 
     Returns:
@@ -144,17 +169,11 @@ def check_update_fits(
     )
     if needed.total > available:
         share = f" (1/{len(devices)} of it per learner device)" if len(devices) > 1 else ""
-        cpu_hint = ""
-        if devices[0].platform == "cpu":  # A rolled loop holds one micro-batch, but slower.
-            cpu_hint = ", or set agent.minibatch_loop=scan (less memory, slower on CPU)"
+        advice = lowering_advice(agent, on_cpu=devices[0].platform == "cpu")
         raise ConfigError(
             f"the learner update needs {_size(needed.total)} per learner device "
             f"(temporaries {_size(needed.temporaries)}, rollouts 2 x "
             f"{_size(needed.next_rollout)}) but {kind}{share} is {_size(available)}: "
-            "lower env.num_envs or agent.num_steps, or raise agent.num_minibatches or "
-            f"agent.gradient_accumulation_steps{cpu_hint}; a replay agent's buffer is "
-            "learner state split over the learner devices: lower agent.buffer_size or add "
-            "learner devices "
-            "(debug.skip_memory_check=True skips this check)"
+            f"{advice} (debug.skip_memory_check=True skips this check)"
         )
     return needed
