@@ -246,6 +246,12 @@ def test_sizes_that_do_not_divide_are_refused_naming_the_field(field, value, wor
         dqn.make(config, CARTPOLE, derive_sizes(config))
 
 
+def test_learning_that_would_never_start_is_refused():
+    # A shortened try run: total_timesteps cut below agent.learning_starts.
+    with pytest.raises(ConfigError, match=r"agent.learning_starts \(1000000\) is more than"):
+        make_agent(learning_starts=10**6)
+
+
 def test_dqn_learns_cartpole_in_a_short_run(tmp_path):
     # configs/dqn_cartpole.py shortened to 60k env steps (seed 1): about 10 s of training.
     # Random actions score about 22; this run ended at 101 when the test was written.

@@ -94,7 +94,8 @@ def check_sizes(hp, sizes: Sizes, lookahead: int, lookahead_name: str, step_name
     """The `ReplaySizes` of an agent section, or ConfigError naming the field.
 
     Args:
-      hp: the `agent` section: `buffer_size`, `batch_size`, `replay_ratio`.
+      hp: the `agent` section: `buffer_size`, `batch_size`, `replay_ratio`,
+        `learning_starts`.
       lookahead: steps after a transition that must be stored before it is sampled
         (n for n-step returns).
       lookahead_name: how the error names it, e.g. "agent.n_step" or "1".
@@ -120,6 +121,12 @@ def check_sizes(hp, sizes: Sizes, lookahead: int, lookahead_name: str, step_name
             f"agent.replay_ratio ({hp.replay_ratio}) x env steps per update "
             f"({sizes.steps_per_update}) = {gradient_steps:g} {step_name} per update; "
             "it must be a whole number of at least 1"
+        )
+    if hp.learning_starts > sizes.global_steps:
+        # Typically a shortened try run (total_timesteps cut, learning_starts kept).
+        raise ConfigError(
+            f"agent.learning_starts ({hp.learning_starts}) is more than the run's "
+            f"{sizes.global_steps} env steps (total_timesteps): it would take no {step_name}"
         )
     return ReplaySizes(capacity, hp.batch_size // num_envs, int(round(gradient_steps)))
 
