@@ -64,16 +64,25 @@ def load_run_config(workdir: str) -> ml_collections.ConfigDict:
     (and to log nowhere: a machine without wandb loads a run that logged to it).
 
     Raises:
-      PolicyError: `workdir` holds no config.json.
+      PolicyError: `workdir` holds no config.json, or one that is not a run's config.
     """
     path = os.path.join(workdir, "config.json")
     if not os.path.exists(path):
         hint = workdir_lib.not_a_workdir_hint(workdir)
         raise PolicyError(f"{path} not found: {workdir} is not a sebulba workdir{hint}")
-    with open(path, encoding="utf-8") as f:
-        config = with_current_defaults(json.load(f))
-    config.mesh.actor_device_ids = (0,)
-    config.mesh.learner_device_ids = (0,)
+    try:
+        with open(path, encoding="utf-8") as f:
+            stored = json.load(f)
+        if not isinstance(stored, dict):
+            raise TypeError(f"a JSON {type(stored).__name__}, not an object")
+        config = with_current_defaults(stored)
+        config.mesh.actor_device_ids = (0,)
+        config.mesh.learner_device_ids = (0,)
+    except (ValueError, TypeError, KeyError, AttributeError) as error:
+        # A damaged file (json's errors are ValueErrors), or one without a run's sections.
+        raise PolicyError(
+            f"{path} is not a run's config ({type(error).__name__}: {error})"
+        ) from None
     if "log" in config:
         config.log.wandb = False
     return config

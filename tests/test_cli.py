@@ -289,6 +289,21 @@ def test_evaluate_flag_errors_are_one_line(tmp_path, flags_, expected):
     assert _one_stderr_line(result) == f"sebulba.evaluate: {expected}"
 
 
+@pytest.mark.parametrize("content", ["{bad", "[]", '{"agent": {}}'])
+def test_evaluate_of_a_damaged_config_json_is_one_line(tmp_path, content):
+    (tmp_path / "config.json").write_text(content)
+    result = subprocess.run(
+        [sys.executable, "-m", "sebulba.evaluate", f"--workdir={tmp_path}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": ROOT, "JAX_PLATFORMS": "cpu"},
+    )
+    assert result.returncode != 0
+    line = _one_stderr_line(result)
+    assert line.startswith(f"sebulba.evaluate: {tmp_path / 'config.json'} is not a run's config")
+
+
 def _catches_sigterm(pid: int) -> bool:
     """Whether the process has a handler for SIGTERM (Python installs none by itself)."""
     with open(f"/proc/{pid}/status") as status:
