@@ -114,6 +114,9 @@ def get_or_stop(q: queue.Queue, control: RunControl) -> Any:
     An item handed over before a failure is still taken, so what the learner does before
     an actor's error stops it does not depend on when the error arrives: an actor that
     fails on rollout k has already handed over rollout k - 1, and the learner learns it.
+    With several actor threads that holds for the failing thread only: the error stops
+    the others at once, and one still collecting rollout k - 1 never hands it over, so
+    update k - 1 then runs or not by timing (update k - 2 always does).
     """
     while True:
         try:

@@ -253,8 +253,9 @@ def check_runs(sweep: Sweep, num_processes: int | None = 1) -> None:
 
     That is the values part of a run's validation pass (`sebulba.config.run_plan`):
     sizes and divisibility, run-level values, a built-in agent's ranges. What needs the
-    devices or the envs (device ids, env ids, network vs observation) is left to each
-    run, which reports it.
+    devices or the envs (device ids, env ids, network vs observation), and the rules an
+    agent checks when it is built (e.g. agent.num_minibatches dividing agent.num_steps),
+    are left to each run, which reports them.
 
     Args:
       num_processes: the processes of each run; None: not known (a SLURM array's runs).
