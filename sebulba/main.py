@@ -28,6 +28,7 @@ from absl import app, flags, logging
 
 from sebulba.config import flag as config_flag
 from sebulba.config.run_plan import plan
+from sebulba.config.validation import FINITE_NON_NEGATIVE, Range, check_range
 from sebulba.errors import ConfigError, NonFiniteRolloutError, TrainingDivergedError
 from sebulba.runtime import distributed, gpu_determinism, platforms
 from sebulba.runtime.stop_signals import StopSignals
@@ -148,6 +149,11 @@ def _run(signals: StopSignals) -> None:
             plan(config_flag.CONFIG.value, num_processes=1, values_only=True)
             check_workdir(_WORKDIR.value)
         seeds = _parse_seeds(_SEEDS.value)
+        # NaN or infinity would disable the watchdog silently; 0 would leave no time to
+        # see the shared workdir (a misleading collective failure, a stray probe file).
+        check_range(_WATCHDOG_TIMEOUT.value, "--watchdog_timeout_s", FINITE_NON_NEGATIVE)
+        finite_positive = Range(0, low_open=True, high_open=True)
+        check_range(_SHARED_WORKDIR_TIMEOUT.value, "--shared_workdir_timeout_s", finite_positive)
         # XLA reads its flags when JAX starts a backend, which initialize may do.
         gpu_determinism.configure(config_flag.CONFIG.value.debug.deterministic_gpu)
         platforms.skip_absent_accelerators()

@@ -259,6 +259,11 @@ def test_ctrl_c_saves_a_checkpoint_and_exits_130(tmp_path):
         ("--total_timesteps=1000", "did you mean --config.total_timesteps?"),
         ("--num_envs=4", "did you mean --config.env.num_envs?"),
         ("--process_id=one", "--process_id=one: expected an integer, got 'one'"),
+        ("--watchdog_timeout_s=nan", "--watchdog_timeout_s must be a number >= 0, got nan"),
+        (
+            "--shared_workdir_timeout_s=0",
+            "--shared_workdir_timeout_s must be a number > 0, got 0.0",
+        ),
     ],
 )
 def test_flag_mistakes_are_explained_in_the_users_words(tmp_path, flag, expected):
