@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import os
 import time
 from collections.abc import Callable
@@ -20,7 +21,9 @@ from typing import Any
 
 import jax
 import ml_collections
+import numpy as np
 from absl import logging
+from jax.experimental import multihost_utils
 
 from sebulba import checkpoint as ckpt_lib
 from sebulba import envs as envs_lib
@@ -566,6 +569,7 @@ def train(
             if is_main_process:
                 done = f"{start.first_update - 1}/{sizes.num_updates}"
                 print(f"sebulba: nothing to do, {workdir} is complete at update {done}")
+            write_missing_summary(setup, workdir, start)
             return start.state
         if runner is not None:
             runner.acting = start.env_state
@@ -653,13 +657,65 @@ def _close_after_an_error(*closers: Callable[[], None]) -> None:
             logging.exception("while closing the run's outputs after an error")
 
 
+def write_missing_summary(setup: RunSetup, workdir: str, start: StartPoint) -> None:
+    """Writes summary.json for a complete run that has none: one killed after its last
+    checkpoint but before its summary (a SLURM time limit, a full disk). Without it a
+    rerun would have nothing to do forever, and a sweep counts a run done by its summary.
+
+    The summary comes from the checkpoint (its parameters, episodes and wall time) and
+    metrics.jsonl (the steady-state steps/s); every process takes part, as at the end of
+    a run.
+    """
+    path = os.path.join(workdir, "summary.json")
+    missing = np.bool_(jax.process_index() == 0 and not os.path.exists(path))
+    if jax.process_count() > 1:  # Process 0 decides: the others follow it.
+        missing = multihost_utils.broadcast_one_to_all(missing)
+    if not missing:
+        return
+    config, sizes = setup.config, setup.sizes
+    metrics = open_outputs(setup, workdir, start, show_progress=False, sinks=False)
+    metrics.close()
+    summary = metrics.summary(
+        global_step=sizes.num_updates * sizes.steps_per_update,
+        updates=sizes.num_updates,
+        checksum=params_checksum(setup.agent.policy_params(start.state)),
+        extra=_summary_extra(config, setup.layout, setup.actor_loop),
+    )
+    if jax.process_index() != 0:
+        return
+    # This process ran no update: the rates come from what the run itself measured.
+    with open(os.path.join(workdir, "metrics.jsonl"), encoding="utf-8") as f:
+        lines = [json.loads(line) for line in f]
+    summary["sps_including_compile"] = summary["global_step"] / max(summary["wall_time_s"], 1e-9)
+    summary["sps"] = summary["sps_including_compile"]
+    if len(lines) > 1:  # From the end of the first logged window, as a run counts it.
+        first, last = lines[0], lines[-1]
+        seconds = last["wall_time_s"] - first["wall_time_s"]
+        if seconds > 0:
+            summary["sps"] = (last["global_step"] - first["global_step"]) / seconds
+    summary["bottleneck"] = {
+        "limited_by": "unknown",
+        "detail": "the run stopped before its summary; this one was written later from its "
+        "last checkpoint and metrics.jsonl",
+    }
+    summary["rebuilt_from_checkpoint"] = start.first_update - 1
+    write_json(path, summary)
+    logging.info("wrote the missing %s from checkpoint %d", path, start.first_update - 1)
+    print(_final_report(summary), flush=True)
+
+
 def open_outputs(
-    setup: RunSetup, workdir: str, start: StartPoint, show_progress: bool = True
+    setup: RunSetup,
+    workdir: str,
+    start: StartPoint,
+    show_progress: bool = True,
+    sinks: bool = True,
 ) -> MetricsLogger:
     """Writes config.json, cuts metrics.jsonl back to the start and opens the metrics.
 
     Process 0 writes; `show_progress` False keeps the run off the console (the seeds of
-    a vmapped Anakin run other than the first).
+    a vmapped Anakin run other than the first); `sinks` False opens no TensorBoard or
+    wandb run.
     """
     config, sizes = setup.config, setup.sizes
     is_main_process = jax.process_index() == 0
@@ -672,11 +728,11 @@ def open_outputs(
         sizes,
         task_layout=tasks.task_layout(config, sizes.num_envs),
         every_updates=config.log.every_updates,
-        tensorboard=config.log.tensorboard,
+        tensorboard=config.log.tensorboard and sinks,
         is_main_process=is_main_process,
         console=config.log.console,
         console_every_s=config.log.console_every_s,
-        wandb_config=config if config.log.wandb else None,
+        wandb_config=config if config.log.wandb and sinks else None,
         first_update=start.first_update,
         recent_returns=start.meta.get("recent_returns", ()),
         episodes_finished=start.meta.get("episodes_finished", 0),

@@ -425,3 +425,22 @@ def test_an_error_closing_the_outputs_never_replaces_the_runs_own(tmp_path, monk
         train.train(config, str(tmp_path), on_update=fail_at_update_3)
     # The saver was still closed: the save started at update 3 reached the disk whole.
     assert sorted(os.listdir(tmp_path / "checkpoints")) == ["1", "2", "3"]
+
+
+def test_a_complete_run_without_a_summary_gets_one_from_its_last_checkpoint(saved_run, tmp_path):
+    # As after a kill between the last checkpoint and summary.json (a SLURM time limit):
+    # a rerun had nothing to do, forever, and a sweep never counted the run done.
+    workdir = str(tmp_path / "run")
+    shutil.copytree(saved_run[0], workdir)
+    finished = read_summary(workdir)
+    os.remove(os.path.join(workdir, "summary.json"))
+    config = agent_config(minimal_agent, mesh__learner_device_ids=[1, 2], ckpt__every_updates=3)
+    train.train(config, workdir)
+    rebuilt = read_summary(workdir)
+    assert rebuilt["rebuilt_from_checkpoint"] == 6
+    for key in ("params_checksum", "global_step", "updates", "mean_return", "episodes"):
+        assert rebuilt[key] == finished[key], key
+    assert rebuilt["sps"] > 0 and rebuilt["wall_time_s"] == pytest.approx(
+        finished["wall_time_s"], rel=0.5
+    )
+    assert len(read_metrics(workdir)) == 6  # Nothing cut or added.
