@@ -57,6 +57,7 @@ def run_blocked(*args):
             "agent.exploration_fraction must be a number in (0, 1]",
         ),
         ("ppo_joint.py:smoke", 'env.ids=("A-v0","A-v0")', "env.ids names 'A-v0' twice"),
+        ("ppo_atari.py:smoke", "env.frame_stack=8", "env.frame_stack must be an integer in [1, 4]"),
         # Durations: NaN and infinity would fail mid-run, in the clocks that wait on them.
         ("ppo_cartpole.py", "debug.actor_delay_s=nan", "debug.actor_delay_s must be a number"),
         ("ppo_cartpole.py", "debug.learner_delay_s=inf", "debug.learner_delay_s must be a num"),

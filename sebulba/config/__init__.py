@@ -38,7 +38,9 @@ RUN_RANGES = {
     "env.num_threads": NON_NEGATIVE_INT,
     "env.repeat_action_probability": UNIT_INTERVAL,
     "env.max_episode_frames": POSITIVE_INT,
-    "env.frame_stack": POSITIVE_INT,
+    # The pixel networks tell a frame stack from a channels-last grid by its few (at most
+    # 4) leading channels: a deeper stack would be refused by them, or misread as a grid.
+    "env.frame_stack": Range(1, 4, integer=True),
     "pipeline.updates_per_call": POSITIVE_INT,
 }
 
