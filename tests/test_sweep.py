@@ -99,6 +99,9 @@ def test_values_split_on_commas_outside_brackets_and_quotes():
         ("1", ["seed=1,2"], "give seeds with --seeds"),
         ("1", ["env.id=a/b,a_b"], "would share the directory"),
         ("1", ["lr"], "--set lr: expected KEY=V1,V2"),
+        # One number written two ways would train the same setting twice.
+        ("1", ["agent.learning_rate=1e-3,0.001"], "a value is repeated"),
+        ("1", ["agent.hidden_sizes=(64,64),(64, 64)"], "a value is repeated"),
     ],
 )
 def test_a_malformed_sweep_is_one_error(seeds, settings, message):

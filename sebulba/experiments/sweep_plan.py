@@ -12,12 +12,14 @@ name the directory; a sweep with nothing but seeds puts its runs in `WORKDIR/see
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import difflib
 import itertools
 import json
 import os
 import re
+from typing import Any
 
 from ml_collections import config_dict
 
@@ -164,12 +166,23 @@ def parse_sweep(workdir: str, configs: list[str], seeds: str, settings: list[str
             values = split_values(text)
         except ConfigError as error:
             raise ConfigError(f"--set {key}={error}") from None
-        if len(set(values)) != len(values):
+        if len({_comparable(value) for value in values}) != len(values):
             raise ConfigError(f"--set {key}={text}: a value is repeated")
         parsed.append((key, tuple(values)))
     sweep = Sweep(workdir, tuple(configs), seed_list, tuple(parsed))
     _check_names(sweep.runs())
     return sweep
+
+
+def _comparable(text: str) -> Any:
+    """A --set value as the config will hold it, where Python reads it as a literal, so
+    that 1e-3 and 0.001 are one value (two runs of the same setting otherwise)."""
+    try:
+        value = ast.literal_eval(text.strip())
+        hash(value)  # A list, say, is compared as written.
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return text
+    return value
 
 
 def _check_names(runs: list[Run]) -> None:
