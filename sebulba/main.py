@@ -26,6 +26,7 @@ import sys
 
 from absl import app, flags, logging
 
+from sebulba.config import RUN_RANGES
 from sebulba.config import flag as config_flag
 from sebulba.config.run_plan import plan
 from sebulba.config.validation import FINITE_NON_NEGATIVE, Range, check_range
@@ -116,6 +117,8 @@ def _parse_seeds(values: list[str] | None) -> tuple[int, ...] | None:
         raise ConfigError(f"--seeds must be comma-separated integers, got {values!r}") from None
     if not seeds or len(set(seeds)) != len(seeds):
         raise ConfigError(f"--seeds must be distinct integers, got {values!r}")
+    for seed in seeds:  # The range config.seed has, named by this flag.
+        check_range(seed, f"--seeds={','.join(values)}: seed {seed}", RUN_RANGES["seed"])
     if any(arg.split("=")[0] == "--config.seed" for arg in sys.argv[1:]):
         raise ConfigError(
             "--config.seed and --seeds both name seeds: --seeds trains each of its seeds "

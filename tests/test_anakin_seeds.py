@@ -37,6 +37,16 @@ def test_a_config_seed_beside_seeds_is_refused_in_one_line(tmp_path):
     assert not os.path.exists(tmp_path / "runs")
 
 
+def test_a_seed_out_of_range_is_refused_naming_the_flag(tmp_path):
+    result = _cli(tmp_path / "runs", "--seeds=-1,5")
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert lines == [
+        "sebulba: config error: --seeds=-1,5: seed -1 must be an integer in [0, 1073741824], got -1"
+    ], lines
+    assert not os.path.exists(tmp_path / "runs")
+
+
 def test_seeds_in_blocks_of_updates_end_as_one_update_per_call(tmp_path):
     from sebulba import checkpoint
     from sebulba.anakin import seeds as seeds_lib
