@@ -140,6 +140,11 @@ def test_a_non_discrete_action_space_is_refused_in_one_line():
         make_agent(network="multi_input")
     with pytest.raises(ConfigError, match="agent.num_minibatches"):
         make_agent(num_minibatches=3)
+    # Only networks PQN takes are suggested (multi_input also reads a grid; PQN refuses it).
+    grid = EnvSpec("Breakout-MinAtar", ArraySpec((10, 10, 4), "float32"), Discrete(3))
+    with pytest.raises(ConfigError) as error:
+        make_agent(grid, network="nature_cnn")
+    assert "use agent.network=" in str(error.value) and "multi_input" not in str(error.value)
     for widths in ((64, 0), (-4,)):
         with pytest.raises(ConfigError, match=r"agent.hidden_sizes .* must be positive integers"):
             make_agent(hidden_sizes=widths)

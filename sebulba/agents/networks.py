@@ -672,11 +672,12 @@ def describe_observation(observation: Any) -> str:
     return f"a dict ({entries})"
 
 
-def check_network_fits(name: str, env_spec: EnvSpec) -> None:
+def check_network_fits(name: str, env_spec: EnvSpec, among: Sequence[str] | None = None) -> None:
     """Raises ConfigError, naming both, unless network `name` accepts the env's observations.
 
     Pixels fed to an MLP, or a feature vector fed to a CNN, would otherwise compile and
-    train (or fail deep inside XLA) without saying what is wrong.
+    train (or fail deep inside XLA) without saying what is wrong. `among`: the networks
+    the agent takes (default: all), the only ones the error suggests.
     """
     accepted = _check_name(name).observation
     if accepted.accepts(env_spec.observation):
@@ -685,6 +686,7 @@ def check_network_fits(name: str, env_spec: EnvSpec) -> None:
         other
         for other, network_class in NETWORKS.items()
         if network_class.observation.accepts(env_spec.observation)
+        and (among is None or other in among)
     ]
     # "multi_input" takes any array, but only flattens those it cannot read the layout of
     # (Atari's frame stacks, MinAtar's grids): named for them only where nothing else fits.

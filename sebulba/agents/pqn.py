@@ -141,7 +141,7 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
             f"{env_spec.env_id!r} has {type(env_spec.action).__name__} actions"
         )
     check_choice(hp.network, "agent.network", Q_NETWORKS)
-    check_network_fits(hp.network, env_spec)
+    check_network_fits(hp.network, env_spec, among=Q_NETWORKS)
     # () is a linear Q-function of the torso's features; a zero width would fail at the
     # first checkpoint, a negative one inside JAX.
     if not all(isinstance(w, int) and w > 0 for w in tuple(hp.hidden_sizes)):
