@@ -42,7 +42,7 @@ NUM_UPDATES = 6
 
 # Metrics that measure time: the only ones a rerun or a resumed run may change.
 TIMING_METRICS = {"sps", "wall_time_s", "rollout_wait_s", "params_wait_s"}
-TIMING_METRICS |= {"learner_wait_fraction", "actor_wait_fraction"}
+TIMING_METRICS |= {"learner_wait_fraction", "actor_wait_fraction", "host_cpu_fraction"}
 
 # LSTM_RUN without its `env.observation_indices` (see the test of that option below).
 LSTM = {key: value for key, value in LSTM_RUN.items() if not key.startswith("env__")}
