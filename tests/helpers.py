@@ -1,9 +1,11 @@
 """Shared helpers for the tests: configs, run outputs, and an agent's sharded update."""
 
+import glob
 import importlib.util
 import json
 import os
 import signal
+import struct
 import subprocess
 import sys
 
@@ -12,6 +14,7 @@ import numpy as np
 import pytest
 from jax.experimental.compilation_cache import compilation_cache
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from tensorboardX.proto import event_pb2
 
 from sebulba import train
 from sebulba.agents.api import rollout_partition_specs
@@ -264,3 +267,19 @@ def module_compilation_cache(tmp_path_factory):
     jax.config.update("jax_compilation_cache_dir", previous[0])
     jax.config.update("jax_persistent_cache_min_compile_time_secs", previous[1])
     compilation_cache.reset_cache()
+
+
+def tensorboard_scalars(workdir):
+    """{tag: [(step, value)]} read straight from the TFRecord event files."""
+    scalars = {}
+    for path in glob.glob(os.path.join(workdir, "events.out.tfevents.*")):
+        with open(path, "rb") as f:
+            data = f.read()
+        offset = 0
+        while offset < len(data):
+            (length,) = struct.unpack("<Q", data[offset : offset + 8])
+            event = event_pb2.Event.FromString(data[offset + 12 : offset + 12 + length])
+            offset += 12 + length + 4
+            for value in event.summary.value:
+                scalars.setdefault(value.tag, []).append((event.step, value.simple_value))
+    return scalars

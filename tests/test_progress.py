@@ -2,19 +2,16 @@
 a diverging run stopping itself, and the optional wandb sink."""
 
 import dataclasses
-import glob
 import importlib.machinery
 import io
 import os
 import re
-import struct
 import sys
 import threading
 import time
 import types
 
 import pytest
-from tensorboardX.proto import event_pb2
 
 from sebulba import checkpoint, train
 from sebulba.errors import ConfigError, TrainingDivergedError
@@ -22,7 +19,7 @@ from sebulba.mesh import DeviceLayout
 from sebulba.runtime.metrics import diagnose_bottleneck
 from sebulba.runtime.progress import ConsoleProgress
 from tests import diverging_agent, minimal_agent
-from tests.helpers import agent_config, read_metrics, read_summary
+from tests.helpers import agent_config, read_metrics, read_summary, tensorboard_scalars
 from tests.test_cli import TEST_CONFIG, run_cli
 
 PROGRESS_LINE = re.compile(
@@ -83,26 +80,10 @@ def test_a_terminal_gets_a_live_bar_that_lines_do_not_overwrite():
     assert pipe.getvalue() == "update 1/4 ...\n"
 
 
-def _tensorboard_scalars(workdir):
-    """{tag: [(step, value)]} read straight from the TFRecord event files."""
-    scalars = {}
-    for path in glob.glob(os.path.join(workdir, "events.out.tfevents.*")):
-        with open(path, "rb") as f:
-            data = f.read()
-        offset = 0
-        while offset < len(data):
-            (length,) = struct.unpack("<Q", data[offset : offset + 8])
-            event = event_pb2.Event.FromString(data[offset + 12 : offset + 12 + length])
-            offset += 12 + length + 4
-            for value in event.summary.value:
-                scalars.setdefault(value.tag, []).append((event.step, value.simple_value))
-    return scalars
-
-
 def test_tensorboard_tags_are_namespaced_with_env_steps_on_the_x_axis(tmp_path):
     workdir = str(tmp_path / "run")
     train.train(agent_config(minimal_agent, log__tensorboard=True), workdir)
-    scalars = _tensorboard_scalars(workdir)
+    scalars = tensorboard_scalars(workdir)
     for tag in (
         "charts/episodic_return",
         "charts/episodic_length",

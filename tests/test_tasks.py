@@ -21,7 +21,7 @@ from sebulba.experiments.atari_scores import human_normalized_score
 from sebulba.runtime.metrics import MetricsLogger, scalar_tag
 from sebulba.update_report import UpdateReport
 from tests import minimal_agent, probe_agent
-from tests.helpers import agent_config, read_metrics, read_summary
+from tests.helpers import agent_config, read_metrics, read_summary, tensorboard_scalars
 from tests.test_cli import run_cli
 
 # Episode length (agent steps) of each task under a policy that only turns left.
@@ -182,17 +182,6 @@ def test_task_statistics_are_per_task_bounded_and_survive_a_round_trip():
     assert one_task.mean_recent_return() == pytest.approx(np.mean(range(50, 150)))
 
 
-class _RecordingWriter:
-    def __init__(self):
-        self.tags = {}
-
-    def add_scalar(self, tag, value, step):
-        self.tags[tag] = value
-
-    def close(self):
-        pass
-
-
 def test_atari_task_sets_report_human_normalized_scores_in_lines_tags_and_summary(tmp_path):
     ids = ("Pong-v5", "Breakout-v5", "Boxing-v5")
     config = agent_config(minimal_agent, env__num_envs=6, total_timesteps=6 * 16 * 2)
@@ -203,11 +192,10 @@ def test_atari_task_sets_report_human_normalized_scores_in_lines_tags_and_summar
         sizes,
         task_layout=layout,
         every_updates=1,
-        tensorboard=False,
+        tensorboard=True,
         is_main_process=True,
         console="lines",
     )
-    writer = logger._writer = _RecordingWriter()
 
     def report(update, returns, env_ids):
         lengths = [100] * len(returns)
@@ -230,9 +218,10 @@ def test_atari_task_sets_report_human_normalized_scores_in_lines_tags_and_summar
     # Over each task's recent returns, not the window's.
     scores[1] = human_normalized_score("Breakout-v5", breakout)
     assert second["atari_mean_hns"] == pytest.approx(np.mean(scores))
-    assert writer.tags["charts/episodic_return/Breakout-v5"] == 30.5
-    assert writer.tags["charts/atari_median_hns"] == second["atari_median_hns"]
-    assert "charts/episodic_return/Boxing-v5" not in writer.tags  # None is not a scalar.
+    tags = {tag: values[-1][1] for tag, values in tensorboard_scalars(str(tmp_path)).items()}
+    assert tags["charts/episodic_return/Breakout-v5"] == 30.5
+    assert tags["charts/atari_median_hns"] == pytest.approx(second["atari_median_hns"])
+    assert "charts/episodic_return/Boxing-v5" not in tags  # None is not a scalar.
     assert scalar_tag("episodic_length/Pong-v5") == "charts/episodic_length/Pong-v5"
     # A JAX env's id holds a colon, which a TensorBoard tag may not.
     tag = scalar_tag("episodic_return/xminigrid:MiniGrid-Empty-5x5")
