@@ -674,7 +674,7 @@ def write_missing_summary(setup: RunSetup, workdir: str, start: StartPoint) -> N
         return
     config, sizes = setup.config, setup.sizes
     metrics = open_outputs(setup, workdir, start, show_progress=False, sinks=False)
-    metrics.close()
+    metrics.close()  # Only its restored episodes and wall time are read below.
     summary = metrics.summary(
         global_step=sizes.num_updates * sizes.steps_per_update,
         updates=sizes.num_updates,

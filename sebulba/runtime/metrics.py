@@ -215,21 +215,22 @@ class _TensorBoardSink:
     """
 
     def __init__(self, workdir: str):
+        # Imported here: TensorBoard is an optional extra.
         from tensorboardX.event_file_writer import EventsWriter
+        from tensorboardX.proto.event_pb2 import Event
+        from tensorboardX.summary import scalar
 
+        self._event, self._scalar = Event, scalar
         # The file SummaryWriter would write: events.out.tfevents.<time>.<host>.
         self._events = EventsWriter(os.path.join(workdir, "events"))
 
     def log(self, line: dict[str, Any]) -> None:
-        from tensorboardX.proto.event_pb2 import Event
-        from tensorboardX.summary import scalar
-
         now, step = time.time(), line["global_step"]
         for name, value in line.items():
             if value is None or name in ("global_step", "update"):
                 continue
-            summary = scalar(scalar_tag(name), value)
-            self._events.write_event(Event(wall_time=now, step=step, summary=summary))
+            summary = self._scalar(scalar_tag(name), value)
+            self._events.write_event(self._event(wall_time=now, step=step, summary=summary))
         self._events.flush()
 
     def close(self) -> None:
