@@ -143,6 +143,18 @@ def test_uniform_exploration_travels_with_the_parameters_until_learning_starts()
     assert np.asarray(actor).std(0)[0] < 0.5 * uniform.std(0)[0]
 
 
+def test_a_run_past_two_billion_env_steps_still_learns_with_the_actor():
+    # An int32 count of env steps wraps negative past 2**31: learning stopped and the
+    # behaviour went back to uniform random actions there.
+    agent = shared_agent()
+    state = agent.init(jax.random.key(0))
+    state, _ = jitted(agent.update)(state, random_rollout(0))
+    state = state.replace(update_count=jnp.int32(2**31 // (B * T) + 1))
+    state, metrics = jitted(agent.update)(state, random_rollout(1))
+    assert float(metrics["learning"]) == 1.0
+    assert not bool(agent.policy_params(state)["explore_uniformly"])
+
+
 def test_nothing_is_learned_before_learning_starts_then_the_targets_follow_by_polyak():
     agent, tau = shared_agent(), 0.25
     state = agent.init(jax.random.key(0))

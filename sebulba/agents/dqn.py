@@ -107,6 +107,7 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
     replay_sizes = replay.check_sizes(hp, sizes, hp.n_step, "agent.n_step", "gradient steps")
     capacity, samples_per_env = replay_sizes.capacity, replay_sizes.samples_per_env
     gradient_steps = replay_sizes.gradient_steps
+    first_learning_update = replay_sizes.first_learning_update
     network = make_network(
         hp.network,
         env_spec.action,
@@ -203,9 +204,8 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
     def update(state: DQNState, rollout: Rollout):
         buffer = replay.add(state.buffer, rollout, state.count)
         count = state.count + num_steps
-        env_steps = (state.update_count + 1) * sizes.steps_per_update
         learning = jnp.logical_and(
-            env_steps >= hp.learning_starts, replay.sampleable(count, hp.n_step)
+            state.update_count + 1 >= first_learning_update, replay.sampleable(count, hp.n_step)
         )
         update_key = jax.random.fold_in(key, state.update_count)
         step_keys = jax.vmap(lambda i: jax.random.fold_in(update_key, i))(
@@ -227,6 +227,7 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         (params, target_params, opt_state, steps), metrics = jax.lax.cond(
             learning, train, wait, carry
         )
+        env_steps = replay.env_steps_after(state.update_count, sizes.steps_per_update)
         epsilon = linear_schedule(hp.start_e, hp.end_e, exploration_steps, env_steps)
         metrics["epsilon"] = state.epsilon  # The behaviour's, of the version just consumed.
         metrics["learning"] = learning.astype(jnp.float32)

@@ -83,11 +83,16 @@ class ReplaySizes:
       capacity: steps per env the ring holds (C).
       samples_per_env: transitions each env column gives a gradient step.
       gradient_steps: gradient steps per update (replay_ratio x env steps per update).
+      first_learning_update: the first update whose env steps reach
+        `agent.learning_starts` (its count, from 1). Agents compare update counts with
+        it on device, not env steps, which an int32 would wrap beyond 2**31 (a
+        10-billion-frame Atari run).
     """
 
     capacity: int
     samples_per_env: int
     gradient_steps: int
+    first_learning_update: int
 
 
 def check_sizes(hp, sizes: Sizes, lookahead: int, lookahead_name: str, step_name: str):
@@ -128,7 +133,22 @@ def check_sizes(hp, sizes: Sizes, lookahead: int, lookahead_name: str, step_name
             f"agent.learning_starts ({hp.learning_starts}) is more than the run's "
             f"{sizes.global_steps} env steps (total_timesteps): it would take no {step_name}"
         )
-    return ReplaySizes(capacity, hp.batch_size // num_envs, int(round(gradient_steps)))
+    return ReplaySizes(
+        capacity,
+        hp.batch_size // num_envs,
+        int(round(gradient_steps)),
+        first_learning_update=-(-hp.learning_starts // sizes.steps_per_update),
+    )
+
+
+def env_steps_after(update_count: jax.Array, steps_per_update: int) -> jax.Array:
+    """Env steps once update `update_count + 1` has consumed its rollout, as float32.
+
+    For schedules over env steps (epsilon): an int32 product would wrap beyond 2**31
+    steps, and below 2**24 this float is exactly the integer (one correctly rounded
+    product of exact factors, as converting the integer product would give).
+    """
+    return (update_count + 1).astype(jnp.float32) * jnp.float32(steps_per_update)
 
 
 def empty_for(env_spec: EnvSpec, sizes: Sizes, capacity: int) -> Replay:

@@ -256,6 +256,7 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
     replay_sizes = _check_sizes(hp, sizes)
     capacity, samples_per_env = replay_sizes.capacity, replay_sizes.samples_per_env
     gradient_steps = replay_sizes.gradient_steps
+    first_learning_update = replay_sizes.first_learning_update
     num_steps = sizes.num_steps
     action_size = math.prod(action.shape)
     target_entropy = -float(action_size) if hp.target_entropy is None else hp.target_entropy
@@ -449,8 +450,11 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
     def update(state: SACState, rollout: Rollout):
         buffer = replay.add(state.buffer, rollout, state.count)
         count = state.count + num_steps
-        env_steps = (state.update_count + 1) * sizes.steps_per_update
-        learning_now = jnp.logical_and(env_steps >= hp.learning_starts, replay.sampleable(count, 1))
+        # Update counts, not env steps: see `replay.ReplaySizes.first_learning_update`.
+        updates_done = state.update_count + 1
+        learning_now = jnp.logical_and(
+            updates_done >= first_learning_update, replay.sampleable(count, 1)
+        )
         update_key = jax.random.fold_in(key, state.update_count)
         step_keys = jax.vmap(lambda i: jax.random.fold_in(update_key, i))(
             jnp.arange(gradient_steps)
@@ -500,7 +504,7 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
             count=count,
             update_count=state.update_count + 1,
             gradient_steps=learning.gradient_steps,
-            explore_uniformly=env_steps < hp.learning_starts,
+            explore_uniformly=updates_done < first_learning_update,
         )
         return new_state, metrics
 
