@@ -33,7 +33,7 @@ from sebulba.config.validation import FINITE_NON_NEGATIVE, Range, check_range
 from sebulba.errors import ConfigError, NonFiniteRolloutError, TrainingDivergedError
 from sebulba.runtime import distributed, gpu_determinism, platforms
 from sebulba.runtime.stop_signals import StopSignals
-from sebulba.runtime.workdir import check_workdir
+from sebulba.runtime.workdir import check_not_in_use, check_workdir
 
 # 128 + SIGINT, what shells report for a program stopped by Ctrl-C: `for s in 1 2; do
 # python -m sebulba.main ...; done` then stops instead of starting the next run. SIGTERM
@@ -143,14 +143,21 @@ def _run(signals: StopSignals) -> None:
     """Start-up, training and the exit status of every failure; `main` owns the signals."""
     options = _distributed_options()
     try:
-        if not options.enabled:
-            # In a fraction of a second, before importing JAX or envpool: the config's
-            # values (sizes, run-level values, a built-in agent's ranges), then the
-            # workdir. train.train checks them again with the rest of the plan; a
-            # multi-process run checks them only there (its sizes count the processes),
-            # where a failure on one process stops the others at once.
-            plan(config_flag.CONFIG.value, num_processes=1, values_only=True)
+        options.validate()  # Before the config's checks below use --num_processes.
+        # In a fraction of a second, before importing JAX or envpool (and before a
+        # multi-process run waits for its peers to join, up to
+        # --initialization_timeout_s): the config's values (sizes, run-level values, a
+        # built-in agent's ranges), then the workdir. train.train checks them again with
+        # the rest of the plan. The sizes count the processes: a run that auto-detects
+        # them checks everything only there, where a failure on one process stops the
+        # others at once. Only process 0 writes, so only a single process checks here
+        # that no other run holds the workdir.
+        num_processes = options.num_processes if options.enabled else 1
+        if num_processes is not None:
+            plan(config_flag.CONFIG.value, num_processes=num_processes, values_only=True)
             check_workdir(_WORKDIR.value)
+        if not options.enabled:
+            check_not_in_use(_WORKDIR.value)
         seeds = _parse_seeds(_SEEDS.value)
         # NaN or infinity would disable the watchdog silently; 0 would leave no time to
         # see the shared workdir (a misleading collective failure, a stray probe file).

@@ -524,7 +524,8 @@ def train(
 
     Raises:
       ConfigError: before any work, for a bad config or a workdir that is a file, lies
-        below a file or is not writable.
+        below a file, is not writable or is in use by another run (process 0 holds the
+        workdir from its first write to the end: `sebulba.runtime.workdir.hold`).
     """
     # Before envs and compiling: a path that cannot hold the outputs fails in seconds,
     # and so does a resume with a config the stored run did not use.
@@ -532,6 +533,22 @@ def train(
     resume_config.check(config, workdir)
     # For library callers; a no-op after sebulba.main, which did it before JAX started.
     gpu_determinism.configure(config.debug.deterministic_gpu)
+    if jax.process_index() == 0:  # Process 0 writes: it holds the workdir (open_outputs).
+        workdir_lib.check_not_in_use(workdir)
+    try:
+        return _train_phases(config, workdir, on_update, shared_workdir_timeout_s, stop_signals)
+    finally:
+        workdir_lib.release(workdir)
+
+
+def _train_phases(
+    config: ml_collections.ConfigDict,
+    workdir: str,
+    on_update: Callable[[UpdateReport, Any], None] | None,
+    shared_workdir_timeout_s: float,
+    stop_signals: ckpt_lib.StopSignals | None,
+):
+    """`train` once its workdir and config have passed the checks that need no JAX."""
     # Entered here even when the caller entered it already: JAX's distributed runtime
     # may have installed its own SIGTERM handler since.
     with stop_signals or ckpt_lib.StopSignals() as signals:
@@ -711,16 +728,19 @@ def open_outputs(
     show_progress: bool = True,
     sinks: bool = True,
 ) -> MetricsLogger:
-    """Writes config.json, cuts metrics.jsonl back to the start and opens the metrics.
+    """Holds the workdir, writes config.json, cuts metrics.jsonl back to the start and
+    opens the metrics.
 
-    Process 0 writes; `show_progress` False keeps the run off the console (the seeds of
-    a vmapped Anakin run other than the first); `sinks` False opens no TensorBoard or
-    wandb run.
+    Process 0 writes (and holds the workdir until its caller releases it);
+    `show_progress` False keeps the run off the console (the seeds of a vmapped Anakin
+    run other than the first); `sinks` False opens no TensorBoard or wandb run.
     """
     config, sizes = setup.config, setup.sizes
     is_main_process = jax.process_index() == 0
     if is_main_process:
-        os.makedirs(workdir, exist_ok=True)
+        # The first write: from here to the caller's `workdir_lib.release`, a second
+        # run on this workdir is refused.
+        workdir_lib.hold(workdir)
         write_json(os.path.join(workdir, "config.json"), config.to_dict())
         truncate_metrics(workdir, start.first_update - 1)
     return MetricsLogger(

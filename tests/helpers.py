@@ -1,5 +1,6 @@
 """Shared helpers for the tests: configs, run outputs, and an agent's sharded update."""
 
+import contextlib
 import glob
 import importlib.util
 import json
@@ -42,6 +43,35 @@ def run_python(*args, env, cwd=ROOT, timeout=120):
     return subprocess.run(
         [sys.executable, *args], capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env
     )
+
+
+@contextlib.contextmanager
+def workdir_held_by_another_process(workdir):
+    """A process holding `workdir` as a run does (`sebulba.runtime.workdir.hold`) while
+    the block runs; yields its pid. It is killed at the end: the kernel drops the lock,
+    as for a run that died."""
+    code = (
+        "import sys, time\n"
+        "from sebulba.runtime import workdir\n"
+        "workdir.hold(sys.argv[1])\n"
+        "print('held', flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    holder = subprocess.Popen(
+        [sys.executable, "-c", code, str(workdir)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env=env,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        yield holder.pid
+    finally:
+        holder.kill()
+        holder.wait()
+        holder.stdout.close()
 
 
 def run_evaluate_cli(*flags, cwd=ROOT, timeout=120, unset=(), **environ):

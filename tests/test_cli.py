@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.helpers import run_python
+from tests.helpers import run_python, workdir_held_by_another_process
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEST_CONFIG = os.path.join(ROOT, "tests", "configs", "minimal_cartpole.py")
@@ -211,6 +211,19 @@ def test_a_refused_run_leaves_no_trace_next_to_its_workdir(tmp_path):
     result = run_cli(tmp_path / "run", *odd)
     assert result.returncode == 2, result.stderr[-2000:]
     assert os.listdir(tmp_path) == []  # Neither the workdir nor a writability probe.
+
+
+def test_a_second_run_on_a_workdir_in_use_is_refused_in_one_line(tmp_path):
+    workdir = tmp_path / "run"
+    with workdir_held_by_another_process(workdir) as pid:
+        result = run_cli(workdir)
+    assert result.returncode == 2, result.stderr[-2000:]
+    line = _one_stderr_line(result)
+    assert line.startswith(
+        f"sebulba: config error: workdir {workdir} is in use by another run: pid {pid} "
+    ), line
+    assert "wait for it to end, stop it, or choose another --workdir" in line
+    assert os.listdir(workdir) == [".sebulba-lock"]  # The holder's; nothing of this run.
 
 
 def test_ctrl_c_saves_a_checkpoint_and_exits_130(tmp_path):

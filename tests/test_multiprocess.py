@@ -359,7 +359,13 @@ def test_the_workdir_holds_only_the_documented_outputs(minimal_runs):
     # The shared-workdir check's marker file is gone once every process has seen it.
     two = minimal_runs[0]
     names = {name for name in os.listdir(two) if not name.startswith("events.out.tfevents")}
-    assert names == {"checkpoints", "config.json", "metrics.jsonl", "summary.json"}
+    assert names == {
+        ".sebulba-lock",  # Process 0 held the workdir (sebulba.runtime.workdir.hold).
+        "checkpoints",
+        "config.json",
+        "metrics.jsonl",
+        "summary.json",
+    }
 
 
 def test_metrics_count_the_episodes_of_every_process(minimal_runs):
@@ -515,6 +521,37 @@ def test_a_config_error_on_one_process_stops_every_process(tmp_path):
         "sebulba: config error: mesh.learner_device_ids contains 5, but this process has "
         "2 local device(s) (valid indices 0..1)"
     )
+
+
+def test_a_bad_config_fails_before_waiting_for_the_other_processes(tmp_path):
+    # A lone process of a 2-process run (its peer not started yet, or never) with a value
+    # that cannot run: refused in seconds, not after --initialization_timeout_s of waiting.
+    workdir = tmp_path / "alone"
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    flags = [
+        f"--config={TEST_CONFIG}",
+        f"--workdir={workdir}",
+        "--config.total_timesteps=10",  # Less than one update of the two processes.
+        f"--coordinator_address=127.0.0.1:{free_port()}",
+        "--num_processes=2",
+        "--process_id=1",
+        "--initialization_timeout_s=300",
+    ]
+    start = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-m", "sebulba.main", *flags],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env=env,
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("sebulba: config error: total_timesteps"), lines
+    assert time.monotonic() - start < 60
+    assert not workdir.exists()
 
 
 def test_a_workdir_the_hosts_do_not_share_stops_the_run_in_seconds(tmp_path):

@@ -182,10 +182,9 @@ def train_seeds(
 
     Raises:
       ConfigError: before any work, for a config that is not an Anakin run, bad seeds, a
-        bad seed workdir, or seed workdirs that stopped after different updates.
+        bad seed workdir (one another run holds included), or seed workdirs that stopped
+        after different updates.
     """
-    from sebulba import train as train_lib  # The run's phases; train imports anakin.
-
     seeds = check_seeds(seeds)
     configs, workdirs = [], []
     for seed in seeds:
@@ -195,6 +194,26 @@ def train_seeds(
         workdirs.append(seed_workdir(workdir, seed))
         workdir_lib.check_workdir(workdirs[-1])
         resume_config.check(seeded, workdirs[-1])
+        if jax.process_index() == 0:  # Process 0 holds them (train.open_outputs).
+            workdir_lib.check_not_in_use(workdirs[-1])
+    try:
+        return _train_seeds(config, workdir, seeds, configs, workdirs, stop_signals)
+    finally:
+        for path in workdirs:
+            workdir_lib.release(path)
+
+
+def _train_seeds(
+    config: ml_collections.ConfigDict,
+    workdir: str,
+    seeds: tuple[int, ...],
+    configs: list[ml_collections.ConfigDict],
+    workdirs: list[str],
+    stop_signals: ckpt_lib.StopSignals | None,
+) -> list:
+    """`train_seeds` once every seed's workdir and config have passed their first checks."""
+    from sebulba import train as train_lib  # The run's phases; train imports anakin.
+
     with stop_signals or ckpt_lib.StopSignals() as signals:
         # The run's checks, then this command's own, before any env exists.
         first = plan(configs[0])

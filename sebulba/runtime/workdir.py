@@ -3,13 +3,21 @@
 Building envs and compiling the learner update takes seconds to minutes; a workdir that
 is a file, lies below a file or cannot be written must fail before that, not at the
 first write. The checks create nothing: a run refused for any reason leaves no
-directory behind.
+directory behind. A run then holds its workdir (`hold`) from its first write to its
+end, so that a second run started on the same workdir is refused in one line.
 """
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
+import socket
+import sys
 import tempfile
+import time
+
+from absl import logging
 
 from sebulba.errors import ConfigError
 
@@ -96,3 +104,122 @@ def not_a_workdir_hint(path: str) -> str:
         return ""
     names = ", ".join(os.path.basename(run) for run in runs)
     return f"; it holds the runs {names} (a --seeds directory): pass one, e.g. {runs[0]}"
+
+
+# A run holds this file of its workdir locked (flock) from its first write to its end: a
+# second run on the same workdir, whose metrics and checkpoints would interleave with the
+# first's, is refused. The kernel drops the lock when the holder exits, however it ends,
+# so a killed run leaves no stale lock; the file itself stays and names the last holder.
+LOCK_FILE = ".sebulba-lock"
+
+# Workdirs this process holds (realpath -> open descriptor): a process may open a
+# workdir's outputs more than once in one run (a rebuilt summary, resumed library calls).
+_held: dict[str, int] = {}
+
+
+def _lock_path(workdir: str) -> str:
+    return os.path.join(workdir, LOCK_FILE)
+
+
+def _holder_text(descriptor: int) -> str:
+    """Who holds the lock, as its holder wrote it ("" if it has not written yet)."""
+    try:
+        raw = os.pread(descriptor, 4096, 0).decode("utf-8", "replace")
+        holder = json.loads(raw)
+        return (
+            f"pid {holder['pid']} on host {holder['host']} since {holder['since']} "
+            f"({holder['command']})"
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return ""
+
+
+def _in_use_error(workdir: str, descriptor: int) -> ConfigError:
+    holder = _holder_text(descriptor)
+    return ConfigError(
+        f"workdir {workdir} is in use by another run{': ' + holder if holder else ''}; two "
+        "runs in one workdir would mix their metrics and checkpoints: wait for it to end, "
+        "stop it, or choose another --workdir"
+    )
+
+
+def _try_lock(descriptor: int, workdir: str) -> bool:
+    """Locks `descriptor`; False where the filesystem has no locks (logged once)."""
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise _in_use_error(workdir, descriptor) from None
+    except OSError as error:  # Lustre without `-o flock`, some FUSE mounts.
+        logging.warning(
+            "cannot lock %s (%s): a second run on this workdir would not be refused",
+            _lock_path(workdir),
+            error.strerror or error,
+        )
+        return False
+    return True
+
+
+def check_not_in_use(workdir: str) -> None:
+    """Raises if another run holds `workdir`; creates nothing.
+
+    Run before any work, so that a second run on a busy workdir fails in a second rather
+    than after compiling; `hold` checks again when the run first writes.
+
+    Raises:
+      ConfigError: one line naming the workdir and the run holding it.
+    """
+    if os.path.realpath(workdir) in _held:
+        return
+    try:
+        descriptor = os.open(_lock_path(workdir), os.O_RDWR)
+    except OSError:  # No lock file yet (a new workdir), or one this user cannot open.
+        return
+    try:
+        if _try_lock(descriptor, workdir):
+            fcntl.flock(descriptor, fcntl.LOCK_UN)
+    finally:
+        os.close(descriptor)
+
+
+def hold(workdir: str) -> None:
+    """Takes `workdir` for this process until `release` (or the process's exit).
+
+    Creates the workdir if needed and records this process (pid, host, start, command)
+    in its lock file for the message a refused run prints. Holding it again is a no-op.
+
+    Raises:
+      ConfigError: another run holds it.
+    """
+    key = os.path.realpath(workdir)
+    if key in _held:
+        return
+    os.makedirs(workdir, exist_ok=True)
+    # Not inherited by child processes (Python opens descriptors non-inheritable).
+    descriptor = os.open(_lock_path(workdir), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        if _try_lock(descriptor, workdir):
+            holder = {
+                "pid": os.getpid(),
+                "host": socket.gethostname(),
+                "since": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+                # As typed (`python -m sebulba.main ...`, where sys.argv names main.py),
+                # on one line (a `python -c` program has several).
+                "command": " ".join(
+                    " ".join(
+                        [os.path.basename(sys.executable), *getattr(sys, "orig_argv", sys.argv)[1:]]
+                    ).split()
+                )[:300],
+            }
+            os.ftruncate(descriptor, 0)
+            os.pwrite(descriptor, json.dumps(holder).encode(), 0)
+    except BaseException:
+        os.close(descriptor)
+        raise
+    _held[key] = descriptor
+
+
+def release(workdir: str) -> None:
+    """Gives up `workdir` if this process holds it (else nothing)."""
+    descriptor = _held.pop(os.path.realpath(workdir), None)
+    if descriptor is not None:
+        os.close(descriptor)  # Drops the lock.
