@@ -549,8 +549,9 @@ def parse_flags(argv: list[str]) -> list[str]:
 
 
 def main(argv: list[str]) -> None:
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    if len(argv) > 1:  # One line, as a bad flag gets (parse_flags), not absl's usage text.
+        print(f"sebulba.evaluate: unexpected arguments: {' '.join(argv[1:])}", file=sys.stderr)
+        sys.exit(2)
     try:
         result = evaluate(
             _WORKDIR.value,

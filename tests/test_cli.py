@@ -269,6 +269,11 @@ def test_ctrl_c_saves_a_checkpoint_and_exits_130(tmp_path):
             "--config.log.tensorboard=maybe",
             "--config.log.tensorboard=maybe: expected true or false, got 'maybe'",
         ),
+        (
+            "--config.agent=ppo",
+            "--config.agent=ppo: agent is a section of the config, not a value; set its "
+            "fields one by one, e.g. --config.agent.name=VALUE",
+        ),
         ("--total_timesteps=1000", "did you mean --config.total_timesteps?"),
         ("--num_envs=4", "did you mean --config.env.num_envs?"),
         ("--process_id=one", "--process_id=one: expected an integer, got 'one'"),
@@ -292,6 +297,7 @@ def test_flag_mistakes_are_explained_in_the_users_words(tmp_path, flag, expected
     [
         (["--workdir=x", "--checkpoint=abc"], "--checkpoint=abc: expected an integer, got 'abc'"),
         (["--episodes=10"], "--workdir is required"),
+        (["--workdir=x", "extra"], "unexpected arguments: extra"),
     ],
 )
 def test_evaluate_flag_errors_are_one_line(tmp_path, flags_, expected):

@@ -65,6 +65,16 @@ def _leaf_paths(config: config_dict.ConfigDict, prefix: str = "") -> dict[str, o
     return paths
 
 
+def _section(config: config_dict.ConfigDict, path: str) -> config_dict.ConfigDict | None:
+    """The section at dotted `path` of `config` (e.g. `agent`), or None if it is a value."""
+    node = config
+    for key in path.split("."):
+        if not isinstance(node, config_dict.ConfigDict) or key not in node:
+            return None
+        node = node[key]
+    return node if isinstance(node, config_dict.ConfigDict) else None
+
+
 def _unknown_override(argv: list[str]) -> str | None:
     """Describes the first `--config.KEY` override whose KEY is not in the config."""
     config = _load_config(argv)
@@ -136,6 +146,19 @@ def _bad_override_value(argv: list[str], error: BaseException) -> str | None:
     config = _load_config(argv) if match else None
     if config is None:
         return None
+    section = _section(config, match.group(1))
+    if section is not None:  # `--config.agent=3`: absl would call a section a string.
+        given = next(
+            (a for a in argv if a.startswith(f"--config.{match.group(1)}=")),
+            f"--config.{match.group(1)}",
+        )
+        # What `--config.agent=ppo` or `--config.env=Pong-v5` most likely meant.
+        keys = [key for key in ("name", "id") if key in section] + list(_leaf_paths(section))
+        example = keys[0] if keys else "KEY"
+        return (
+            f"{given}: {match.group(1)} is a section of the config, not a value; set its "
+            f"fields one by one, e.g. --config.{match.group(1)}.{example}=VALUE"
+        )
     expected = flag_errors.value_type_name(_leaf_paths(config).get(match.group(1)))
     described = flag_errors.bad_value(error, expected)
     return None if described is None else described[1]
