@@ -802,10 +802,22 @@ def worker_threads(requested: int, pool_sizes: Sequence[int]) -> tuple[int, str]
     `requested` is `env.num_threads`; 0 shares this process's cores among its pools, so
     several actor threads' pools (or a joint run's, or `overlap_env_steps`' halves) do
     not each start one worker per core of the machine, as envpool's own default would.
+
+    Raises:
+      ConfigError: `requested` is more than both the largest pool's envs and the cores:
+        such workers could only idle, and envpool aborts the process when it cannot
+        start them (100,000 does).
     """
+    cores = available_cores()
+    if requested > max(max(pool_sizes), cores):
+        raise ConfigError(
+            f"env.num_threads ({requested}) is more than both the {max(pool_sizes)} envs of "
+            f"this process's largest envpool pool and its {cores} cores: a worker steps one "
+            f"env at a time, so the rest would idle; use at most {max(max(pool_sizes), cores)}, "
+            "or 0 to size them from the cores"
+        )
     if requested:
         return requested, f"env.num_threads={requested}"
-    cores = available_cores()
     threads = max(1, min(min(pool_sizes), cores // len(pool_sizes)))
     return threads, f"env.num_threads=0: {cores} cores for {len(pool_sizes)} pool(s)"
 
@@ -874,7 +886,8 @@ def task_env_specs(env_config: ml_collections.ConfigDict, ids) -> dict[str, spac
         if is_jax_env(task_id):
             specs[task_id] = _jax_env_spec(single)
             continue
-        pool = make_envs(single, 1, seed=0)
+        # One env needs one worker (env.num_threads is checked with the run's pools).
+        pool = make_envs(single, 1, seed=0, num_threads=1)
         try:
             specs[task_id] = env_spec_of(single, pool)
         finally:

@@ -105,6 +105,7 @@ def test_run_leaves_the_documented_workdir(tmp_path):
         ("--config.env.num_envs=banana", "env.num_envs"),
         ("--config.log.console=sideways", "log.console"),
         ("--config.env.repeat_action_probability=1.5", "env.repeat_action_probability"),
+        ("--config.env.num_threads=100000", "env.num_threads"),  # envpool aborted on it.
     ],
 )
 def test_bad_config_fails_in_one_line_before_any_work(tmp_path, override, field):

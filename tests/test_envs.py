@@ -7,6 +7,7 @@ import pytest
 
 from configs import impala_atari, ppo_atari, ppo_cartpole
 from sebulba import envs
+from sebulba.errors import ConfigError
 
 
 @pytest.mark.parametrize("use_fire_reset", [False, True])
@@ -106,6 +107,9 @@ def test_envpool_workers_share_the_process_cores_among_its_pools(monkeypatch):
     assert envs.worker_threads(0, [4, 4])[0] == 4  # No more workers than envs.
     assert envs.worker_threads(0, [8] * 32)[0] == 1  # At least one.
     assert envs.worker_threads(3, [64, 64]) == (3, "env.num_threads=3")  # Set: as set.
+    assert envs.worker_threads(16, [8, 8])[0] == 16  # Idle workers, but no more than cores.
+    with pytest.raises(ConfigError, match=r"env.num_threads \(100000\) is more than both"):
+        envs.worker_threads(100_000, [64, 64])  # envpool aborts the process starting them.
     # The process's CPU set, not the machine's core count.
     monkeypatch.undo()
     assert 1 <= envs.available_cores() <= (os.cpu_count() or 1)
