@@ -48,6 +48,7 @@ from sebulba.experiments.sweep_plan import (
     parse_sweep,
     validate,
 )
+from sebulba.runtime import workdir as workdir_lib
 
 _POLL_S = 0.2
 _LOG_NAME = "run.log"
@@ -356,11 +357,20 @@ def main(argv: list[str] | None = None) -> int:
     status = 0
     failures: dict[int, str] = {}
     if not args.report:
-        # Written first, so that an interrupted sweep's directory is known as this sweep.
-        sweep_report.write_report(sweep, sweep_report.build_report(sweep))
-        runner = LocalRunner(sweep, args.parallel or 1)
-        status = runner.run()
-        failures = runner.failures
+        # One sweep at a time in a directory: a second would start the runs the first is
+        # running, each refused as in use, and count them failed.
+        try:
+            workdir_lib.hold(sweep.workdir)
+        except ConfigError as error:
+            return _error(str(error))
+        try:
+            # Written first, so that an interrupted sweep's directory is known as this sweep.
+            sweep_report.write_report(sweep, sweep_report.build_report(sweep))
+            runner = LocalRunner(sweep, args.parallel or 1)
+            status = runner.run()
+            failures = runner.failures
+        finally:
+            workdir_lib.release(sweep.workdir)
     report = sweep_report.build_report(sweep, failures)
     path = sweep_report.write_report(sweep, report)
     print(sweep_report.format_table(report), flush=True)

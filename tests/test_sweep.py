@@ -15,6 +15,7 @@ from sebulba import plot, sweep
 from sebulba.errors import ConfigError
 from sebulba.experiments import sweep_report
 from sebulba.experiments.sweep_plan import parse_sweep, split_values
+from tests.helpers import workdir_held_by_another_process
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MINIMAL = "tests/configs/minimal_cartpole.py"  # 6 updates of 128 steps: seconds per run.
@@ -152,6 +153,19 @@ def test_a_workdir_holding_another_sweep_is_refused(tmp_path, capsys):
     # Runs started by hand (tpu.sh) into a directory may still be reported on.
     assert sweep.main([*base[:1], f"--workdir={tmp_path / 'other'}", "--report"]) == 0
     assert (tmp_path / "other" / "sweep.json").exists()
+
+
+def test_a_second_sweep_in_a_directory_in_use_is_refused_in_one_line(tmp_path, capsys):
+    # Its runs would be refused one by one (each is in use) and counted failed.
+    workdir = tmp_path / "sweep"
+    with workdir_held_by_another_process(workdir) as pid:
+        assert sweep.main([f"--config={MINIMAL}", f"--workdir={workdir}"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1
+    assert err.startswith(
+        f"sebulba.sweep: error: workdir {workdir} is in use by another run: pid {pid} "
+    ), err
+    assert os.listdir(workdir) == [".sebulba-lock"]  # No run started, no sweep.json.
 
 
 # ----- running: resume, failures -------------------------------------------------------

@@ -25,6 +25,7 @@ from ml_collections import config_dict
 
 from sebulba.config.run_plan import plan
 from sebulba.errors import ConfigError
+from sebulba.runtime import workdir as workdir_lib
 
 # Characters kept in a directory name; every other one becomes "_".
 _UNSAFE = re.compile(r"[^A-Za-z0-9._+-]")
@@ -308,7 +309,9 @@ def check_workdir(sweep: Sweep, report_only: bool = False) -> None:
     """
     stored = read_definition(sweep.workdir)
     if stored is None:
-        if not report_only and os.path.isdir(sweep.workdir) and os.listdir(sweep.workdir):
+        # The lock file of a sweep stopped before it wrote sweep.json is no one's file.
+        found = os.listdir(sweep.workdir) if os.path.isdir(sweep.workdir) else []
+        if not report_only and [name for name in found if name != workdir_lib.LOCK_FILE]:
             raise ConfigError(
                 f"--workdir={sweep.workdir} is not empty and holds no sweep.json; "
                 "give a new or empty directory"

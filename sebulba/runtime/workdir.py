@@ -112,8 +112,8 @@ def not_a_workdir_hint(path: str) -> str:
 # so a killed run leaves no stale lock; the file itself stays and names the last holder.
 LOCK_FILE = ".sebulba-lock"
 
-# Workdirs this process holds (realpath -> open descriptor): a process may open a
-# workdir's outputs more than once in one run (a rebuilt summary, resumed library calls).
+# Workdirs this process holds (realpath -> open descriptor): a run may open a workdir's
+# outputs more than once (a rebuilt summary opens them before the summary is written).
 _held: dict[str, int] = {}
 
 
@@ -134,8 +134,7 @@ def _holder_text(descriptor: int) -> str:
         return ""
 
 
-def _in_use_error(workdir: str, descriptor: int) -> ConfigError:
-    holder = _holder_text(descriptor)
+def _in_use_error(workdir: str, holder: str) -> ConfigError:
     return ConfigError(
         f"workdir {workdir} is in use by another run{': ' + holder if holder else ''}; two "
         "runs in one workdir would mix their metrics and checkpoints: wait for it to end, "
@@ -143,12 +142,36 @@ def _in_use_error(workdir: str, descriptor: int) -> ConfigError:
     )
 
 
+def _open_lock_file(workdir: str, create: bool) -> tuple[int, bool] | None:
+    """(descriptor, writable) of the workdir's lock file; None if it does not exist.
+
+    Created as the run's other outputs are (0666 less the umask), so that whoever may
+    write the outputs (a group sharing the workdir) may take the lock. A file this user
+    may only read (another user's run, a stricter umask) is opened read-only: flock
+    locks it all the same, and the holder's line is then not rewritten.
+    """
+    path = _lock_path(workdir)
+    try:
+        return os.open(path, os.O_RDWR | (os.O_CREAT if create else 0), 0o666), True
+    except FileNotFoundError:
+        return None
+    except PermissionError:
+        try:
+            return os.open(path, os.O_RDONLY), False
+        except FileNotFoundError:
+            return None
+
+
 def _try_lock(descriptor: int, workdir: str) -> bool:
-    """Locks `descriptor`; False where the filesystem has no locks (logged once)."""
+    """Locks `descriptor`; False where the filesystem has no locks (logged).
+
+    Raises:
+      ConfigError: another process holds the lock.
+    """
     try:
         fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        raise _in_use_error(workdir, descriptor) from None
+        raise _in_use_error(workdir, _holder_text(descriptor)) from None
     except OSError as error:  # Lustre without `-o flock`, some FUSE mounts.
         logging.warning(
             "cannot lock %s (%s): a second run on this workdir would not be refused",
@@ -163,17 +186,22 @@ def check_not_in_use(workdir: str) -> None:
     """Raises if another run holds `workdir`; creates nothing.
 
     Run before any work, so that a second run on a busy workdir fails in a second rather
-    than after compiling; `hold` checks again when the run first writes.
+    than after compiling; `hold` checks again when the run first writes. A workdir this
+    process holds is in use too: by another run of this process (a thread, a library
+    caller), which the flock alone would not refuse.
 
     Raises:
       ConfigError: one line naming the workdir and the run holding it.
     """
     if os.path.realpath(workdir) in _held:
-        return
+        raise _in_use_error(workdir, f"pid {os.getpid()}, this process")
     try:
-        descriptor = os.open(_lock_path(workdir), os.O_RDWR)
-    except OSError:  # No lock file yet (a new workdir), or one this user cannot open.
+        opened = _open_lock_file(workdir, create=False)
+    except OSError:  # Unreadable: `hold` reports it when the run first writes.
         return
+    if opened is None:  # A new workdir.
+        return
+    descriptor, _ = opened
     try:
         if _try_lock(descriptor, workdir):
             fcntl.flock(descriptor, fcntl.LOCK_UN)
@@ -185,19 +213,25 @@ def hold(workdir: str) -> None:
     """Takes `workdir` for this process until `release` (or the process's exit).
 
     Creates the workdir if needed and records this process (pid, host, start, command)
-    in its lock file for the message a refused run prints. Holding it again is a no-op.
+    in its lock file for the message a refused run prints. Holding it again is a no-op:
+    the caller that took it releases it.
 
     Raises:
-      ConfigError: another run holds it.
+      ConfigError: another run holds it, or its lock file cannot be opened.
     """
     key = os.path.realpath(workdir)
     if key in _held:
         return
-    os.makedirs(workdir, exist_ok=True)
-    # Not inherited by child processes (Python opens descriptors non-inheritable).
-    descriptor = os.open(_lock_path(workdir), os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        if _try_lock(descriptor, workdir):
+        os.makedirs(workdir, exist_ok=True)
+        # Not inherited by child processes (Python opens descriptors non-inheritable).
+        descriptor, writable = _open_lock_file(workdir, create=True)
+    except OSError as error:
+        raise ConfigError(
+            f"workdir {workdir}: cannot open its lock file {LOCK_FILE}: {error.strerror or error}"
+        ) from None
+    try:
+        if _try_lock(descriptor, workdir) and writable:
             holder = {
                 "pid": os.getpid(),
                 "host": socket.gethostname(),
