@@ -264,11 +264,11 @@ def _train_seeds(
             actings = batch.initial_acting_states()
         else:
             actings = _stack([start.env_state for start in starts], batch._acting_sharding)
-        compiled = batch.compile(states, behaviours, actings)
-        logging.info("%d seeds in one program: %s", len(seeds), ", ".join(map(str, seeds)))
         if jax.process_index() == 0:  # Every seed's workdir before any is written.
             for path in workdirs:
                 workdir_lib.hold(path)
+        compiled = batch.compile(states, behaviours, actings)
+        logging.info("%d seeds in one program: %s", len(seeds), ", ".join(map(str, seeds)))
         outputs = [
             train_lib.open_outputs(setup, path, start, show_progress=index == 0)
             for index, (setup, path, start) in enumerate(zip(setups, workdirs, starts, strict=True))
