@@ -33,7 +33,7 @@ import ml_collections
 import optax
 
 from sebulba import random_streams
-from sebulba.agents import defaults, replay
+from sebulba.agents import defaults, replay, size_rules
 from sebulba.agents.api import (
     Agent,
     Discrete,
@@ -104,7 +104,7 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         )
     check_network_fits(hp.network, env_spec)
     num_steps = sizes.num_steps
-    replay_sizes = replay.check_sizes(hp, sizes, hp.n_step, "agent.n_step", "gradient steps")
+    replay_sizes = size_rules.replay_sizes(hp, sizes, hp.n_step, "agent.n_step", "gradient steps")
     capacity, samples_per_env = replay_sizes.capacity, replay_sizes.samples_per_env
     gradient_steps = replay_sizes.gradient_steps
     first_learning_update = replay_sizes.first_learning_update

@@ -49,6 +49,7 @@ from sebulba.agents import (
     normalization,
     popart,
     recurrent,
+    size_rules,
 )
 from sebulba.agents.api import (
     Agent,
@@ -132,7 +133,7 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         hp.num_minibatches,
         "agent.num_minibatches",
     )
-    accumulation_steps = learner.check_accumulation_steps(
+    accumulation_steps = size_rules.check_accumulation_steps(
         hp.gradient_accumulation_steps,
         "agent.gradient_accumulation_steps",
         sizes.envs_per_learner_device // hp.num_minibatches,

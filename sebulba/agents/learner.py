@@ -157,19 +157,6 @@ def unrolls_minibatch_loop(minibatch_loop: str, convolutional: bool) -> bool:
     )
 
 
-def check_accumulation_steps(steps, name: str, divides: int, divides_name: str) -> int:
-    """Validates `agent.gradient_accumulation_steps`: a positive int dividing `divides`.
-
-    Raises:
-      ConfigError: one line naming the field and the size it must divide.
-    """
-    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
-        raise ConfigError(f"{name} must be a positive integer, got {steps!r}")
-    if divides % steps:
-        raise ConfigError(f"{name} ({steps}) must divide {divides_name} ({divides})")
-    return steps
-
-
 def minibatch_steps(
     loss_fn: Callable,
     optimizer: optax.GradientTransformation,

@@ -67,6 +67,7 @@ from sebulba.agents import (
     normalization,
     popart,
     recurrent,
+    size_rules,
 )
 from sebulba.agents.api import (
     Agent,
@@ -160,7 +161,7 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
     norm_adv = ("none", "minibatch")[hp.norm_adv] if isinstance(hp.norm_adv, bool) else hp.norm_adv
     check_choice(norm_adv, "agent.norm_adv", NORM_ADV_MODES)
     if sequences:
-        accumulation_steps = learner.check_accumulation_steps(
+        accumulation_steps = size_rules.check_accumulation_steps(
             hp.gradient_accumulation_steps,
             "agent.gradient_accumulation_steps",
             sizes.envs_per_learner_device // hp.num_minibatches,
@@ -168,7 +169,7 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
             "/ len(mesh.learner_device_ids) / agent.num_minibatches",
         )
     else:
-        accumulation_steps = learner.check_accumulation_steps(
+        accumulation_steps = size_rules.check_accumulation_steps(
             hp.gradient_accumulation_steps,
             "agent.gradient_accumulation_steps",
             hp.num_steps // hp.num_minibatches,

@@ -24,17 +24,14 @@ n-step sample once positions p .. p + n are written.
 
 from __future__ import annotations
 
-import dataclasses
-
 import chex
 import flax.struct
 import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec
 
-from sebulba.agents.api import EnvSpec, Rollout, require_divisible, zero_observation
+from sebulba.agents.api import EnvSpec, Rollout, zero_observation
 from sebulba.config.sizes import Sizes
-from sebulba.errors import ConfigError
 from sebulba.mesh import BATCH_AXIS
 
 # Every buffer leaf is [C, B, ...]: split along B, like the rollout's env axis.
@@ -73,72 +70,6 @@ class Sample:
     discounts: chex.Array
     next_obs: chex.ArrayTree
     weights: chex.Array
-
-
-@dataclasses.dataclass(frozen=True)
-class ReplaySizes:
-    """What a replay agent's `agent.buffer_size`, `batch_size` and `replay_ratio` come to.
-
-    Attributes:
-      capacity: steps per env the ring holds (C).
-      samples_per_env: transitions each env column gives a gradient step.
-      gradient_steps: gradient steps per update (replay_ratio x env steps per update).
-      first_learning_update: the first update whose env steps reach
-        `agent.learning_starts` (its count, from 1). Agents compare update counts with
-        it on device, not env steps, which an int32 would wrap beyond 2**31 (a
-        10-billion-frame Atari run).
-    """
-
-    capacity: int
-    samples_per_env: int
-    gradient_steps: int
-    first_learning_update: int
-
-
-def check_sizes(hp, sizes: Sizes, lookahead: int, lookahead_name: str, step_name: str):
-    """The `ReplaySizes` of an agent section, or ConfigError naming the field.
-
-    Args:
-      hp: the `agent` section: `buffer_size`, `batch_size`, `replay_ratio`,
-        `learning_starts`.
-      lookahead: steps after a transition that must be stored before it is sampled
-        (n for n-step returns).
-      lookahead_name: how the error names it, e.g. "agent.n_step" or "1".
-      step_name: what one gradient step is called in errors, e.g. "critic steps".
-    """
-    num_envs, num_steps = sizes.num_envs, sizes.num_steps
-    require_divisible(
-        hp.buffer_size,
-        "agent.buffer_size",
-        num_envs * num_steps,
-        "env steps per update (global envs x agent.num_steps)",
-    )
-    capacity = hp.buffer_size // num_envs
-    if capacity < num_steps + lookahead:
-        raise ConfigError(
-            f"agent.buffer_size ({hp.buffer_size}) holds {capacity} steps per env; it needs "
-            f"at least agent.num_steps + {lookahead_name} = {num_steps + lookahead}"
-        )
-    require_divisible(hp.batch_size, "agent.batch_size", num_envs, "the global env count")
-    gradient_steps = hp.replay_ratio * sizes.steps_per_update
-    if abs(gradient_steps - round(gradient_steps)) > 1e-6 or round(gradient_steps) < 1:
-        raise ConfigError(
-            f"agent.replay_ratio ({hp.replay_ratio}) x env steps per update "
-            f"({sizes.steps_per_update}) = {gradient_steps:g} {step_name} per update; "
-            "it must be a whole number of at least 1"
-        )
-    if hp.learning_starts > sizes.global_steps:
-        # Typically a shortened try run (total_timesteps cut, learning_starts kept).
-        raise ConfigError(
-            f"agent.learning_starts ({hp.learning_starts}) is more than the run's "
-            f"{sizes.global_steps} env steps (total_timesteps): it would take no {step_name}"
-        )
-    return ReplaySizes(
-        capacity,
-        hp.batch_size // num_envs,
-        int(round(gradient_steps)),
-        first_learning_update=-(-hp.learning_starts // sizes.steps_per_update),
-    )
 
 
 def env_steps_after(update_count: jax.Array, steps_per_update: int) -> jax.Array:

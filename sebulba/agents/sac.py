@@ -47,7 +47,7 @@ import numpy as np
 import optax
 
 from sebulba import random_streams
-from sebulba.agents import defaults, replay
+from sebulba.agents import defaults, replay, size_rules
 from sebulba.agents.api import (
     Agent,
     Box,
@@ -207,9 +207,9 @@ def _weighted_mean(x: jax.Array, weights: jax.Array) -> jax.Array:
     return jnp.sum(x * weights) / jnp.maximum(jnp.sum(weights), 1.0)
 
 
-def _check_sizes(hp: ml_collections.ConfigDict, sizes: Sizes) -> replay.ReplaySizes:
+def _check_sizes(hp: ml_collections.ConfigDict, sizes: Sizes) -> size_rules.ReplaySizes:
     """The replay sizes, with critic steps per update a multiple of agent.policy_frequency."""
-    replay_sizes = replay.check_sizes(hp, sizes, 1, "1", "critic steps")
+    replay_sizes = size_rules.replay_sizes(hp, sizes, 1, "1", "critic steps")
     # Every update then takes the same actor steps (and logs an actor loss).
     require_divisible(
         replay_sizes.gradient_steps,
@@ -450,7 +450,7 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
     def update(state: SACState, rollout: Rollout):
         buffer = replay.add(state.buffer, rollout, state.count)
         count = state.count + num_steps
-        # Update counts, not env steps: see `replay.ReplaySizes.first_learning_update`.
+        # Update counts, not env steps: see `size_rules.ReplaySizes.first_learning_update`.
         updates_done = state.update_count + 1
         learning_now = jnp.logical_and(
             updates_done >= first_learning_update, replay.sampleable(count, 1)

@@ -1,0 +1,93 @@
+"""The built-in agents' rules on sizes, in plain Python (no JAX).
+
+What `agent.gradient_accumulation_steps` must divide and what a replay agent's
+`agent.buffer_size`, `batch_size`, `replay_ratio` and `learning_starts` come to. The
+agents apply them in `make`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from sebulba.config.sizes import Sizes
+from sebulba.config.validation import require_divisible
+from sebulba.errors import ConfigError
+
+
+def check_accumulation_steps(steps, name: str, divides: int, divides_name: str) -> int:
+    """Validates `agent.gradient_accumulation_steps`: a positive int dividing `divides`.
+
+    Raises:
+      ConfigError: one line naming the field and the size it must divide.
+    """
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+        raise ConfigError(f"{name} must be a positive integer, got {steps!r}")
+    if divides % steps:
+        raise ConfigError(f"{name} ({steps}) must divide {divides_name} ({divides})")
+    return steps
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplaySizes:
+    """What a replay agent's `agent.buffer_size`, `batch_size` and `replay_ratio` come to.
+
+    Attributes:
+      capacity: steps per env the ring holds (C).
+      samples_per_env: transitions each env column gives a gradient step.
+      gradient_steps: gradient steps per update (replay_ratio x env steps per update).
+      first_learning_update: the first update whose env steps reach
+        `agent.learning_starts` (its count, from 1). Agents compare update counts with
+        it on device, not env steps, which an int32 would wrap beyond 2**31 (a
+        10-billion-frame Atari run).
+    """
+
+    capacity: int
+    samples_per_env: int
+    gradient_steps: int
+    first_learning_update: int
+
+
+def replay_sizes(hp, sizes: Sizes, lookahead: int, lookahead_name: str, step_name: str):
+    """The `ReplaySizes` of an agent section, or ConfigError naming the field.
+
+    Args:
+      hp: the `agent` section: `buffer_size`, `batch_size`, `replay_ratio`,
+        `learning_starts`.
+      lookahead: steps after a transition that must be stored before it is sampled
+        (n for n-step returns).
+      lookahead_name: how the error names it, e.g. "agent.n_step" or "1".
+      step_name: what one gradient step is called in errors, e.g. "critic steps".
+    """
+    num_envs, num_steps = sizes.num_envs, sizes.num_steps
+    require_divisible(
+        hp.buffer_size,
+        "agent.buffer_size",
+        num_envs * num_steps,
+        "env steps per update (global envs x agent.num_steps)",
+    )
+    capacity = hp.buffer_size // num_envs
+    if capacity < num_steps + lookahead:
+        raise ConfigError(
+            f"agent.buffer_size ({hp.buffer_size}) holds {capacity} steps per env; it needs "
+            f"at least agent.num_steps + {lookahead_name} = {num_steps + lookahead}"
+        )
+    require_divisible(hp.batch_size, "agent.batch_size", num_envs, "the global env count")
+    gradient_steps = hp.replay_ratio * sizes.steps_per_update
+    if abs(gradient_steps - round(gradient_steps)) > 1e-6 or round(gradient_steps) < 1:
+        raise ConfigError(
+            f"agent.replay_ratio ({hp.replay_ratio}) x env steps per update "
+            f"({sizes.steps_per_update}) = {gradient_steps:g} {step_name} per update; "
+            "it must be a whole number of at least 1"
+        )
+    if hp.learning_starts > sizes.global_steps:
+        # Typically a shortened try run (total_timesteps cut, learning_starts kept).
+        raise ConfigError(
+            f"agent.learning_starts ({hp.learning_starts}) is more than the run's "
+            f"{sizes.global_steps} env steps (total_timesteps): it would take no {step_name}"
+        )
+    return ReplaySizes(
+        capacity,
+        hp.batch_size // num_envs,
+        int(round(gradient_steps)),
+        first_learning_update=-(-hp.learning_starts // sizes.steps_per_update),
+    )
