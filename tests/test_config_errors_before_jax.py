@@ -58,6 +58,25 @@ def run_blocked(*args):
         ),
         ("ppo_joint.py:smoke", 'env.ids=("A-v0","A-v0")', "env.ids names 'A-v0' twice"),
         ("ppo_atari.py:smoke", "env.frame_stack=8", "env.frame_stack must be an integer in [1, 4]"),
+        # Each built-in agent's size rules (sebulba.agents.size_rules).
+        (
+            "ppo_cartpole.py",
+            "agent.gradient_accumulation_steps=3",
+            "agent.gradient_accumulation_steps (3) must divide the time steps of a minibatch",
+        ),
+        (
+            "impala_cartpole.py",
+            "agent.num_minibatches=3",
+            "env.num_envs per learner device (env.num_envs / len(mesh.learner_device_ids)) "
+            "(64) must be a positive multiple of agent.num_minibatches (3)",
+        ),
+        ("pqn_cartpole.py", "agent.num_minibatches=3", "agent.num_steps (64) must be a pos"),
+        ("dqn_cartpole.py", "agent.batch_size=7", "agent.batch_size (7) must be a positive mul"),
+        (
+            "sac_mujoco.py",
+            "agent.learning_starts=10000000",
+            "agent.learning_starts (10000000) is more than the run's",
+        ),
         # Durations: NaN and infinity would fail mid-run, in the clocks that wait on them.
         ("ppo_cartpole.py", "debug.actor_delay_s=nan", "debug.actor_delay_s must be a number"),
         ("ppo_cartpole.py", "debug.learner_delay_s=inf", "debug.learner_delay_s must be a num"),

@@ -134,6 +134,21 @@ def test_a_bad_key_or_value_fails_in_one_line_before_any_run(tmp_path, capsys, a
     assert not workdir.exists()
 
 
+def test_a_built_in_agents_size_rule_fails_in_one_line_before_any_run(tmp_path, capsys):
+    # A minibatch count that does not divide the rollout: refused before the first run
+    # starts, not when that run builds its agent (the sweep's other runs done by then).
+    workdir = tmp_path / "sweep"
+    args = ["--config=configs/ppo_cartpole.py", f"--workdir={workdir}"]
+    status = sweep.main([*args, "--set", "agent.num_minibatches=4,3"])
+    assert status == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "sebulba.sweep: error: run agent.num_minibatches=3/seed=1: agent.num_steps (128) "
+        "must be a positive multiple of agent.num_minibatches (3)\n"
+    )
+    assert not workdir.exists()
+
+
 def test_a_workdir_holding_another_sweep_is_refused(tmp_path, capsys):
     workdir = tmp_path / "sweep"
     base = [f"--config={MINIMAL}", f"--workdir={workdir}", "--seeds=1,2"]

@@ -344,3 +344,19 @@ def sac_config() -> ml_collections.ConfigDict:
     # A float placeholder: None by default, and --config.agent.target_entropy=-3.0 parses.
     config.target_entropy = config_dict.placeholder(float)  # None: -(action dimensions).
     return config
+
+
+_CONFIGS = {
+    "ppo": ppo_config,
+    "impala": impala_config,
+    "pqn": pqn_config,
+    "dqn": dqn_config,
+    "sac": sac_config,
+}
+
+
+def builtin_section(agent: ml_collections.ConfigDict) -> bool:
+    """Whether `agent` is a whole section of the built-in agent it names: one built for
+    another agent (or a plugin) is left to `make`, which names what it lacks."""
+    defaults = _CONFIGS.get(agent.name)
+    return defaults is not None and set(defaults()) <= set(agent)

@@ -104,7 +104,7 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         )
     check_network_fits(hp.network, env_spec)
     num_steps = sizes.num_steps
-    replay_sizes = size_rules.replay_sizes(hp, sizes, hp.n_step, "agent.n_step", "gradient steps")
+    replay_sizes = size_rules.dqn(hp, sizes)
     capacity, samples_per_env = replay_sizes.capacity, replay_sizes.samples_per_env
     gradient_steps = replay_sizes.gradient_steps
     first_learning_update = replay_sizes.first_learning_update

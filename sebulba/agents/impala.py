@@ -57,7 +57,6 @@ from sebulba.agents.api import (
     Rollout,
     check_ranges,
     episode_starts,
-    require_divisible,
 )
 from sebulba.agents.networks import check_network_fits, has_convolutions, make_network
 from sebulba.config.sizes import Sizes
@@ -125,21 +124,8 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
     """
     hp = config.agent
     check_ranges(hp, "agent", HYPERPARAMETER_RANGES)
-    # Minibatches take whole env columns, in groups of M consecutive global env ids that
-    # must not straddle two learner devices (see `minibatches.env_groups`).
-    require_divisible(
-        sizes.envs_per_thread // sizes.learner_devices_per_process,
-        "env.num_envs per learner device (env.num_envs / len(mesh.learner_device_ids))",
-        hp.num_minibatches,
-        "agent.num_minibatches",
-    )
-    accumulation_steps = size_rules.check_accumulation_steps(
-        hp.gradient_accumulation_steps,
-        "agent.gradient_accumulation_steps",
-        sizes.envs_per_learner_device // hp.num_minibatches,
-        "a minibatch's envs per learner device, env.num_envs x pipeline.num_actor_threads "
-        "/ len(mesh.learner_device_ids) / agent.num_minibatches",
-    )
+    # Minibatches take whole env columns (see `minibatches.env_groups`).
+    accumulation_steps = size_rules.impala(hp, sizes)
     check_network_fits(hp.network, env_spec)
     value_normalization = popart.popart_of(config, tasks.task_layout(config, sizes.num_envs))
     # With an action mask (`agent.mask_actions`) the policy never picks an illegal action.

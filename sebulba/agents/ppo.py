@@ -76,7 +76,6 @@ from sebulba.agents.api import (
     check_choice,
     check_ranges,
     episode_starts,
-    require_divisible,
 )
 from sebulba.agents.networks import check_network_fits, has_convolutions, make_network
 from sebulba.config.sizes import Sizes
@@ -145,36 +144,10 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
     check_ranges(hp, "agent", HYPERPARAMETER_RANGES)
     core = recurrent.make_core(hp.core, hp.lstm_size)
     sequences = core is not None  # Minibatches of whole env sequences, not of time steps.
-    if sequences:
-        # As IMPALA: groups of M consecutive global env ids must not straddle two devices.
-        require_divisible(
-            sizes.envs_per_thread // sizes.learner_devices_per_process,
-            "env.num_envs per learner device (env.num_envs / len(mesh.learner_device_ids))",
-            hp.num_minibatches,
-            "agent.num_minibatches",
-        )
-    else:
-        require_divisible(
-            hp.num_steps, "agent.num_steps", hp.num_minibatches, "agent.num_minibatches"
-        )
+    accumulation_steps = size_rules.ppo(hp, sizes)
     # config.json of runs from before the modes existed holds a bool.
     norm_adv = ("none", "minibatch")[hp.norm_adv] if isinstance(hp.norm_adv, bool) else hp.norm_adv
     check_choice(norm_adv, "agent.norm_adv", NORM_ADV_MODES)
-    if sequences:
-        accumulation_steps = size_rules.check_accumulation_steps(
-            hp.gradient_accumulation_steps,
-            "agent.gradient_accumulation_steps",
-            sizes.envs_per_learner_device // hp.num_minibatches,
-            "a minibatch's envs per learner device, env.num_envs x pipeline.num_actor_threads "
-            "/ len(mesh.learner_device_ids) / agent.num_minibatches",
-        )
-    else:
-        accumulation_steps = size_rules.check_accumulation_steps(
-            hp.gradient_accumulation_steps,
-            "agent.gradient_accumulation_steps",
-            hp.num_steps // hp.num_minibatches,
-            "the time steps of a minibatch, agent.num_steps / agent.num_minibatches",
-        )
     check_network_fits(hp.network, env_spec)
     hidden = tuple(hp.hidden_sizes)
     if not hidden or not all(isinstance(w, int) and w > 0 for w in hidden):

@@ -36,7 +36,7 @@ import optax
 import rlax
 
 from sebulba import random_streams
-from sebulba.agents import defaults, learner, minibatches
+from sebulba.agents import defaults, learner, minibatches, size_rules
 from sebulba.agents.api import (
     Agent,
     Discrete,
@@ -44,7 +44,6 @@ from sebulba.agents.api import (
     Rollout,
     check_choice,
     check_ranges,
-    require_divisible,
     zero_observation,
 )
 from sebulba.agents.networks import check_network_fits, has_convolutions, make_network
@@ -146,7 +145,7 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
     # first checkpoint, a negative one inside JAX.
     if not all(isinstance(w, int) and w > 0 for w in tuple(hp.hidden_sizes)):
         raise ConfigError(f"agent.hidden_sizes {hp.hidden_sizes!r} must be positive integers")
-    require_divisible(hp.num_steps, "agent.num_steps", hp.num_minibatches, "agent.num_minibatches")
+    size_rules.pqn(hp, sizes)
     network = make_network(
         hp.network,
         env_spec.action,

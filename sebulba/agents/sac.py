@@ -55,7 +55,6 @@ from sebulba.agents.api import (
     Rollout,
     check_choice,
     check_ranges,
-    require_divisible,
     zero_observation,
 )
 from sebulba.agents.networks import check_network_fits, describe_observation
@@ -207,19 +206,6 @@ def _weighted_mean(x: jax.Array, weights: jax.Array) -> jax.Array:
     return jnp.sum(x * weights) / jnp.maximum(jnp.sum(weights), 1.0)
 
 
-def _check_sizes(hp: ml_collections.ConfigDict, sizes: Sizes) -> size_rules.ReplaySizes:
-    """The replay sizes, with critic steps per update a multiple of agent.policy_frequency."""
-    replay_sizes = size_rules.replay_sizes(hp, sizes, 1, "1", "critic steps")
-    # Every update then takes the same actor steps (and logs an actor loss).
-    require_divisible(
-        replay_sizes.gradient_steps,
-        "critic steps per update (agent.replay_ratio x env steps per update)",
-        hp.policy_frequency,
-        "agent.policy_frequency",
-    )
-    return replay_sizes
-
-
 def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> Agent:
     """Builds SAC's pure functions for this run.
 
@@ -253,7 +239,7 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
     hidden = tuple(hp.hidden_sizes)
     if not hidden or not all(isinstance(w, int) and w > 0 for w in hidden):
         raise ConfigError(f"agent.hidden_sizes {hp.hidden_sizes!r} must be positive integers")
-    replay_sizes = _check_sizes(hp, sizes)
+    replay_sizes = size_rules.sac(hp, sizes)
     capacity, samples_per_env = replay_sizes.capacity, replay_sizes.samples_per_env
     gradient_steps = replay_sizes.gradient_steps
     first_learning_update = replay_sizes.first_learning_update

@@ -1,8 +1,9 @@
 """The built-in agents' rules on sizes, in plain Python (no JAX).
 
-What `agent.gradient_accumulation_steps` must divide and what a replay agent's
-`agent.buffer_size`, `batch_size`, `replay_ratio` and `learning_starts` come to. The
-agents apply them in `make`.
+What each built-in agent's minibatches and `agent.gradient_accumulation_steps` must
+divide, and what a replay agent's `agent.buffer_size`, `batch_size`, `replay_ratio` and
+`learning_starts` come to. The agents apply them in `make`; `sebulba.config.run_plan`'s
+values pass applies the same rules before JAX is imported (`check_builtin_sizes`).
 """
 
 from __future__ import annotations
@@ -91,3 +92,94 @@ def replay_sizes(hp, sizes: Sizes, lookahead: int, lookahead_name: str, step_nam
         int(round(gradient_steps)),
         first_learning_update=-(-hp.learning_starts // sizes.steps_per_update),
     )
+
+
+def ppo(hp, sizes: Sizes) -> int:
+    """PPO's minibatch rules; returns `agent.gradient_accumulation_steps`."""
+    if hp.core == "lstm":  # Minibatches of whole env sequences, not of time steps.
+        return _env_minibatches(hp, sizes)
+    require_divisible(hp.num_steps, "agent.num_steps", hp.num_minibatches, "agent.num_minibatches")
+    return check_accumulation_steps(
+        hp.gradient_accumulation_steps,
+        "agent.gradient_accumulation_steps",
+        hp.num_steps // hp.num_minibatches,
+        "the time steps of a minibatch, agent.num_steps / agent.num_minibatches",
+    )
+
+
+def impala(hp, sizes: Sizes) -> int:
+    """IMPALA's minibatch rules (whole env columns); returns the accumulation steps."""
+    return _env_minibatches(hp, sizes)
+
+
+def _env_minibatches(hp, sizes: Sizes) -> int:
+    # Groups of M consecutive global env ids must not straddle two learner devices (see
+    # `minibatches.env_groups`).
+    require_divisible(
+        sizes.envs_per_thread // sizes.learner_devices_per_process,
+        "env.num_envs per learner device (env.num_envs / len(mesh.learner_device_ids))",
+        hp.num_minibatches,
+        "agent.num_minibatches",
+    )
+    return check_accumulation_steps(
+        hp.gradient_accumulation_steps,
+        "agent.gradient_accumulation_steps",
+        sizes.envs_per_learner_device // hp.num_minibatches,
+        "a minibatch's envs per learner device, env.num_envs x pipeline.num_actor_threads "
+        "/ len(mesh.learner_device_ids) / agent.num_minibatches",
+    )
+
+
+def pqn(hp, sizes: Sizes) -> None:
+    """PQN's minibatches of time steps."""
+    del sizes
+    require_divisible(hp.num_steps, "agent.num_steps", hp.num_minibatches, "agent.num_minibatches")
+
+
+def dqn(hp, sizes: Sizes) -> ReplaySizes:
+    """DQN's replay sizes (n-step samples)."""
+    return replay_sizes(hp, sizes, hp.n_step, "agent.n_step", "gradient steps")
+
+
+def sac(hp, sizes: Sizes) -> ReplaySizes:
+    """SAC's replay sizes, with critic steps per update a multiple of
+    agent.policy_frequency."""
+    sizes_of_replay = replay_sizes(hp, sizes, 1, "1", "critic steps")
+    # Every update then takes the same actor steps (and logs an actor loss).
+    require_divisible(
+        sizes_of_replay.gradient_steps,
+        "critic steps per update (agent.replay_ratio x env steps per update)",
+        hp.policy_frequency,
+        "agent.policy_frequency",
+    )
+    return sizes_of_replay
+
+
+_RULES = {"ppo": ppo, "impala": impala, "pqn": pqn, "dqn": dqn, "sac": sac}
+# Rules that count the envs of every process (a replay buffer's and batch's multiples).
+_COUNTING_PROCESSES = frozenset({"dqn", "sac"})
+
+
+def check_builtin_sizes(agent, sizes: Sizes, processes_known: bool = True) -> None:
+    """A built-in agent's size rules, as its `make` applies them (others: at `make`).
+
+    `sebulba.config.run_plan`'s values pass runs them, so that the CLI refuses a bad
+    combination before JAX is imported and `sebulba.sweep` before any run starts.
+
+    Args:
+      agent: the `agent` section; one built for another agent is left to `make`, which
+        names what it lacks.
+      sizes: the run's sizes.
+      processes_known: False where the number of processes is not known yet (a SLURM
+        array's runs): the rules that count every process's envs are left to the run.
+
+    Raises:
+      ConfigError: one line naming the fields.
+    """
+    from sebulba.agents.defaults import builtin_section  # defaults imports no agent.
+
+    if not builtin_section(agent):
+        return
+    if not processes_known and agent.name in _COUNTING_PROCESSES:
+        return
+    _RULES[agent.name](agent, sizes)

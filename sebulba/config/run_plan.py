@@ -17,8 +17,9 @@ Each concern has one place, and the pass runs them cheapest first:
 
 1. values, which need neither JAX nor envpool: every size and divisibility rule
    (`sebulba.config.sizes`), the run-level values (`sebulba.config.check_run_config`),
-   every joint task's share of the envs (`sebulba.environments.tasks`) and a built-in
-   agent's hyperparameter ranges (`sebulba.agents.defaults`);
+   every joint task's share of the envs (`sebulba.environments.tasks`), a built-in
+   agent's hyperparameter ranges (`sebulba.agents.defaults`) and its size rules
+   (`sebulba.agents.size_rules`: minibatches, gradient accumulation, a replay buffer);
 2. devices: `mesh.*_device_ids` against the devices (`sebulba.mesh`), and a thread for
    every actor device;
 3. envs: every task id (envpool's registry, or a JAX suite's), what an Anakin run cannot
@@ -40,6 +41,7 @@ from typing import TYPE_CHECKING
 import ml_collections
 
 from sebulba.agents.defaults import check_builtin_ranges
+from sebulba.agents.size_rules import check_builtin_sizes
 from sebulba.config import check_run_config
 from sebulba.config.sizes import Sizes, derive_sizes
 from sebulba.environments import tasks
@@ -134,4 +136,6 @@ def _check_values(config: ml_collections.ConfigDict, num_processes: int | None) 
     if num_processes is not None:  # Every task has an env (more processes: more envs).
         tasks.task_layout(config, sizes.num_envs)
     check_builtin_ranges(config.agent)
+    # A process count not known yet leaves the rules that count every process's envs.
+    check_builtin_sizes(config.agent, sizes, processes_known=num_processes is not None)
     return sizes
