@@ -205,19 +205,7 @@ def test_epsilon_travels_with_the_parameters_and_decays_linearly():
 def test_a_run_past_two_billion_env_steps_keeps_learning_at_the_final_epsilon():
     # A 10-billion-frame Atari run passes 2**31 env steps; an int32 count of them wrapped
     # negative there, which stopped learning and sent epsilon back to start_e.
-    config = small_update_config(
-        dqn,
-        T,
-        B,
-        buffer_size=B * T * 4,
-        batch_size=B,
-        replay_ratio=1 / (B * T),
-        learning_starts=2 * B * T,
-        exploration_fraction=0.5,
-        start_e=1.0,
-        end_e=0.05,
-    )
-    agent = dqn.make(config, CARTPOLE, derive_sizes(config))
+    agent = make_agent(learning_starts=2 * B * T, exploration_fraction=0.5, end_e=0.05)
     state = agent.init(jax.random.key(0))
     update = jax.jit(agent.update)
     state, _ = update(state, random_rollout(0))  # Fills the buffer enough to sample.

@@ -23,7 +23,7 @@ import pytest
 from sebulba.errors import ConfigError
 from sebulba.mesh import build_layout
 from sebulba.runtime import distributed
-from tests.helpers import read_metrics, read_summary
+from tests.helpers import read_metrics, read_summary, run_python
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEST_CONFIG = os.path.join(ROOT, "tests", "configs", "minimal_cartpole.py")
@@ -539,14 +539,7 @@ def test_a_bad_config_fails_before_waiting_for_the_other_processes(tmp_path):
         "--initialization_timeout_s=300",
     ]
     start = time.monotonic()
-    result = subprocess.run(
-        [sys.executable, "-m", "sebulba.main", *flags],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-        env=env,
-    )
+    result = run_python("-m", "sebulba.main", *flags, env=env, timeout=120)
     assert result.returncode == 2, result.stderr[-2000:]
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("sebulba: config error: total_timesteps"), lines
