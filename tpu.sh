@@ -16,6 +16,10 @@ readonly JAX_TPU_REQUIREMENT='jax[tpu]>=0.10.0,<0.11'
 # sebulba needs Python >= 3.11; TPU VM images ship Ubuntu's older python3, so setup
 # gives the virtualenv a Python of its own through uv.
 readonly PYTHON_VERSION=3.11
+# How long launch waits before it checks that the run is still alive: long enough for a bad
+# flag or config to end it (sebulba.main refuses those in about a second), short enough to
+# keep a launch quick.
+readonly LAUNCH_SETTLE_S=2
 
 usage() {
   cat <<'EOF'
@@ -32,7 +36,9 @@ Commands:
                                with the TPU build of JAX into ~/sebulba-venv
   launch -- CONFIG WORKDIR [SEBULBA FLAGS...]
                                start `python -m sebulba.main --distributed` on every
-                               worker, detached; output in ~/sebulba-logs/RUN.log
+                               worker, detached; output appended to ~/sebulba-logs/RUN.log;
+                               refuses while a run it started there is still running,
+                               fails if the run exits within 2 s
   logs                         follow a run's log on one worker (default worker 0)
   stop                         send SIGTERM to the run on every worker: it saves a
                                checkpoint and exits; `launch` with the same WORKDIR resumes
@@ -163,6 +169,8 @@ cmd_setup() {
   on_workers all "$install"
 }
 
+# The single-quoted parts of the remote command expand on the worker.
+# shellcheck disable=SC2016
 cmd_launch() {
   if [[ $workdir != /* ]]; then
     echo "tpu.sh: note: WORKDIR $workdir is relative to ~/$REMOTE_PROJECT on each worker;" \
@@ -177,13 +185,29 @@ cmd_launch() {
     "--config=$config" "--workdir=$workdir" "${sebulba_args[@]}")
   local start
   start="set -euo pipefail; mkdir -p $REMOTE_LOGS"
+  # A pid file's process is a run only while it runs sebulba.main: after a VM restart its
+  # pid may belong to another program (and a zombie shows no arguments).
+  start+='; is_run() { [[ $(ps -o args= -p "$1" 2>/dev/null) == *sebulba.main* ]]; }'
+  # A host's TPU chips belong to one process, and a second launch of a run would take over
+  # its pid file, after which `stop` cannot reach the first: refuse while any run is running.
+  start+="; for pid_file in $REMOTE_LOGS/*.pid; do"
+  start+=' [[ -f $pid_file && ! -L $pid_file ]] && is_run "$(< "$pid_file")" || continue'
+  start+='; running=$(basename "$pid_file" .pid)'
+  start+='; echo "tpu.sh: $(hostname): run $running is still running (pid $(< "$pid_file"));'
+  start+=' stop it first: ./tpu.sh stop --run=$running" >&2; exit 1; done'
   start+="; cd $REMOTE_PROJECT"
+  # Appended, not truncated: a resumed run keeps the log of its earlier launches.
+  start+="; echo \"===== \$(date -u +%FT%TZ) tpu.sh launch $run_name =====\" >> ../$log"
   # setsid + nohup: the run outlives this ssh session (and a closed terminal).
-  start+="; setsid nohup $main > ../$log 2>&1 < /dev/null &"
-  start+=" echo \$! > ../$REMOTE_LOGS/$run_name.pid"
+  start+="; setsid nohup $main >> ../$log 2>&1 < /dev/null &"
+  start+=" pid=\$!; echo \$pid > ../$REMOTE_LOGS/$run_name.pid"
   start+="; ln -sfn $run_name.log ../$REMOTE_LOGS/latest.log"
   start+="; ln -sfn $run_name.pid ../$REMOTE_LOGS/latest.pid"
-  start+="; echo \"\$(hostname): started $run_name (pid \$!), log ~/$log\""
+  # A run that fails at once (a bad flag, a broken install) fails the launch, with its cause.
+  start+="; sleep $LAUNCH_SETTLE_S; is_run \$pid || { echo \"tpu.sh: \$(hostname): $run_name"
+  start+=" (pid \$pid) exited within ${LAUNCH_SETTLE_S}s; the end of ~/$log:\" >&2"
+  start+="; tail -n 20 ../$log >&2; exit 1; }"
+  start+="; echo \"\$(hostname): started $run_name (pid \$pid), log ~/$log\""
   on_workers all "$start"
 }
 

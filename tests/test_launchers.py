@@ -276,8 +276,10 @@ def stop(*_):
     open(os.path.join(os.environ["HOME"], "terminated"), "w").close()
     sys.exit(0)
 signal.signal(signal.SIGTERM, stop)
-with open(os.path.join(os.environ["HOME"], "started.json"), "w") as f:
-    json.dump({"argv": sys.argv[1:], "cwd": os.getcwd(), "pid": os.getpid()}, f)
+with open(os.path.join(os.environ["HOME"], "started.jsonl"), "a") as f:
+    f.write(json.dumps({"argv": sys.argv[1:], "cwd": os.getcwd(), "pid": os.getpid()}) + "\\n")
+if "--config.fail_at_once=1" in sys.argv:
+    sys.exit("sebulba: config error: fail_at_once")
 print("training", flush=True)
 time.sleep(20)
 """
@@ -290,54 +292,128 @@ def wait_for(path, timeout=10.0):
         time.sleep(0.05)
 
 
-def test_launch_and_stop_run_on_a_worker_with_the_arguments_intact(tmp_path):
-    home = tmp_path / "worker"
-    (home / "sebulba").mkdir(parents=True)
-    python = home / "sebulba-venv" / "bin" / "python"
-    python.parent.mkdir(parents=True)
-    python.write_text(f"#!{sys.executable}\n{FAKE_SEBULBA}")
-    python.chmod(0o755)
-    env = {"HOME": str(home), "PATH": os.environ["PATH"]}
+class FakeWorker:
+    """A TPU VM worker's home: ~/sebulba, and a venv whose python is FAKE_SEBULBA."""
 
-    launch = run_tpu(
-        "launch", "--dry-run", "--", "cfg.py", "runs/x", TRICKY_OVERRIDE, QUOTED_OVERRIDE,
-        TPU_NAME="t", TPU_ZONE="z",
-    )  # fmt: skip
-    remote = remote_command(printed_commands(launch)[0])
-    started = subprocess.run(
-        ["bash", "-c", remote], cwd=home, env=env, capture_output=True, text=True, timeout=30
-    )
-    assert started.returncode == 0, started.stderr
-    wait_for(home / "started.json")
-    with open(home / "started.json") as f:
-        run = json.load(f)
-    try:
-        assert run["argv"] == [
-            "-m",
-            "sebulba.main",
-            "--distributed",
-            "--config=cfg.py",
-            "--workdir=runs/x",
-            TRICKY_OVERRIDE,
-            QUOTED_OVERRIDE,
-        ]
-        assert run["cwd"] == str(home / "sebulba")
-        assert f"started x (pid {run['pid']})" in started.stdout
-        logs = home / "sebulba-logs"
-        assert (logs / "x.pid").read_text().strip() == str(run["pid"])
-        assert os.readlink(logs / "latest.log") == "x.log"
+    def __init__(self, home):
+        self.home = home
+        self.logs = home / "sebulba-logs"
+        (home / "sebulba").mkdir(parents=True)
+        python = home / "sebulba-venv" / "bin" / "python"
+        python.parent.mkdir(parents=True)
+        python.write_text(f"#!{sys.executable}\n{FAKE_SEBULBA}")
+        python.chmod(0o755)
 
-        stop = run_tpu("stop", "--dry-run", TPU_NAME="t", TPU_ZONE="z")
-        (argv,) = printed_commands(stop)
-        assert "--worker=all" in argv
-        subprocess.run(["bash", "-c", remote_command(argv)], cwd=home, env=env, check=True)
-        wait_for(home / "terminated")  # SIGTERM: sebulba saves a checkpoint and exits.
-        assert (logs / "x.log").read_text() == "training\n"
-    finally:
+    def run(self, *args):
+        """Runs on this worker the remote command that `tpu.sh --dry-run ARGS` prints."""
+        printed = printed_commands(run_tpu("--dry-run", *args, TPU_NAME="t", TPU_ZONE="z"))
+        (argv,) = printed
+        env = {"HOME": str(self.home), "PATH": os.environ["PATH"]}
+        return subprocess.run(
+            ["bash", "-c", remote_command(argv)],
+            cwd=self.home,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+
+    def starts(self):
+        """What every start of the fake sebulba recorded: argv, cwd and pid."""
+        started = self.home / "started.jsonl"
+        if not started.exists():
+            return []
+        return [json.loads(line) for line in started.read_text().splitlines()]
+
+
+@pytest.fixture
+def worker(tmp_path):
+    worker = FakeWorker(tmp_path / "worker")
+    yield worker
+    for start in worker.starts():
         try:
-            os.kill(run["pid"], signal.SIGKILL)
+            os.kill(start["pid"], signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+def test_launch_and_stop_run_on_a_worker_with_the_arguments_intact(worker):
+    started = worker.run("launch", "--", "cfg.py", "runs/x", TRICKY_OVERRIDE, QUOTED_OVERRIDE)
+    assert started.returncode == 0, started.stderr
+    (run,) = worker.starts()
+    assert run["argv"] == [
+        "-m",
+        "sebulba.main",
+        "--distributed",
+        "--config=cfg.py",
+        "--workdir=runs/x",
+        TRICKY_OVERRIDE,
+        QUOTED_OVERRIDE,
+    ]
+    assert run["cwd"] == str(worker.home / "sebulba")
+    assert f"started x (pid {run['pid']})" in started.stdout
+    assert (worker.logs / "x.pid").read_text().strip() == str(run["pid"])
+    assert os.readlink(worker.logs / "latest.log") == "x.log"
+
+    stop = run_tpu("stop", "--dry-run", TPU_NAME="t", TPU_ZONE="z")
+    (argv,) = printed_commands(stop)
+    assert "--worker=all" in argv
+    assert worker.run("stop").returncode == 0
+    wait_for(worker.home / "terminated")  # SIGTERM: sebulba saves a checkpoint and exits.
+    header, output = (worker.logs / "x.log").read_text().splitlines()
+    assert re.fullmatch(r"===== \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ tpu.sh launch x =====", header)
+    assert output == "training"
+
+
+def test_a_second_launch_is_refused_while_a_run_is_running(worker):
+    assert worker.run("launch", "--", "cfg.py", "/runs/x").returncode == 0
+    (first,) = worker.starts()
+    for args in (["/runs/x"], ["/runs/other"]):  # A host's TPU chips run one process.
+        again = worker.run("launch", "--", "cfg.py", *args)
+        assert again.returncode == 1
+        assert again.stdout == ""
+        assert again.stderr.splitlines() == [
+            f"tpu.sh: {os.uname().nodename}: run x is still running (pid {first['pid']});"
+            " stop it first: ./tpu.sh stop --run=x"
+        ]
+    assert len(worker.starts()) == 1
+    assert (worker.logs / "x.pid").read_text().strip() == str(first["pid"])
+    assert os.readlink(worker.logs / "latest.pid") == "x.pid"
+    assert worker.run("stop", "--run=x").returncode == 0  # `stop` still reaches the run.
+    wait_for(worker.home / "terminated")
+
+
+def test_a_launch_after_stop_appends_to_the_runs_log(worker):
+    assert worker.run("launch", "--", "cfg.py", "/runs/x").returncode == 0
+    assert worker.run("stop").returncode == 0
+    wait_for(worker.home / "terminated")
+    (worker.home / "terminated").unlink()
+    # Until the first run has exited (a moment after `terminated`), launch refuses.
+    deadline = time.monotonic() + 10
+    while (again := worker.run("launch", "--", "cfg.py", "/runs/x")).returncode != 0:
+        assert time.monotonic() < deadline, again.stderr
+    first, second = worker.starts()
+    assert f"started x (pid {second['pid']})" in again.stdout
+    lines = (worker.logs / "x.log").read_text().splitlines()
+    assert [line for line in lines if not line.startswith("===== ")] == ["training"] * 2
+    assert len(lines) == 4 and lines[2].startswith("===== ")
+
+
+def test_a_run_that_exits_at_once_fails_the_launch_with_its_log(worker):
+    result = worker.run("launch", "--", "cfg.py", "/runs/x", "--config.fail_at_once=1")
+    assert result.returncode == 1
+    assert "started" not in result.stdout
+    (run,) = worker.starts()
+    lines = result.stderr.splitlines()
+    assert lines[0] == (
+        f"tpu.sh: {os.uname().nodename}: x (pid {run['pid']}) exited within 2s;"
+        " the end of ~/sebulba-logs/x.log:"
+    )
+    assert lines[1].startswith("===== ") and " tpu.sh launch x " in lines[1]
+    assert lines[2:] == ["sebulba: config error: fail_at_once"]
+    # `logs` shows that log; the dead run's pid file does not block the next launch.
+    assert os.readlink(worker.logs / "latest.log") == "x.log"
+    assert worker.run("launch", "--", "cfg.py", "/runs/x").returncode == 0
 
 
 # ----- tpu.sh: what it runs and how it fails --------------------------------------
