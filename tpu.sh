@@ -126,7 +126,7 @@ on_workers() {  # on_workers WORKER COMMAND
 
 cmd_check() {
   run python -m sebulba.check "--config=$config" \
-    "--topology=$accelerator_type" "${sebulba_args[@]}"
+    "--topology=$accelerator_type" ${sebulba_args[@]+"${sebulba_args[@]}"}
 }
 
 cmd_create() {
@@ -182,7 +182,7 @@ cmd_launch() {
   fi
   local log="$REMOTE_LOGS/$run_name.log" main
   main=$(quote_words "../$REMOTE_VENV/bin/python" -m sebulba.main --distributed \
-    "--config=$config" "--workdir=$workdir" "${sebulba_args[@]}")
+    "--config=$config" "--workdir=$workdir" ${sebulba_args[@]+"${sebulba_args[@]}"})
   local start
   start="set -euo pipefail; mkdir -p $REMOTE_LOGS"
   # A pid file's process is a run only while it runs sebulba.main: after a VM restart its
@@ -238,6 +238,8 @@ main() {
   worker=0
   config=""
   workdir=""
+  # bash < 4.4 (macOS's /bin/bash is 3.2) takes an empty array for an unset variable, which
+  # `set -u` refuses: the arrays that may be empty expand as ${args[@]+"${args[@]}"}.
   sebulba_args=()
   local command="" positionals=()
 
@@ -307,7 +309,7 @@ main() {
       workdir=${positionals[0]}
       positionals=("${positionals[@]:1}")
     fi
-    sebulba_args=("${positionals[@]}")
+    sebulba_args=(${positionals[@]+"${positionals[@]}"})
     [[ -n $config && -n $workdir ]] ||
       fail 2 "usage: ./tpu.sh launch [OPTIONS] -- CONFIG WORKDIR [SEBULBA FLAGS...]"
   elif [[ $command == check ]]; then
@@ -315,7 +317,7 @@ main() {
       config=${positionals[0]}
       positionals=("${positionals[@]:1}")
     fi
-    sebulba_args=("${positionals[@]}")
+    sebulba_args=(${positionals[@]+"${positionals[@]}"})
     [[ -n $config ]] || fail 2 "usage: ./tpu.sh check [OPTIONS] -- CONFIG [SEBULBA FLAGS...]"
     # Local: needs neither a TPU VM's name and zone nor gcloud.
     cmd_check

@@ -503,6 +503,53 @@ def test_without_gcloud_only_a_dry_run_works(tmp_path):
     assert printed_commands(result)[0][:5] == [*GCLOUD_TPU, "create"]
 
 
+# bash < 4.4 (macOS's /bin/bash is 3.2) takes an empty array for an unset variable, so under
+# `set -u` "${args[@]}" of an empty array fails there ("args[@]: unbound variable"), while
+# bash 5 expands it to no words. "${args[@]?}" fails on an empty array in every bash and is
+# "${args[@]}" otherwise: a copy of tpu.sh with each ${name[@]} made ${name[@]?} fails where
+# tpu.sh fails under an old bash. (Slices, ${name[@]:1}, stay: tpu.sh slices only arrays it
+# knows are not empty.)
+EMPTY_ARRAY_IS_UNSET = (r"\$\{(\w+)\[([@*])\]\}", r"${\1[\2]?}")
+
+
+def test_tpu_sh_runs_where_an_empty_array_counts_as_unset(tmp_path):
+    def bash(*args, **variables):
+        return subprocess.run(
+            ["bash", *args], env=script_env(**variables), capture_output=True, text=True
+        )
+
+    assert bash("-uc", 'a=(); b=("${a[@]?}")').returncode != 0
+    assert bash("-uc", 'a=(x "y z"); printf "<%s>" "${a[@]?}"').stdout == "<x><y z>"
+    with open(TPU_SH, encoding="utf-8") as f:
+        emulated, expansions = re.subn(*EMPTY_ARRAY_IS_UNSET, f.read())
+    assert expansions >= 6, expansions
+    old_bash_tpu_sh = tmp_path / "tpu.sh"
+    old_bash_tpu_sh.write_text(emulated)
+    # Commands without extra arguments, so that the arguments' arrays are empty; each must
+    # print what tpu.sh prints.
+    for args in (
+        ["check", "--", "c.py"],
+        ["check", "--config=c.py"],
+        ["create"],
+        ["launch", "--", "c.py", "/w"],
+        ["launch", "--config=c.py", "--workdir=/w"],
+        ["launch", "--", "c.py", "/w", "--config.seed=2"],
+        ["logs"],
+        ["stop"],
+        ["delete"],
+    ):
+        expected = run_tpu("--dry-run", *args, TPU_NAME="n", TPU_ZONE="z")
+        result = bash(old_bash_tpu_sh, "--dry-run", *args, TPU_NAME="n", TPU_ZONE="z")
+        assert (result.returncode, result.stderr) == (0, expected.stderr), args
+        assert result.stdout == expected.stdout, args
+    # setup sends git HEAD of the directory tpu.sh is in (so its tarball's name differs).
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "tpu.sh"], check=True)
+    setup = bash(old_bash_tpu_sh, "--dry-run", "setup", TPU_NAME="n", TPU_ZONE="z")
+    assert setup.returncode == 0, setup.stderr
+
+
 def test_help_lists_every_command_and_setting():
     result = run_tpu("help")
     assert result.returncode == 0
