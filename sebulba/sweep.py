@@ -359,18 +359,16 @@ def main(argv: list[str] | None = None) -> int:
     if not args.report:
         # One sweep at a time in a directory: a second would start the runs the first is
         # running, each refused as in use, and count them failed.
-        try:
-            workdir_lib.hold(sweep.workdir)
-        except ConfigError as error:
-            return _error(str(error))
-        try:
+        with workdir_lib.reserved([sweep.workdir], check=False):
+            try:
+                workdir_lib.hold(sweep.workdir)
+            except ConfigError as error:
+                return _error(str(error))
             # Written first, so that an interrupted sweep's directory is known as this sweep.
             sweep_report.write_report(sweep, sweep_report.build_report(sweep))
             runner = LocalRunner(sweep, args.parallel or 1)
             status = runner.run()
             failures = runner.failures
-        finally:
-            workdir_lib.release(sweep.workdir)
     report = sweep_report.build_report(sweep, failures)
     path = sweep_report.write_report(sweep, report)
     print(sweep_report.format_table(report), flush=True)

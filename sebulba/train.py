@@ -533,12 +533,9 @@ def train(
     resume_config.check(config, workdir)
     # For library callers; a no-op after sebulba.main, which did it before JAX started.
     gpu_determinism.configure(config.debug.deterministic_gpu)
-    if jax.process_index() == 0:  # Process 0 writes: it holds the workdir (open_outputs).
-        workdir_lib.check_not_in_use(workdir)
-    try:
+    # Process 0 writes: it holds the workdir (open_outputs).
+    with workdir_lib.reserved([workdir], check=jax.process_index() == 0):
         return _train_phases(config, workdir, on_update, shared_workdir_timeout_s, stop_signals)
-    finally:
-        workdir_lib.release(workdir)
 
 
 def _train_phases(

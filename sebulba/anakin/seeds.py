@@ -194,13 +194,9 @@ def train_seeds(
         workdirs.append(seed_workdir(workdir, seed))
         workdir_lib.check_workdir(workdirs[-1])
         resume_config.check(seeded, workdirs[-1])
-        if jax.process_index() == 0:  # Process 0 holds them (train.open_outputs).
-            workdir_lib.check_not_in_use(workdirs[-1])
-    try:
+    # Process 0 holds them (from before compiling, in _train_seeds).
+    with workdir_lib.reserved(workdirs, check=jax.process_index() == 0):
         return _train_seeds(config, workdir, seeds, configs, workdirs, stop_signals)
-    finally:
-        for path in workdirs:
-            workdir_lib.release(path)
 
 
 def _train_seeds(

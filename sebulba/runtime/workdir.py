@@ -9,6 +9,7 @@ end, so that a second run started on the same workdir is refused in one line.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -16,6 +17,7 @@ import socket
 import sys
 import tempfile
 import time
+from collections.abc import Iterator, Sequence
 
 from absl import logging
 
@@ -257,3 +259,28 @@ def release(workdir: str) -> None:
     descriptor = _held.pop(os.path.realpath(workdir), None)
     if descriptor is not None:
         os.close(descriptor)  # Drops the lock.
+
+
+@contextlib.contextmanager
+def reserved(workdirs: Sequence[str], check: bool = True) -> Iterator[None]:
+    """The span of a run on `workdirs`: refuses it if another run holds any of them, and
+    gives up at the end whichever of them this process took meanwhile with `hold` (a run
+    takes its workdir at its first write, not before, so that a refused run creates
+    nothing).
+
+    Args:
+      workdirs: the run's workdirs (one per seed where seeds run in one program).
+      check: whether to check them first (`check_not_in_use`): the process that writes
+        them; the others hold nothing and check nothing.
+
+    Raises:
+      ConfigError: another run holds one of them.
+    """
+    if check:
+        for workdir in workdirs:
+            check_not_in_use(workdir)
+    try:
+        yield
+    finally:
+        for workdir in workdirs:
+            release(workdir)
