@@ -280,8 +280,16 @@ esac
 if [[ -n ${{SLURM_CPUS_PER_TASK:-}} ]]; then
   export SRUN_CPUS_PER_TASK=${{SRUN_CPUS_PER_TASK:-$SLURM_CPUS_PER_TASK}}
 fi
-srun_command=(srun --ntasks-per-node=1 --label "$python" -m sebulba.main --distributed
-  "${{run[@]}}")
+# One task per node even where sbatch was given --ntasks or --ntasks-per-node, whose
+# SLURM_NTASKS srun would inherit: each extra task would claim the same GPUs.
+if [[ -z ${{SLURM_JOB_NUM_NODES:-}} ]]; then
+  echo "sebulba sweep: SLURM_JOB_NUM_NODES is not set: submit with sbatch" \\
+    "(a dry run: set it to the job's node count)" >&2
+  exit 2
+fi
+nodes=$SLURM_JOB_NUM_NODES
+srun_command=(srun "--nodes=$nodes" "--ntasks=$nodes" --ntasks-per-node=1 --label
+  "$python" -m sebulba.main --distributed "${{run[@]}}")
 
 if [[ ${{SEBULBA_DRY_RUN:-0}} == 1 ]]; then
   printf -v line ' %q' "${{srun_command[@]}}"

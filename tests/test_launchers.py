@@ -598,12 +598,18 @@ def test_sbatch_header_runs_one_task_per_node_and_signals_the_job_steps():
 
 def test_sbatch_renders_the_srun_command_line():
     result = render_sbatch(
-        "configs/ppo_atari.py:Breakout-v5", "/shared/runs/b r", TRICKY_OVERRIDE, QUOTED_OVERRIDE
+        "configs/ppo_atari.py:Breakout-v5",
+        "/shared/runs/b r",
+        TRICKY_OVERRIDE,
+        QUOTED_OVERRIDE,
+        SLURM_JOB_NUM_NODES="2",
     )
     assert result.returncode == 0, result.stderr
     (line,) = result.stdout.splitlines()
     assert shlex.split(line) == [
         "srun",
+        "--nodes=2",
+        "--ntasks=2",
         "--ntasks-per-node=1",
         "--label",
         "python",
@@ -615,8 +621,36 @@ def test_sbatch_renders_the_srun_command_line():
         TRICKY_OVERRIDE,
         QUOTED_OVERRIDE,
     ]
-    custom = render_sbatch("c.py", "w", SEBULBA_PYTHON="/opt/venv/bin/python")
-    assert shlex.split(custom.stdout)[3] == "/opt/venv/bin/python"
+    custom = render_sbatch(
+        "c.py", "w", SEBULBA_PYTHON="/opt/venv/bin/python", SLURM_JOB_NUM_NODES="1"
+    )
+    assert shlex.split(custom.stdout)[5] == "/opt/venv/bin/python"
+
+
+@pytest.mark.parametrize(
+    "job", [{"SLURM_NTASKS": "16", "SLURM_NTASKS_PER_NODE": "8"}, {"SLURM_NTASKS": "16"}]
+)
+def test_sbatch_starts_one_task_per_node_whatever_tasks_the_job_asked_for(job):
+    # `sbatch --ntasks-per-node=8` or `--ntasks=16` on 2 nodes: srun would inherit 16 tasks.
+    result = render_sbatch("c.py", "w", SLURM_JOB_NUM_NODES="2", **job)
+    assert result.returncode == 0, result.stderr
+    words = shlex.split(result.stdout)
+    assert words[: words.index("--label")] == [
+        "srun",
+        "--nodes=2",
+        "--ntasks=2",
+        "--ntasks-per-node=1",
+    ]
+
+
+def test_sbatch_without_the_job_node_count_stops_in_one_line():
+    result = render_sbatch("c.py", "w")  # Not under sbatch: no SLURM_JOB_NUM_NODES.
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr.splitlines() == [
+        "sebulba.sbatch: SLURM_JOB_NUM_NODES is not set: submit with sbatch "
+        "(a dry run: set it to the job's node count)"
+    ]
 
 
 @pytest.mark.parametrize("args", [[], ["configs/ppo_cartpole.py"], ["", "w"]])

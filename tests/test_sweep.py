@@ -251,6 +251,19 @@ def test_a_failing_run_is_reported_and_the_others_finish(tmp_path):
 # ----- SLURM ---------------------------------------------------------------------------
 
 
+def slurm_dry_run(path, cwd=None, **variables):
+    """Runs a rendered sweep script with SEBULBA_DRY_RUN=1 and `variables` as its SLURM job."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SEBULBA_", "SLURM_"))}
+    return subprocess.run(
+        ["bash", str(path)],
+        env={**env, "SEBULBA_DRY_RUN": "1", **variables},
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=30,
+    )
+
+
 def test_the_slurm_array_has_one_task_per_run_with_its_arguments(tmp_path, capsys):
     workdir = tmp_path / "sweep"
     args = [
@@ -276,17 +289,14 @@ def test_the_slurm_array_has_one_task_per_run_with_its_arguments(tmp_path, capsy
     runs = parse_sweep(str(workdir), [MINIMAL], "1,2,3", args[4::2]).runs()
     assert len(runs) == 12
     for run in runs:
-        rendered = subprocess.run(
-            ["bash", str(path)],
-            env={**os.environ, "SEBULBA_DRY_RUN": "1", "SLURM_ARRAY_TASK_ID": str(run.index)},
-            capture_output=True,
-            text=True,
-            cwd=tmp_path,
-            timeout=30,
+        rendered = slurm_dry_run(
+            path, cwd=tmp_path, SLURM_ARRAY_TASK_ID=str(run.index), SLURM_JOB_NUM_NODES="1"
         )
         assert rendered.returncode == 0, rendered.stderr
         assert shlex.split(rendered.stdout) == [
             "srun",
+            "--nodes=1",
+            "--ntasks=1",
             "--ntasks-per-node=1",
             "--label",
             "python",
@@ -301,14 +311,21 @@ def test_the_slurm_array_has_one_task_per_run_with_its_arguments(tmp_path, capsy
         "--config.agent.learning_rate=0.1",
         "--config.mesh.learner_device_ids=(0,)",
     ]
-    beyond = subprocess.run(
-        ["bash", str(path)],
-        env={**os.environ, "SEBULBA_DRY_RUN": "1", "SLURM_ARRAY_TASK_ID": "12"},
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    beyond = slurm_dry_run(path, SLURM_ARRAY_TASK_ID="12", SLURM_JOB_NUM_NODES="1")
     assert beyond.returncode == 2 and "no run for array task 12" in beyond.stderr
+    # `sbatch --ntasks-per-node=8 --nodes=2 sweep.sbatch`: srun would inherit 16 tasks.
+    two_nodes = slurm_dry_run(
+        path, SLURM_ARRAY_TASK_ID="3", SLURM_NTASKS="16", SLURM_JOB_NUM_NODES="2"
+    )
+    assert shlex.split(two_nodes.stdout)[:4] == [
+        "srun",
+        "--nodes=2",
+        "--ntasks=2",
+        "--ntasks-per-node=1",
+    ]
+    outside_a_job = slurm_dry_run(path, SLURM_ARRAY_TASK_ID="3")
+    assert outside_a_job.returncode == 2
+    assert "SLURM_JOB_NUM_NODES is not set" in outside_a_job.stderr
     if shutil.which("shellcheck"):
         check = subprocess.run(["shellcheck", str(path)], capture_output=True, text=True)
         assert check.returncode == 0, check.stdout
