@@ -1,4 +1,4 @@
-"""Sweeps: configs × settings × seeds as separate runs, locally or as one SLURM job array.
+"""Sweeps: configs × settings × seeds as separate runs, locally or as SLURM job arrays.
 
     python -m sebulba.sweep --config=configs/ppo_cartpole.py --workdir=runs/sweep \
         --seeds=1,2,3 --set env.id=CartPole-v1,Acrobot-v1 [--set KEY=V1,V2 ...] \
@@ -22,6 +22,10 @@ unsaved. At the end WORKDIR/sweep.json holds the definition and the per-setting 
 (sebulba/experiments/sweep_report.py), and the table is printed. A WORKDIR that holds a different
 sweep is refused: one sweep, one directory. Every run's config is checked before any run
 starts, as sebulba.main checks it before importing JAX (sebulba/config/run_plan.py).
+
+`--slurm` writes WORKDIR/sweep.sbatch, a job array whose task i runs run i; above 1000
+runs, Slurm's default limit on array task ids, one job array per slice of 1000 runs
+(sebulba/experiments/sweep_slurm.py).
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ import time
 from dataclasses import dataclass
 
 from sebulba.errors import ConfigError
-from sebulba.experiments import sweep_report
+from sebulba.experiments import sweep_report, sweep_slurm
 from sebulba.experiments.sweep_plan import (
     Run,
     Sweep,
@@ -47,7 +51,6 @@ from sebulba.experiments.sweep_plan import (
     parse_sweep,
     validate,
 )
-from sebulba.experiments.sweep_slurm import render_slurm
 from sebulba.runtime import workdir as workdir_lib
 
 _POLL_S = 0.2
@@ -220,6 +223,40 @@ def _last_message(log_path: str) -> str:
     return (own or lines or ["no output"])[-1]
 
 
+def _slurm(sweep: Sweep, args: argparse.Namespace) -> int:
+    """--slurm: prints, writes or submits the sweep's job-array scripts."""
+    arrays = sweep_slurm.job_arrays(sweep)
+    scripts = {
+        path: sweep_slurm.render_slurm(sweep, runs, path, args.parallel) for path, runs in arrays
+    }
+    if args.dry_run:
+        for path, script in scripts.items():
+            if len(scripts) > 1:
+                print(f"# ==> {path} <==")
+            print(script, end="")
+        return 0
+    sweep_report.write_report(sweep, sweep_report.build_report(sweep))
+    sweep_slurm.write_slurm_scripts(sweep, scripts)
+    if len(arrays) > 1:
+        cap = f"; --parallel={args.parallel} caps each" if args.parallel else ""
+        print(
+            f"sebulba.sweep: {len(sweep.runs())} runs are {len(arrays)} job arrays of at most "
+            f"{sweep_slurm.MAX_ARRAY_TASKS} tasks (Slurm's default MaxArraySize is "
+            f"{sweep_slurm.MAX_ARRAY_TASKS + 1}){cap}"
+        )
+    for path, runs in arrays:
+        if not args.submit:
+            tasks = f"{len(runs)} array tasks: runs {runs[0].index}-{runs[-1].index}"
+            print(f"sebulba.sweep: wrote {path} ({tasks}); submit: sbatch {path}")
+            continue
+        command = ["sbatch", *shlex.split(args.sbatch_args), path]
+        print(f"sebulba.sweep: {shlex.join(command)}", flush=True)
+        status = subprocess.run(command, check=False).returncode
+        if status != 0:
+            return status
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m sebulba.sweep",
@@ -234,7 +271,12 @@ def _parser() -> argparse.ArgumentParser:
     add("--parallel", type=int, default=None, help="runs at a time (local default 1; SLURM: cap)")
     add("--dry-run", action="store_true", help="print the commands or sbatch script; run nothing")
     add("--report", action="store_true", help="write sweep.json and print the table only")
-    add("--slurm", action="store_true", help="write WORKDIR/sweep.sbatch, a SLURM job array")
+    add(
+        "--slurm",
+        action="store_true",
+        help="write WORKDIR/sweep.sbatch, a SLURM job array (above "
+        f"{sweep_slurm.MAX_ARRAY_TASKS} runs: one WORKDIR/sweep-runs-FIRST-LAST.sbatch per slice)",
+    )
     add("--submit", action="store_true", help="with --slurm: submit it with sbatch")
     add("--sbatch_args", default="", help="with --submit: options for sbatch, e.g. '-p gpu'")
     return parser
@@ -259,20 +301,7 @@ def main(argv: list[str] | None = None) -> int:
         return _error("--submit: sbatch is not on PATH (render with --slurm and submit elsewhere)")
     runs = sweep.runs()
     if args.slurm:
-        script = render_slurm(sweep, args.parallel)
-        if args.dry_run:
-            print(script, end="")
-            return 0
-        sweep_report.write_report(sweep, sweep_report.build_report(sweep))
-        path = os.path.join(sweep.workdir, "sweep.sbatch")
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(script)
-        if not args.submit:
-            print(f"sebulba.sweep: wrote {path} ({len(runs)} array tasks); submit: sbatch {path}")
-            return 0
-        command = ["sbatch", *shlex.split(args.sbatch_args), path]
-        print(f"sebulba.sweep: {shlex.join(command)}", flush=True)
-        return subprocess.run(command, check=False).returncode
+        return _slurm(sweep, args)
     if args.dry_run:
         for run in runs:
             state = "done" if run.done else "to run"

@@ -13,7 +13,7 @@ import pytest
 
 from sebulba import plot, sweep
 from sebulba.errors import ConfigError
-from sebulba.experiments import sweep_report
+from sebulba.experiments import sweep_report, sweep_slurm
 from sebulba.experiments.sweep_plan import parse_sweep, split_values
 from tests.helpers import workdir_held_by_another_process
 
@@ -342,6 +342,89 @@ def test_submit_without_sbatch_fails_in_one_line(tmp_path, capsys, monkeypatch):
         "(render with --slurm and submit elsewhere)\n"
     )
     assert not workdir.exists()
+
+
+def rendered_workdir(path, task):
+    """The run directory that array task `task` of the sweep script at `path` starts."""
+    result = slurm_dry_run(path, SLURM_ARRAY_TASK_ID=str(task), SLURM_JOB_NUM_NODES="1")
+    assert result.returncode == 0, result.stderr
+    (workdir,) = [w for w in shlex.split(result.stdout) if w.startswith("--workdir=")]
+    return workdir.removeprefix("--workdir=")
+
+
+def test_a_sweep_beyond_slurms_array_size_limit_is_several_arrays(tmp_path, capsys):
+    # Slurm's default MaxArraySize (1001) refuses array task ids above 1000 at submission.
+    workdir = tmp_path / "sweep"
+    seeds = ",".join(str(seed) for seed in range(1, 2003))
+    args = [f"--config={MINIMAL}", f"--workdir={workdir}", f"--seeds={seeds}", "--slurm"]
+    assert sweep.main([*args, "--parallel=8"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == (
+        "sebulba.sweep: 2002 runs are 3 job arrays of at most 1000 tasks (Slurm's default "
+        "MaxArraySize is 1001); --parallel=8 caps each"
+    )
+    expected = {"sweep-runs-0-999.sbatch": 0, "sweep-runs-1000-1999.sbatch": 1000}
+    expected["sweep-runs-2000-2001.sbatch"] = 2000
+    assert sorted(p.name for p in workdir.glob("*.sbatch")) == sorted(expected)
+    assert out[1:] == [
+        f"sebulba.sweep: wrote {workdir / name} ({min(1000, 2002 - first)} array tasks: runs "
+        f"{first}-{min(first + 999, 2001)}); submit: sbatch {workdir / name}"
+        for name, first in expected.items()
+    ]
+    runs = parse_sweep(str(workdir), [MINIMAL], seeds, []).runs()
+    for name, first in expected.items():
+        path = workdir / name
+        tasks = min(1000, len(runs) - first)
+        assert f"#SBATCH --array=0-{tasks - 1}%8\n" in path.read_text()
+        # Its tasks are the runs from `first` on, in order, and none beyond.
+        assert rendered_workdir(path, 0) == runs[first].workdir
+        assert rendered_workdir(path, tasks - 1) == runs[first + tasks - 1].workdir
+        assert slurm_dry_run(path, SLURM_ARRAY_TASK_ID=str(tasks)).returncode == 2
+    if shutil.which("shellcheck"):
+        check = subprocess.run(["shellcheck", str(path)], capture_output=True, text=True)
+        assert check.returncode == 0, check.stdout
+    # --dry-run prints every script, each under its path.
+    assert sweep.main([*args, "--dry-run"]) == 0
+    printed = capsys.readouterr().out
+    assert [line for line in printed.splitlines() if line.startswith("# ==> ")] == [
+        f"# ==> {workdir / name} <==" for name in expected
+    ]
+    assert printed.count("#!/bin/bash\n") == 3
+
+
+def test_rerendering_a_sweep_replaces_the_scripts_of_its_old_split(tmp_path, monkeypatch):
+    workdir = tmp_path / "sweep"
+    args = [f"--config={MINIMAL}", f"--workdir={workdir}", "--seeds=1,2,3,4,5,6,7", "--slurm"]
+    with monkeypatch.context() as patch:
+        patch.setattr(sweep_slurm, "MAX_ARRAY_TASKS", 3)
+        assert sweep.main(args) == 0
+    (workdir / "mine.sbatch").write_text("# not the sweep's\n")
+    assert sorted(p.name for p in workdir.glob("*.sbatch")) == [
+        "mine.sbatch",
+        "sweep-runs-0-2.sbatch",
+        "sweep-runs-3-5.sbatch",
+        "sweep-runs-6-6.sbatch",
+    ]
+    assert sweep.main(args) == 0  # Now one array: its old slices would run the runs twice.
+    assert sorted(p.name for p in workdir.glob("*.sbatch")) == ["mine.sbatch", "sweep.sbatch"]
+
+
+def test_submit_sends_every_array_to_sbatch_in_order(tmp_path, monkeypatch, capsys):
+    calls = tmp_path / "sbatch-calls"
+    fake = tmp_path / "bin" / "sbatch"
+    fake.parent.mkdir()
+    fake.write_text(f'#!/bin/bash\necho "$*" >> {shlex.quote(str(calls))}\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr(sweep_slurm, "MAX_ARRAY_TASKS", 2)
+    workdir = tmp_path / "sweep"
+    args = [f"--config={MINIMAL}", f"--workdir={workdir}", "--seeds=1,2,3", "--slurm"]
+    assert sweep.main([*args, "--submit", "--sbatch_args=-p gpu"]) == 0
+    assert calls.read_text().splitlines() == [
+        f"-p gpu {workdir}/sweep-runs-0-1.sbatch",
+        f"-p gpu {workdir}/sweep-runs-2-2.sbatch",
+    ]
+    assert "3 runs are 2 job arrays of at most 2 tasks" in capsys.readouterr().out
 
 
 # ----- the aggregate table and plots -----------------------------------------------------

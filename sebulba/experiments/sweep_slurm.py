@@ -1,17 +1,24 @@
-"""A sweep as a SLURM job array: the sbatch script whose array task i runs run i.
+"""A sweep as SLURM job arrays: sbatch scripts whose array task i runs one run each.
 
 Each task starts its run as slurm/sebulba.sbatch starts one: srun, one sebulba process per
-node owning every GPU of its node, `--distributed`. `python -m sebulba.sweep --slurm`
-writes the script; sebulba/sweep.py has the command.
+node owning every GPU of its node, `--distributed`. A sweep of up to MAX_ARRAY_TASKS runs
+is one array, WORKDIR/sweep.sbatch; a larger one is one array per slice of that many runs,
+WORKDIR/sweep-runs-FIRST-LAST.sbatch. `python -m sebulba.sweep --slurm` writes the
+scripts; sebulba/sweep.py has the command.
 """
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 import shlex
 
-from sebulba.experiments.sweep_plan import Sweep
+from sebulba.experiments.sweep_plan import Run, Sweep
+
+# Slurm refuses array task ids from MaxArraySize on, 1001 unless the cluster raised it: a
+# sweep of more runs becomes several job arrays of at most this many tasks, each from 0.
+MAX_ARRAY_TASKS = 1000
 
 
 def _bash_word(word: str) -> str:
@@ -22,24 +29,46 @@ def _bash_word(word: str) -> str:
     return "'" + word.replace("'", "'\\''") + "'"
 
 
-def render_slurm(sweep: Sweep, parallel: int | None) -> str:
-    """One sbatch script whose array task i runs run i of the sweep, as slurm/sebulba.sbatch.
+def job_arrays(sweep: Sweep) -> list[tuple[str, list[Run]]]:
+    """The sweep's job arrays as (script path, runs): WORKDIR/sweep.sbatch with every run,
+    or above MAX_ARRAY_TASKS runs one WORKDIR/sweep-runs-FIRST-LAST.sbatch per slice."""
+    runs = sweep.runs()
+    if len(runs) <= MAX_ARRAY_TASKS:
+        return [(os.path.join(sweep.workdir, "sweep.sbatch"), runs)]
+    arrays = []
+    for start in range(0, len(runs), MAX_ARRAY_TASKS):
+        part = runs[start : start + MAX_ARRAY_TASKS]
+        name = f"sweep-runs-{part[0].index}-{part[-1].index}.sbatch"
+        arrays.append((os.path.join(sweep.workdir, name), part))
+    return arrays
+
+
+def render_slurm(sweep: Sweep, runs: list[Run], path: str, parallel: int | None) -> str:
+    """An sbatch script at `path` whose array task i runs `runs[i]`, as slurm/sebulba.sbatch.
 
     Every task is `srun ... python -m sebulba.main --distributed` with the run's arguments,
     so a task may span several nodes (sbatch --nodes=N) like a single job of
     slurm/sebulba.sbatch; `SEBULBA_PYTHON` and `SEBULBA_DRY_RUN=1` work the same way.
     """
-    runs = sweep.runs()
+    first, last, total = runs[0].index, runs[-1].index, len(sweep.runs())
+    run_of_task = f"{first} + i" if first else "i"
     throttle = f"%{parallel}" if parallel else ""
     cases = "\n".join(
-        f"  {run.index}) run=({' '.join(map(_bash_word, run.main_arguments()))}) ;;" for run in runs
+        f"  {task}) run=({' '.join(map(_bash_word, run.main_arguments()))}) ;;"
+        for task, run in enumerate(runs)
+    )
+    others = (
+        ""
+        if len(runs) == total
+        else "# The other runs are in the other sweep-runs-*.sbatch beside this script: Slurm\n"
+        f"# refuses array task ids of {MAX_ARRAY_TASKS + 1} and more by default (MaxArraySize).\n"
     )
     return f"""#!/bin/bash
-# sebulba sweep {sweep.workdir}: {len(runs)} runs as one SLURM job array; array task i
-# runs run i ({os.path.join(sweep.workdir, "sweep.json")} lists them). Rendered by
-# python -m sebulba.sweep.
-#
-#   sbatch [SBATCH OPTIONS] {os.path.join(sweep.workdir, "sweep.sbatch")}
+# sebulba sweep {sweep.workdir}: runs {first}-{last} of {total} as one SLURM job array;
+# array task i runs run {run_of_task} ({os.path.join(sweep.workdir, "sweep.json")} lists
+# them). Rendered by python -m sebulba.sweep.
+{others}#
+#   sbatch [SBATCH OPTIONS] {path}
 #
 # Each task is one run, started like slurm/sebulba.sbatch starts one: one sebulba
 # process per node, owning every GPU of its node. The #SBATCH lines are defaults that
@@ -66,7 +95,7 @@ task=${{SLURM_ARRAY_TASK_ID:?submit this script with sbatch: it is a job array}}
 case $task in
 {cases}
   *)
-    echo "sebulba sweep: no run for array task $task (runs 0-{len(runs) - 1})" >&2
+    echo "sebulba sweep: no run for array task $task (tasks 0-{len(runs) - 1})" >&2
     exit 2
     ;;
 esac
@@ -91,7 +120,23 @@ if [[ ${{SEBULBA_DRY_RUN:-0}} == 1 ]]; then
   exit 0
 fi
 
-echo "sebulba sweep: array task $task of {len(runs)} (job ${{SLURM_ARRAY_JOB_ID:-?}}," \\
-  "restart ${{SLURM_RESTART_COUNT:-0}}) on ${{SLURM_JOB_NODELIST:-?}}, started $(date -Is)"
+echo "sebulba sweep: run $(({first} + task)) of {total}, array task $task (job" \\
+  "${{SLURM_ARRAY_JOB_ID:-?}}, restart ${{SLURM_RESTART_COUNT:-0}}) on" \\
+  "${{SLURM_JOB_NODELIST:-?}}, started $(date -Is)"
 exec "${{srun_command[@]}}"
 """
+
+
+def write_slurm_scripts(sweep: Sweep, scripts: dict[str, str]) -> None:
+    """Writes `scripts` (by path) and removes the sweep's scripts they replace.
+
+    A sweep that grew past MAX_ARRAY_TASKS runs leaves no script of its old split behind
+    for a habitual `sbatch WORKDIR/sweep.sbatch` to start.
+    """
+    stale = glob.glob(os.path.join(glob.escape(sweep.workdir), "sweep-runs-*-*.sbatch"))
+    for path in [os.path.join(sweep.workdir, "sweep.sbatch"), *stale]:
+        if path not in scripts and os.path.exists(path):
+            os.remove(path)
+    for path, script in scripts.items():
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(script)
