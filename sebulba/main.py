@@ -45,7 +45,8 @@ _DISTRIBUTED = flags.DEFINE_bool(
     "distributed",
     False,
     "Join a multi-process run found by jax.distributed auto-detection (SLURM, Open MPI, "
-    "Cloud TPU VM). Explicit flags below override what is detected.",
+    "Cloud TPU VM); a SLURM step of one task runs alone, without a coordinator. Explicit "
+    "flags below override what is detected.",
 )
 _COORDINATOR = flags.DEFINE_string(
     "coordinator_address", None, "HOST:PORT of process 0 for an explicit multi-process run."
@@ -89,7 +90,7 @@ _COLLECTIVE = re.compile(r"gloo|nccl|collective|all-?reduce|all-?gather", re.IGN
 
 
 def _distributed_options() -> distributed.DistributedOptions:
-    return distributed.DistributedOptions(
+    options = distributed.DistributedOptions(
         auto_detect=_DISTRIBUTED.value,
         coordinator_address=_COORDINATOR.value,
         num_processes=_NUM_PROCESSES.value,
@@ -98,6 +99,9 @@ def _distributed_options() -> distributed.DistributedOptions:
         heartbeat_timeout_s=_HEARTBEAT_TIMEOUT.value,
         shutdown_timeout_s=_SHUTDOWN_TIMEOUT.value,
     )
+    # Decided before anything reads options.enabled: a lone task is a single-process run
+    # throughout (its checks, its workdir lock, no coordinator or monitor).
+    return distributed.without_lone_slurm_task(options)
 
 
 def _fail_multi_process(monitor: distributed.RunMonitor, status: int, message: str) -> None:

@@ -210,6 +210,56 @@ def test_auto_detection_keeps_every_local_device_and_bounds_the_runtime(monkeypa
     assert len(calls) == 2
 
 
+SLURM_TASK = {
+    "SLURM_JOB_ID": "7",
+    "SLURM_PROCID": "0",
+    "SLURM_LOCALID": "0",
+    "SLURM_STEP_NODELIST": "localhost",
+}
+
+
+@pytest.mark.parametrize(
+    "tasks, flags, joins",
+    [
+        ("1", {}, False),  # A one-node job or array task: the whole run.
+        ("2", {}, True),
+        # Explicit flags are the user's word, even for one process.
+        ("1", dict(coordinator_address="h:1", num_processes=1, process_id=0), True),
+    ],
+)
+def test_a_slurm_step_of_one_task_runs_as_a_single_process(monkeypatch, tasks, flags, joins):
+    for name, value in {**SLURM_TASK, "SLURM_NTASKS": tasks}.items():
+        monkeypatch.setenv(name, value)
+    options = distributed.DistributedOptions(auto_detect=True, **flags)
+    assert distributed.without_lone_slurm_task(options).enabled == joins
+    monkeypatch.delenv("SLURM_JOB_ID")  # Not under SLURM: left to JAX's other detectors.
+    assert distributed.without_lone_slurm_task(options).enabled
+
+
+def test_a_one_task_slurm_run_needs_no_coordinator_port(tmp_path):
+    # JAX's SLURM detector puts the coordinator on port 61440 + SLURM_JOB_ID % 4096. Another
+    # job's array task on this node holds that port: a lone task must not need it.
+    with socket.socket() as taken:
+        for job_id in range(4096):
+            try:
+                taken.bind(("", 61440 + job_id))
+                break
+            except OSError:
+                continue
+        else:
+            pytest.skip("every port JAX's SLURM detector may choose is in use")
+        taken.listen()
+        env = {**os.environ, **SLURM_TASK, "SLURM_JOB_ID": str(job_id), "SLURM_NTASKS": "1"}
+        env.update(JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=2")
+        env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+        workdir = tmp_path / "array-task"
+        flags = [f"--config={TEST_CONFIG}", f"--workdir={workdir}", "--distributed"]
+        result = run_python("-m", "sebulba.main", *flags, "--initialization_timeout_s=30", env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "the SLURM step has one task, so this is a single-process run" in result.stderr
+    assert read_summary(workdir)["updates"] == UPDATES
+
+
 class FakeCoordinationClient:
     """The two key-value calls RunMonitor makes, over a dict (one per run)."""
 

@@ -122,6 +122,25 @@ def detect_cluster() -> str:
     return "JAX auto-detection (Cloud TPU VM or another supported cluster)"
 
 
+def without_lone_slurm_task(options: DistributedOptions) -> DistributedOptions:
+    """`options` with auto-detection off where it would find a SLURM step of one task.
+
+    One task (a one-node job, a sweep's one-node array task) is the whole run and needs no
+    coordinator, yet JAX's SLURM detector would start one on port 61440 + SLURM_JOB_ID %
+    4096 of the node: several array tasks or jobs sharing a node collide there whenever
+    their job ids agree modulo 4096, and the run would fail at start-up on a port it never
+    needed. Explicit --coordinator_address, --num_processes and --process_id keep their
+    meaning.
+    """
+    explicit = (options.coordinator_address, options.num_processes, options.process_id)
+    if not options.auto_detect or explicit != (None, None, None):
+        return options
+    if detect_cluster() != "SLURM" or os.environ["SLURM_NTASKS"].strip() != "1":
+        return options
+    logging.info("--distributed: the SLURM step has one task, so this is a single-process run")
+    return dataclasses.replace(options, auto_detect=False)
+
+
 def initialize(options: DistributedOptions) -> str:
     """Joins the multi-process run described by `options`; returns how it was found.
 
