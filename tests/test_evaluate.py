@@ -248,6 +248,7 @@ def test_evaluate_cli_prints_one_line_per_task(trained_joint):
 
 def test_a_joint_atari_run_reports_human_normalized_scores_per_game(tmp_path):
     config = load_config("impala_atari_multitask", "smoke")
+    config.agent.network = "nature_cnn"  # The cheaper network: this tests plumbing.
     config.log.tensorboard = False
     # An untrained greedy policy may play a game until the frame cap: keep episodes short.
     config.env.max_episode_frames = 400
