@@ -34,7 +34,9 @@ from tests.helpers import (
 AGENT_CASES = {
     "minimal": (minimal_agent, {}),
     "ppo-normalized": (ppo, normalized_continuous_overrides()),
-    "lstm": (ppo, LSTM_RUN),
+    # 6 updates, as in the other cases (LSTM_RUN keeps `agent_config`'s total_timesteps,
+    # 6 rollouts of PPO's default 128 steps: 48 of its 16-step rollouts).
+    "lstm": (ppo, {**LSTM_RUN, "total_timesteps": 8 * 16 * 6}),
     "multitask": (
         minimal_agent,
         {"env__ids": ("CartPole-v1", "CartPole-v0", "phys2d/CartPole-v1")},
