@@ -414,7 +414,7 @@ def test_a_popart_run_loads_as_a_policy_and_acts(tmp_path, agent_module):
     ids=["ppo", "impala"],
 )
 def test_popart_agents_learn_cartpole(tmp_path, name, steps, threshold):
-    # The CartPole configs with PopArt on, cut short: about a minute each on 2 CPU cores.
+    # The CartPole configs with PopArt on, cut short: 12-20 s each on 2 CPU cores (CI).
     config = load_config(name)
     config.log.tensorboard = False
     config.agent.popart = True
