@@ -19,10 +19,12 @@ def test_ppo_cartpole_smoke_config_runs(tmp_path):
         assert all(np.isfinite(line[name]) for line in lines)
 
 
-@pytest.mark.parametrize("network", ["nature_cnn", "impala_resnet"])
-def test_atari_end_to_end(tmp_path, network):
+def test_atari_end_to_end(tmp_path):
     config = load_config("ppo_atari", "smoke")
-    config.agent.network = network
+    # The cheaper network: what this checks (frames, clipped rewards, a lagged update on
+    # two learner devices) does not depend on it. impala_resnet, the config's own, trains
+    # on Atari in the impala_atari smoke runs below and under PPO in test_networks.py.
+    config.agent.network = "nature_cnn"
     config.mesh.learner_device_ids = (1, 2)
     config.log.tensorboard = False
     setup = train.prepare(config)
