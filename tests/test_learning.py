@@ -62,18 +62,18 @@ def test_atari_end_to_end(tmp_path):
 
 @pytest.mark.slow
 def test_continuous_ppo_learns_inverted_pendulum(tmp_path):
-    # configs/ppo_mujoco.py (CleanRL's settings, both normalisations) for 60 updates of
-    # 2048 steps, ~30 s on 2 CPU cores. Seeds 1-3 reach 1000 (the maximum) by ~51k steps
-    # and hold it.
+    # configs/ppo_mujoco.py (CleanRL's settings, both normalisations) for 45 updates of
+    # 2048 steps, 15-25 s on 2 CPU cores. Seeds 1-3 log 953 / 1000 / 1000 at 51k steps
+    # and 1000 (the maximum) at every line from 61k on.
     config = load_config("ppo_mujoco", "InvertedPendulum-v4")
-    config.total_timesteps = 60 * 2048
+    config.total_timesteps = 45 * 2048
     config.log.every_updates = 5
     config.log.tensorboard = False
     train.train(config, str(tmp_path))
     late = [
         line["episodic_return"]
         for line in read_metrics(str(tmp_path))
-        if line["global_step"] >= 80_000
+        if line["global_step"] >= 60_000
     ]
     assert len(late) >= 4 and all(r is not None and r >= 900 for r in late), late
 
