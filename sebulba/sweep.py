@@ -223,11 +223,12 @@ def _last_message(log_path: str) -> str:
     return (own or lines or ["no output"])[-1]
 
 
-def _slurm(sweep: Sweep, args: argparse.Namespace) -> int:
-    """--slurm: prints, writes or submits the sweep's job-array scripts."""
-    arrays = sweep_slurm.job_arrays(sweep)
+def _slurm(sweep: Sweep, runs: list[Run], args: argparse.Namespace) -> int:
+    """--slurm: prints, writes or submits the job-array scripts of `runs` (the sweep's)."""
+    arrays = sweep_slurm.job_arrays(sweep, runs)
     scripts = {
-        path: sweep_slurm.render_slurm(sweep, runs, path, args.parallel) for path, runs in arrays
+        path: sweep_slurm.render_slurm(sweep, part, len(runs), path, args.parallel)
+        for path, part in arrays
     }
     if args.dry_run:
         for path, script in scripts.items():
@@ -240,13 +241,13 @@ def _slurm(sweep: Sweep, args: argparse.Namespace) -> int:
     if len(arrays) > 1:
         cap = f"; --parallel={args.parallel} caps each" if args.parallel else ""
         print(
-            f"sebulba.sweep: {len(sweep.runs())} runs are {len(arrays)} job arrays of at most "
+            f"sebulba.sweep: {len(runs)} runs are {len(arrays)} job arrays of at most "
             f"{sweep_slurm.MAX_ARRAY_TASKS} tasks (Slurm's default MaxArraySize is "
             f"{sweep_slurm.MAX_ARRAY_TASKS + 1}){cap}"
         )
-    for path, runs in arrays:
+    for path, part in arrays:
         if not args.submit:
-            tasks = f"{len(runs)} array tasks: runs {runs[0].index}-{runs[-1].index}"
+            tasks = f"{len(part)} array tasks: runs {part[0].index}-{part[-1].index}"
             print(f"sebulba.sweep: wrote {path} ({tasks}); submit: sbatch {path}")
             continue
         command = ["sbatch", *shlex.split(args.sbatch_args), path]
@@ -301,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
         return _error("--submit: sbatch is not on PATH (render with --slurm and submit elsewhere)")
     runs = sweep.runs()
     if args.slurm:
-        return _slurm(sweep, args)
+        return _slurm(sweep, runs, args)
     if args.dry_run:
         for run in runs:
             state = "done" if run.done else "to run"

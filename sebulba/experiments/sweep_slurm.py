@@ -29,10 +29,10 @@ def _bash_word(word: str) -> str:
     return "'" + word.replace("'", "'\\''") + "'"
 
 
-def job_arrays(sweep: Sweep) -> list[tuple[str, list[Run]]]:
-    """The sweep's job arrays as (script path, runs): WORKDIR/sweep.sbatch with every run,
-    or above MAX_ARRAY_TASKS runs one WORKDIR/sweep-runs-FIRST-LAST.sbatch per slice."""
-    runs = sweep.runs()
+def job_arrays(sweep: Sweep, runs: list[Run]) -> list[tuple[str, list[Run]]]:
+    """The job arrays of `runs` (the sweep's) as (script path, runs): WORKDIR/sweep.sbatch
+    with every run, or above MAX_ARRAY_TASKS runs one WORKDIR/sweep-runs-FIRST-LAST.sbatch
+    per slice."""
     if len(runs) <= MAX_ARRAY_TASKS:
         return [(os.path.join(sweep.workdir, "sweep.sbatch"), runs)]
     arrays = []
@@ -43,14 +43,15 @@ def job_arrays(sweep: Sweep) -> list[tuple[str, list[Run]]]:
     return arrays
 
 
-def render_slurm(sweep: Sweep, runs: list[Run], path: str, parallel: int | None) -> str:
-    """An sbatch script at `path` whose array task i runs `runs[i]`, as slurm/sebulba.sbatch.
+def render_slurm(sweep: Sweep, runs: list[Run], total: int, path: str, parallel: int | None) -> str:
+    """An sbatch script at `path` whose array task i runs `runs[i]` (of the sweep's `total`),
+    as slurm/sebulba.sbatch.
 
     Every task is `srun ... python -m sebulba.main --distributed` with the run's arguments,
     so a task may span several nodes (sbatch --nodes=N) like a single job of
     slurm/sebulba.sbatch; `SEBULBA_PYTHON` and `SEBULBA_DRY_RUN=1` work the same way.
     """
-    first, last, total = runs[0].index, runs[-1].index, len(sweep.runs())
+    first, last = runs[0].index, runs[-1].index
     run_of_task = f"{first} + i" if first else "i"
     throttle = f"%{parallel}" if parallel else ""
     cases = "\n".join(
