@@ -37,6 +37,12 @@ import enum
 import jax
 import numpy as np
 
+from sebulba.runtime.threefry_lowering import use_unrolled_threefry_on_cpu
+
+# Before any program that derives these keys is lowered: on CPU the hash then runs as one
+# fused kernel, with the same bits (sebulba.runtime.threefry_lowering says why).
+use_unrolled_threefry_on_cpu()
+
 
 @enum.unique
 class Stream(enum.IntEnum):

@@ -6,6 +6,7 @@
                    tags, failure monitor and watchdog, episode gathering
   workdir          where a run writes, checked before any work
   compile_cache    JAX's persistent compilation cache for command-line runs
+  threefry_lowering  the Threefry hash written out on CPU (one kernel, not a loop)
   stop_signals     SIGTERM and SIGINT as a request to stop cleanly after the update
   progress         console progress: a live bar on a terminal, plain lines elsewhere
   metrics          metrics.jsonl, TensorBoard, wandb, the bottleneck report, summary.json
