@@ -500,9 +500,9 @@ def test_killing_one_process_makes_the_other_exit(tmp_path, victim):
     code = wait_all([survivor], timeout=60)[0]
     elapsed = time.monotonic() - killed_at
     wait_all(processes, 10)
-    assert code != 0
+    assert code != 0, survivor.stderr[-3000:]
     # Its next collective fails at once; the heartbeat timeout (10s here) bounds the rest.
-    assert elapsed < 20, elapsed
+    assert elapsed < 20, (elapsed, survivor.stderr[-3000:])
     lines = [line for line in survivor.stderr.splitlines() if line.startswith("sebulba: ")]
     assert lines and f"process {1 - victim}/2 failed" in lines[-1], survivor.stderr[-3000:]
     assert "another process" in lines[-1]
