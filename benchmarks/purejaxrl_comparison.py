@@ -19,6 +19,9 @@ other:
   uses, returns six), so `--purejaxrl_path` puts a gymnax 0.0.9 first on its path. Whole
   process: from starting the process to the end of the first call (imports, compiling,
   training), as `python ppo.py` spends it. Steady state: env steps / the second call.
+  Twice: as JAX lowers it, and with the Threefry hash written out on CPU as sebulba
+  lowers it (`sebulba.runtime.threefry_lowering`), so that the comparison also shows
+  sebulba against PureJaxRL given the same lowering.
 * sebulba: `python -m sebulba.main --config=configs/ppo_cartpole_anakin.py` (plus
   `--set KEY=VALUE` overrides), twice with one new persistent compilation cache: the
   first run compiles every program, as PureJaxRL does; the second loads them from the
@@ -75,6 +78,9 @@ settings = json.loads(sys.argv[1])
 if importlib.util.find_spec("navix") is None:
     sys.modules["navix"] = types.ModuleType("navix")
 import jax
+if sys.argv[2] == "written_out":
+    from sebulba.runtime.threefry_lowering import use_unrolled_threefry_on_cpu
+    assert use_unrolled_threefry_on_cpu()
 import ppo
 train = jax.jit(ppo.make_train(settings))
 out = jax.block_until_ready(train(jax.random.PRNGKey(30)))
@@ -97,14 +103,18 @@ def _environment(*paths: str, cache_dir: str = "") -> dict[str, str]:
     return env
 
 
-def run_purejaxrl(checkout: str, extra_path: str) -> dict:
-    """One PureJaxRL process: whole-process seconds and steady-state env steps/s."""
+def run_purejaxrl(checkout: str, extra_path: str, threefry: str = "jax") -> dict:
+    """One PureJaxRL process: whole-process seconds and steady-state env steps/s.
+
+    `threefry="written_out"` lowers its Threefry hash as sebulba does on CPU
+    (`sebulba.runtime.threefry_lowering`); "jax": JAX's own lowering.
+    """
     folder = os.path.join(checkout, "purejaxrl")
     if not os.path.isfile(os.path.join(folder, "ppo.py")):
         raise SystemExit(f"--purejaxrl {checkout!r} has no purejaxrl/ppo.py: clone PureJaxRL")
     start = time.time()
     result = subprocess.run(
-        [sys.executable, "-c", _PUREJAXRL_DRIVER, json.dumps(PUREJAXRL_SETTINGS)],
+        [sys.executable, "-c", _PUREJAXRL_DRIVER, json.dumps(PUREJAXRL_SETTINGS), threefry],
         env=_environment(folder, extra_path),
         cwd=folder,
         capture_output=True,
@@ -177,7 +187,12 @@ def main() -> None:
         "--set", action="append", default=[], metavar="KEY=VALUE", help="sebulba config override"
     )
     args = parser.parse_args()
-    sides = ("PureJaxRL ppo.py", f"sebulba {CONFIG}", "sebulba, its second run (cache warm)")
+    sides = (
+        "PureJaxRL ppo.py",
+        "PureJaxRL ppo.py, Threefry written out as sebulba's",
+        f"sebulba {CONFIG}",
+        "sebulba, its second run (cache warm)",
+    )
     runs = {side: [] for side in sides}
     for repeat in range(1, args.repeats + 1):
         with tempfile.TemporaryDirectory() as cache_dir:
@@ -186,6 +201,7 @@ def main() -> None:
                     sides,
                     (
                         run_purejaxrl(args.purejaxrl, args.purejaxrl_path),
+                        run_purejaxrl(args.purejaxrl, args.purejaxrl_path, "written_out"),
                         run_sebulba(args.set, cache_dir),
                         run_sebulba(args.set, cache_dir),
                     ),
@@ -204,12 +220,14 @@ def main() -> None:
         for side, rows in runs.items()
     }
     print(f"best of {args.repeats} (return: the last repeat's)\n\n{_table(best)}")
-    pure, cold, warm = best.values()
-    print(
-        f"\nsebulba / PureJaxRL: steady state {cold['steady_sps'] / pure['steady_sps']:.2f}x; "
-        f"whole process {cold['whole_process_s'] / pure['whole_process_s']:.2f}x the time "
-        f"compiling, {warm['whole_process_s'] / pure['whole_process_s']:.2f}x with the cache warm"
-    )
+    pure, pure_written_out, cold, warm = best.values()
+    for name, reference in (("PureJaxRL", pure), ("PureJaxRL written out", pure_written_out)):
+        print(
+            f"\nsebulba / {name}: steady state "
+            f"{cold['steady_sps'] / reference['steady_sps']:.2f}x; whole process "
+            f"{cold['whole_process_s'] / reference['whole_process_s']:.2f}x the time compiling, "
+            f"{warm['whole_process_s'] / reference['whole_process_s']:.2f}x with the cache warm"
+        )
 
 
 if __name__ == "__main__":
