@@ -40,13 +40,15 @@ def use_unrolled_threefry_on_cpu() -> bool:
     Called when `sebulba.random_streams` is imported, which every sebulba program's
     module imports, so a run's programs are all lowered with it.
     """
-    try:
-        from jax._src.random import threefry2x32
-        from jax.interpreters import mlir
+    from jax.extend.random import threefry2x32_p
+    from jax.interpreters import mlir
 
-        primitive = threefry2x32.threefry2x32_p
+    try:
+        # JAX's rounds, a private function: read only where JAX has the looped CPU rule.
+        from jax._src.random import threefry2x32
+
+        threefry2x32._threefry2x32_cpu_lowering_rule  # noqa: B018
         hash_rounds = threefry2x32._threefry2x32_lowering
-        threefry2x32._threefry2x32_cpu_lowering_rule  # noqa: B018 (only JAX's with the loop)
     except (ImportError, AttributeError):
         return False
 
@@ -57,5 +59,5 @@ def use_unrolled_threefry_on_cpu() -> bool:
     # As JAX registers the rounds for other platforms: one function per program that every
     # hash calls, which compiles faster than the rounds inlined at each call.
     rule = mlir.lower_fun(written_out, multiple_results=True)
-    mlir.register_lowering(primitive, rule, platform="cpu", inline=False)
+    mlir.register_lowering(threefry2x32_p, rule, platform="cpu", inline=False)
     return True
