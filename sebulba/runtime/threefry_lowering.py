@@ -44,12 +44,12 @@ def use_unrolled_threefry_on_cpu() -> bool:
     from jax.interpreters import mlir
 
     try:
-        # JAX's rounds, a private function: read only where JAX has the looped CPU rule.
-        from jax._src.random import threefry2x32
-
-        threefry2x32._threefry2x32_cpu_lowering_rule  # noqa: B018
-        hash_rounds = threefry2x32._threefry2x32_lowering
-    except (ImportError, AttributeError):
+        from jax._src.random import threefry2x32  # JAX's rounds live in a private module.
+    except ImportError:
+        return False
+    has_looped_cpu_rule = hasattr(threefry2x32, "_threefry2x32_cpu_lowering_rule")
+    hash_rounds = getattr(threefry2x32, "_threefry2x32_lowering", None)
+    if not has_looped_cpu_rule or hash_rounds is None:
         return False
 
     def written_out(key1, key2, count1, count2):
