@@ -113,6 +113,25 @@ def actor_loop(config, chip: accelerators.Chip) -> str:
     return "scan" if chip.proxy and requested in ("scan", "auto") else "step"
 
 
+def resolve_as_on_target(config, topology: str) -> None:
+    """Resolves, in place, the agent's "auto" choices that depend on the platform as they
+    would resolve at launch on `topology`, not on the CPU devices standing in for it."""
+    from sebulba.agents import networks
+
+    if config.agent.get("minibatch_loop") == "auto":
+        # "auto" unrolls the minibatch loop only for CPU learners (agents.learner); the
+        # slice's learners keep the rolled scan, as they would at launch there.
+        config.agent.minibatch_loop = "scan"
+    if config.agent.get("max_pool") == "auto":
+        # Slices on GPUs held to deterministic kernels; flax's max-pool on TPUs and on GPUs
+        # free to use atomic additions.
+        config.agent.max_pool = networks.resolve_max_pool(
+            "auto",
+            platform="gpu" if accelerators.is_gpu_proxy(topology) else "tpu",
+            deterministic_kernels=config.debug.deterministic_gpu,
+        )
+
+
 def check(config, topology: str) -> dict[str, Any]:
     """Compiles `config`'s learner program and policy step for `topology`; the report.
 
@@ -134,13 +153,7 @@ def check(config, topology: str) -> dict[str, Any]:
         )
     devices, chip = accelerators.devices(topology)
     config = config.copy_and_resolve_references()
-    if config.agent.get("minibatch_loop") == "auto":
-        # "auto" unrolls the minibatch loop only for CPU learners (agents.learner); the
-        # slice's learners keep the rolled scan, as they would at launch there.
-        config.agent.minibatch_loop = "scan"
-    if config.agent.get("max_pool") == "auto":
-        # Likewise "auto" builds the ResNet's max-pool from slices only on CPUs.
-        config.agent.max_pool = "reduce_window"
+    resolve_as_on_target(config, topology)
     # Priced per update: an Anakin block of `pipeline.updates_per_call` runs the same
     # update in a loop, whose trip count XLA's cost analysis does not see (memory: the
     # same state and rollout, plus the block's stacked metrics, a few bytes per update).

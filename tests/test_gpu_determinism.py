@@ -74,3 +74,15 @@ def test_the_summary_records_the_request_and_the_flags(tmp_path, monkeypatch):
     assert summary["gpu_determinism"] == {"requested": True, "xla_flags": expected_flags}
     stored = json.load(open(os.path.join(tmp_path, "config.json")))
     assert stored["debug"]["deterministic_gpu"] is True
+
+
+def test_deterministic_kernels_reads_what_configure_sets(monkeypatch):
+    # What agent.max_pool=auto reads to choose the ResNet's max-pool on a GPU.
+    monkeypatch.setenv("XLA_FLAGS", gpu_determinism.xla_flags_for(True, "--xla_dump_to=/tmp/d"))
+    assert gpu_determinism.deterministic_kernels()
+    monkeypatch.setenv("XLA_FLAGS", gpu_determinism.xla_flags_for(False, "--xla_dump_to=/tmp/d"))
+    assert not gpu_determinism.deterministic_kernels()
+    monkeypatch.setenv("XLA_FLAGS", "--xla_gpu_deterministic_ops=false")
+    assert not gpu_determinism.deterministic_kernels()
+    monkeypatch.delenv("XLA_FLAGS")
+    assert not gpu_determinism.deterministic_kernels()

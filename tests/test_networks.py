@@ -234,7 +234,9 @@ def test_max_pool_by_slices_is_flax_max_pool_bitwise_ties_included(shape, window
         )
 
 
-def test_auto_max_pools_by_slices_on_cpus_and_as_flax_does_elsewhere(monkeypatch):
+def test_auto_max_pools_by_slices_on_cpus_and_deterministic_gpus_and_as_flax_elsewhere(
+    monkeypatch,
+):
     import flax.linen as nn
 
     from sebulba.agents import networks
@@ -247,9 +249,25 @@ def test_auto_max_pools_by_slices_on_cpus_and_as_flax_does_elsewhere(monkeypatch
     )
     with pytest.raises(ConfigError, match="agent.max_pool 'avg'"):
         make_network("impala_resnet", Discrete(6), max_pool="avg")
+    # A GPU held to deterministic kernels (debug.deterministic_gpu's flags, or the narrower
+    # one a user may export) takes the slices; a GPU free to use atomics and a TPU, flax's.
     monkeypatch.setattr(networks.jax, "default_backend", lambda: "gpu")
+    for xla_flags, expected in (
+        ("--xla_force_host_platform_device_count=2", "reduce_window"),
+        ("--xla_gpu_deterministic_ops=false", "reduce_window"),
+        ("--xla_gpu_deterministic_ops=true", "slices"),
+        ("--xla_dump_to=/tmp/x --xla_gpu_exclude_nondeterministic_ops", "slices"),
+    ):
+        monkeypatch.setenv("XLA_FLAGS", xla_flags)
+        assert networks.resolve_max_pool("auto") == expected, xla_flags
+    assert networks.resolve_max_pool("auto", deterministic_kernels=False) == "reduce_window"
+    assert networks.resolve_max_pool("auto", platform="tpu", deterministic_kernels=True) == (
+        "reduce_window"
+    )
+    assert networks.resolve_max_pool("auto", platform="cpu") == "slices"
+    assert networks.resolve_max_pool("slices", deterministic_kernels=False) == "slices"
+    monkeypatch.setattr(networks.jax, "default_backend", lambda: "tpu")
     assert networks.resolve_max_pool("auto") == "reduce_window"
-    assert networks.resolve_max_pool("slices") == "slices"
     # The slices' gradient has no scatter, which a GPU would run with atomic additions
     # (or, when deterministic, as a sorted scatter).
     x = jnp.zeros((1, 9, 9, 2))

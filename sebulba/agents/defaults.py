@@ -194,7 +194,7 @@ def ppo_config() -> ml_collections.ConfigDict:
     # A float placeholder: None by default, and --config.agent.target_kl=0.02 still parses.
     config.target_kl = config_dict.placeholder(float)  # Stop epochs at approx_kl > it (None: off).
     config.conv_init = "orthogonal"  # CNN kernels: orthogonal (baselines) | lecun_normal.
-    config.max_pool = "auto"  # impala_resnet: auto (slices on CPU) | slices | reduce_window.
+    config.max_pool = "auto"  # auto (slices: CPU, deterministic GPU) | slices | reduce_window.
     config.mask_actions = True  # Illegal actions (the env's action mask) get probability 0.
     # auto: unrolled for convolutional networks on CPU learners, where XLA runs conv
     # gradients inside a rolled scan 20-30x slower; rolled lax.scan elsewhere (an MLP
@@ -247,7 +247,7 @@ def impala_config() -> ml_collections.ConfigDict:
     config.rmsprop_decay = 0.99  # RMSProp decay of the squared-gradient average.
     config.rmsprop_eps = 0.01  # RMSProp epsilon, added outside the square root.
     config.conv_init = "lecun_normal"  # CNN kernels: lecun_normal (Cleanba) | orthogonal.
-    config.max_pool = "auto"  # impala_resnet: auto (slices on CPU) | slices | reduce_window.
+    config.max_pool = "auto"  # auto (slices: CPU, deterministic GPU) | slices | reduce_window.
     config.mask_actions = True  # Illegal actions (the env's action mask) get probability 0.
     # auto: unrolled for convolutional networks on CPU learners, where XLA runs conv
     # gradients inside a rolled scan 20-30x slower; rolled lax.scan elsewhere (an MLP
@@ -276,7 +276,7 @@ def pqn_config() -> ml_collections.ConfigDict:
     config.norm = "layer_norm"  # After every hidden layer: layer_norm (PQN) | none.
     config.hidden_sizes = (128, 128)  # Widths of the ReLU layers before the Q head (mlp, minatar).
     config.conv_init = "orthogonal"  # CNN kernels: orthogonal | lecun_normal.
-    config.max_pool = "auto"  # impala_resnet: auto (slices on CPU) | slices | reduce_window.
+    config.max_pool = "auto"  # auto (slices: CPU, deterministic GPU) | slices | reduce_window.
     config.learning_rate = 2.5e-4  # RAdam step size at the first gradient step.
     config.anneal_lr = False  # Decay the step size linearly to 0 over every gradient step.
     config.max_grad_norm = 10.0  # Global gradient-norm clip.
@@ -303,7 +303,7 @@ def dqn_config() -> ml_collections.ConfigDict:
     config.network = "mlp"  # mlp | nature_cnn | impala_resnet | multi_input | minatar.
     config.activation = "tanh"  # tanh | relu: actor and critic MLPs (mlp, minatar, multi_input).
     config.conv_init = "lecun_normal"  # CNN kernels: lecun_normal (flax, CleanRL) | orthogonal.
-    config.max_pool = "auto"  # impala_resnet: auto (slices on CPU) | slices | reduce_window.
+    config.max_pool = "auto"  # auto (slices: CPU, deterministic GPU) | slices | reduce_window.
     config.learning_rate = 2.5e-4  # Adam step size.
     config.gamma = 0.99  # Discount factor.
     config.buffer_size = 10_000  # Replay capacity in transitions, over all envs.

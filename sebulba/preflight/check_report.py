@@ -151,7 +151,7 @@ def _learner_lines(report: dict[str, Any], learner: dict[str, Any], anakin: bool
         lines.append(
             "  priced with XLA's fastest GPU kernels; the run's deterministic ones "
             "(debug.deterministic_gpu, on by default) are slower: ppo_atari's update took "
-            "2.56x as long with them on one H200 (docs/benchmarks.md)"
+            "1.42x as long with them on one H200 (docs/benchmarks.md)"
         )
     return lines
 

@@ -19,7 +19,8 @@ anything asks JAX for devices: `python -m sebulba.main` calls it before
 a debug option of every XLA build, so setting it is harmless on CPU and TPU; it is set
 whatever the backend, which keeps the decision free of a device query that would start
 the backend too early. `debug.deterministic_gpu=False` trades it for speed: on one H200
-PPO Atari's learner update ran 2.56x faster without it (docs/benchmarks.md).
+PPO Atari's learner update ran 1.42x faster without it (2.56x before the ResNet's max-pool
+took its scatter-free gradient under deterministic kernels; docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -96,6 +97,21 @@ def configure(deterministic: bool) -> None:
             )
         return  # CPU and TPU backends have no use for the flags.
     os.environ["XLA_FLAGS"] = wanted
+
+
+# The XLA flags under which XLA:GPU runs only deterministic kernels: the one `configure`
+# sets, and the narrower one that leaves the autotuner's timing in (docs/benchmarks.md).
+_DETERMINISTIC_KERNEL_FLAGS = ("xla_gpu_deterministic_ops", "xla_gpu_exclude_nondeterministic_ops")
+
+
+def deterministic_kernels() -> bool:
+    """Whether this process's XLA_FLAGS restrict XLA:GPU to deterministic kernels, as
+    `configure(True)` sets them or a user exported them (read as XLA reads them when JAX
+    starts; meaningless on CPUs and TPUs, which have no other kernels)."""
+    in_effect = _flag_values(os.environ.get("XLA_FLAGS", ""))
+    return any(
+        in_effect.get(name, "").lower() in ("true", "1") for name in _DETERMINISTIC_KERNEL_FLAGS
+    )
 
 
 def describe(deterministic: bool) -> dict[str, Any]:
