@@ -28,9 +28,10 @@
 # 6. `kernels`: where PPO Atari's learner update spends its time, kernel by kernel
 #    (`benchmarks/learner_profile.py`, deterministic kernels on and off), and the ResNet's
 #    gradient at PPO's minibatch (4,096 frames) with either max-pool
-#    (`benchmarks/max_pool.py`, on and off): OUT_DIR/profile_*.txt, OUT_DIR/max_pool_*.txt.
-#    Then `max_pool` end to end: PPO Atari with `agent.max_pool=slices`, to set beside
-#    `determinism`'s runs (`auto`, which is reduce_window on a GPU).
+#    (`benchmarks/max_pool.py`, on and off): OUT_DIR/profile_*.txt, OUT_DIR/max_pool_*.txt;
+#    XLA's command buffers off for the profiles, so that each kernel is charged its own time.
+#    Then `max_pool` end to end: PPO Atari with the max-pool `auto` does not take (flax's
+#    under deterministic kernels, the slices without), to set beside `determinism`'s runs.
 # 7. `crossover`: where acting on the host's CPUs stops paying, between `actor_platform`'s
 #    MLP (2e4 policy FLOPs per env step: 1.97x faster on the CPUs) and ResNet (1.1e8: 0.39x):
 #    HalfCheetah with 1024-1024 and 2048-2048 MLPs (4.3e6, 1.7e7) and Atari with the Nature
@@ -148,7 +149,8 @@ kernels() {
     timeout "$RUN_TIMEOUT" $R python3 benchmarks/learner_profile.py \
       --config=configs/ppo_atari.py:Breakout-v5 --updates=3 --top=25 \
       --set "mesh.actor_device_ids=(0,)" --set "mesh.learner_device_ids=(0,)" \
-      --set debug.deterministic_gpu=$deterministic >"$OUT/profile_deterministic_$on.txt" 2>&1
+      --set debug.deterministic_gpu=$deterministic --no_command_buffers \
+      >"$OUT/profile_deterministic_$on.txt" 2>&1
     local flag=$([ $deterministic = True ] && echo "" || echo --nondeterministic)
     timeout "$RUN_TIMEOUT" $R python3 benchmarks/max_pool.py --batch=4096 --rounds=3 $flag \
       >"$OUT/max_pool_deterministic_$on.txt" 2>&1
@@ -158,9 +160,10 @@ kernels() {
 max_pool() {
   for deterministic in True False; do
     local on=$([ $deterministic = True ] && echo on || echo off)
-    run "ppo_atari_slices_deterministic_$on" configs/ppo_atari.py:Breakout-v5 \
+    local other=$([ $deterministic = True ] && echo reduce_window || echo slices)
+    run "ppo_atari_${other}_deterministic_$on" configs/ppo_atari.py:Breakout-v5 \
       --config.total_timesteps=98304 --config.ckpt.every_updates=0 \
-      --config.agent.max_pool=slices --config.debug.deterministic_gpu=$deterministic
+      --config.agent.max_pool=$other --config.debug.deterministic_gpu=$deterministic
   done
 }
 

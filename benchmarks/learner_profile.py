@@ -24,8 +24,12 @@ Every figure is taken under the config's `debug.deterministic_gpu`, as a run has
 invocations, with `--set debug.deterministic_gpu=False` for the second, show which kernels
 deterministic execution makes slower. `--json` prints one JSON object instead (keys
 `wall_ms`, `op_ms`, `busy`, `kinds` and `top_ops`, times per update in milliseconds).
-Each stage (the rollout, compiling, the traced updates) is announced on stderr with the
-seconds since the start: on a CPU a full Atari config takes minutes before the results.
+On a GPU, XLA captures runs of kernels into command buffers, which the trace shows as
+one operation each (kind "XLA command buffer"); `--no_command_buffers` turns them off, so
+that every kernel is charged its own time (each is then launched on its own, which the
+wall time includes). Each stage (the rollout, compiling, the traced updates) is announced
+on stderr with the seconds since the start: on a CPU a full Atari config takes minutes
+before the results.
 """
 
 from __future__ import annotations
@@ -108,6 +112,9 @@ def operation_kind(name: str, instructions, opcodes) -> str:
     the costliest operation it fuses, or the opcode; "unknown" for a name the program
     does not have (a runtime's own operation)."""
     instruction = instructions.get(name)
+    if instruction is None and name.startswith("command_buffer"):
+        # XLA:GPU records a captured sequence of kernels as one operation of its own.
+        return "XLA command buffer (its kernels not attributed)"
     if instruction is None:
         return "unknown"
     if instruction.opcode == "custom-call":
@@ -235,9 +242,17 @@ def main() -> None:
     parser.add_argument("--updates", type=int, default=5, help="traced updates")
     parser.add_argument("--top", type=int, default=15, help="operations listed")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--no_command_buffers",
+        action="store_true",
+        help="XLA:GPU launches every kernel on its own, so each is charged its own time",
+    )
     args = parser.parse_args()
     if args.updates < 1:
         parser.error("--updates must be at least 1")
+    if args.no_command_buffers:  # Before JAX starts its backend, which reads XLA_FLAGS once.
+        flags_now = os.environ.get("XLA_FLAGS", "")
+        os.environ["XLA_FLAGS"] = f"{flags_now} --xla_gpu_enable_command_buffer=".strip()
     config = endless(actor_and_learner_config(args))
     config.log.tensorboard = False
     started = time.perf_counter()

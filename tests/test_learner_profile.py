@@ -70,4 +70,5 @@ def test_a_custom_call_is_named_by_its_target_and_a_fusion_by_what_it_fuses():
     assert kind("fusion.3", instructions, opcodes) == "fusion kOutput (dot)"
     assert kind("a", instructions, opcodes) == "parameter"
     assert kind("memcpy", instructions, opcodes) == "unknown"
+    assert kind("command_buffer_497", instructions, opcodes).startswith("XLA command buffer")
     assert learner_profile._module_name(text) == "jit_update"
