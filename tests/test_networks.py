@@ -1,6 +1,7 @@
 """Networks: convolution initialisation, and refusing a network that does not fit the env."""
 
 import os
+from unittest import mock
 
 import jax
 import jax.numpy as jnp
@@ -249,6 +250,15 @@ def test_auto_max_pools_by_slices_on_cpus_and_deterministic_gpus_and_as_flax_els
     )
     with pytest.raises(ConfigError, match="agent.max_pool 'avg'"):
         make_network("impala_resnet", Discrete(6), max_pool="avg")
+    # The run's log says which one "auto" took, once per process.
+    networks._log_auto_max_pool.cache_clear()
+    with mock.patch.object(networks.logging, "info") as info:
+        make_network("impala_resnet", Discrete(6))
+        make_network("impala_resnet", Discrete(6))
+        make_network("nature_cnn", Discrete(6))  # No max-pool: nothing to say.
+    info.assert_called_once_with(
+        "ResNet max-pool: %s (agent.max_pool=auto on %s)", "slices", "a CPU"
+    )
     # A GPU held to deterministic kernels (debug.deterministic_gpu's flags, or the narrower
     # one a user may export) takes the slices; a GPU free to use atomics and a TPU, flax's.
     monkeypatch.setattr(networks.jax, "default_backend", lambda: "gpu")

@@ -61,6 +61,7 @@ returns the core's carry (see `recurrent.through_core`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -68,6 +69,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+from absl import logging
 
 from sebulba.agents import distributions, popart, recurrent
 from sebulba.agents.api import ActionSpec, ArraySpec, EnvSpec
@@ -127,6 +129,17 @@ def resolve_max_pool(
         if platform == "cpu" or (platform == "gpu" and deterministic_kernels)
         else ("reduce_window")
     )
+
+
+@functools.cache
+def _log_auto_max_pool(choice: str, platform: str, deterministic_kernels: bool) -> None:
+    """Says once per process which max-pool "auto" took and why (agents build their
+    networks several times); a run's `params_checksum` on a GPU depends on it."""
+    where = {
+        "gpu": f"a GPU {'held to deterministic' if deterministic_kernels else 'free to pick its'} "
+        "kernels",
+    }.get(platform, f"a {platform.upper()}")
+    logging.info("ResNet max-pool: %s (agent.max_pool=auto on %s)", choice, where)
 
 
 CONV_INITS = {
@@ -601,8 +614,14 @@ def make_network(
     check_choice(conv_init, "agent.conv_init", tuple(CONV_INITS))
     check_choice(norm, "agent.norm", NORMS)
     check_choice(activation, "agent.activation", tuple(ACTIVATIONS))
-    max_pool = resolve_max_pool(max_pool)
     fields = {field.name for field in dataclasses.fields(network_class)}
+    if max_pool == "auto" and "max_pool" in fields:
+        platform = jax.default_backend()
+        deterministic = platform == "gpu" and gpu_determinism.deterministic_kernels()
+        max_pool = resolve_max_pool(max_pool, platform, deterministic)
+        _log_auto_max_pool(max_pool, platform, deterministic)
+    else:
+        max_pool = resolve_max_pool(max_pool)
     if activation != "tanh" and ("activation" not in fields or q_head):
         with_mlp = sorted(n for n, c in NETWORKS.items() if "activation" in c.__dataclass_fields__)
         raise ConfigError(
