@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Acting and learning on one shared GPU, and what deterministic GPU execution costs
-# (docs/benchmarks.md, "On a GPU"), ~25 min on one H200 + 16 cores:
+# (docs/benchmarks.md, "On a GPU"), ~35 min on one H200 + 16 cores:
 #
 #   bash benchmarks/gpu_overlap.sh [OUT_DIR]
 #   PARTS=actor_platform bash benchmarks/gpu_overlap.sh     # one part only
@@ -39,6 +39,9 @@
 #    (~4 min). The FLOPs are the actor program's, per env step, from `python -m
 #    sebulba.check --config=CONFIG --topology=h100:1 [--config.KEY=VALUE]` on any machine
 #    ("actor policy step" over the envs of one step).
+# 8. `resnet_shapes`: the ResNet configs with the slices max-pool that `auto` now takes under
+#    deterministic kernels: IMPALA Atari as shipped and with flax's max-pool, and PPO Atari
+#    with two actor threads of 64 envs on the step loop and on the scan loop (~4 min).
 # OUT_DIR/runs.txt gets one line of figures per run (sps, limiting side, learner wait,
 # host CPU share).
 set -u
@@ -183,8 +186,21 @@ crossover() {
   done
 }
 
+resnet_shapes() {
+  local steps=--config.total_timesteps=98304
+  for pool in auto reduce_window; do
+    run "impala_atari_max_pool_$pool" configs/impala_atari.py:Breakout-v5 "$steps" \
+      --config.ckpt.every_updates=0 --config.agent.max_pool=$pool
+  done
+  for loop in step scan; do
+    run "ppo_atari_2x64_$loop" configs/ppo_atari.py:Breakout-v5 "$steps" \
+      --config.ckpt.every_updates=0 --config.pipeline.num_actor_threads=2 \
+      --config.env.num_envs=64 --config.pipeline.actor_loop=$loop
+  done
+}
+
 PARTS_IN_ORDER="two_threads scan_shapes actor_platform determinism determinism_flags kernels"
-for part in ${PARTS:-$PARTS_IN_ORDER max_pool crossover}; do
+for part in ${PARTS:-$PARTS_IN_ORDER max_pool crossover resnet_shapes}; do
   $part
 done
 cat "$OUT/runs.txt"
