@@ -124,21 +124,21 @@ def resolve_max_pool(
     platform = platform or jax.default_backend()
     if platform == "gpu" and deterministic_kernels is None:
         deterministic_kernels = gpu_determinism.deterministic_kernels()
-    return (
-        "slices"
-        if platform == "cpu" or (platform == "gpu" and deterministic_kernels)
-        else ("reduce_window")
-    )
+    if platform == "cpu" or (platform == "gpu" and deterministic_kernels):
+        return "slices"
+    return "reduce_window"
 
 
 @functools.cache
 def _log_auto_max_pool(choice: str, platform: str, deterministic_kernels: bool) -> None:
     """Says once per process which max-pool "auto" took and why (agents build their
     networks several times); a run's `params_checksum` on a GPU depends on it."""
-    where = {
-        "gpu": f"a GPU {'held to deterministic' if deterministic_kernels else 'free to pick its'} "
-        "kernels",
-    }.get(platform, f"a {platform.upper()}")
+    if platform != "gpu":
+        where = f"a {platform.upper()}"
+    elif deterministic_kernels:
+        where = "a GPU held to deterministic kernels"
+    else:
+        where = "a GPU free to pick its kernels"
     logging.info("ResNet max-pool: %s (agent.max_pool=auto on %s)", choice, where)
 
 
