@@ -101,41 +101,31 @@ MAX_POOLS = {
 }
 
 
-def resolve_max_pool(
-    max_pool: str, platform: str | None = None, deterministic_kernels: bool | None = None
-) -> str:
+def resolve_max_pool(max_pool: str) -> str:
     """`agent.max_pool` -> a key of `MAX_POOLS`. "auto" is "slices" where JAX computes on
     CPUs (faster there, and about half the learner's temporary memory) and on GPUs held to
-    deterministic kernels (`debug.deterministic_gpu`, the default), whose select-and-scatter
-    is a sorted scatter: PPO Atari's update took 0.56x the time with the slices on one
-    H200. It is "reduce_window" on GPUs free to use atomic additions (flax's gradient was
-    1.14x faster there) and on TPUs, which pool natively (docs/architecture.md).
-
-    Args:
-      max_pool: "auto" or a key of `MAX_POOLS`.
-      platform: "cpu", "gpu" or "tpu", where the network will compute; by default
-        `jax.default_backend()`.
-      deterministic_kernels: whether XLA:GPU is held to deterministic kernels; by default
-        what this process's XLA_FLAGS say (`gpu_determinism.deterministic_kernels`).
-    """
+    deterministic kernels (`debug.deterministic_gpu`, the default; read from this
+    process's XLA_FLAGS by `gpu_determinism.deterministic_kernels`), whose
+    select-and-scatter is a sorted scatter: PPO Atari's update took 0.56x the time with the
+    slices on one H200. It is "reduce_window" on GPUs free to use atomic additions (flax's
+    gradient was 1.14x faster there) and on TPUs, which pool natively
+    (docs/architecture.md)."""
     check_choice(max_pool, "agent.max_pool", ("auto", *MAX_POOLS))
     if max_pool != "auto":
         return max_pool
-    platform = platform or jax.default_backend()
-    if platform == "gpu" and deterministic_kernels is None:
-        deterministic_kernels = gpu_determinism.deterministic_kernels()
-    if platform == "cpu" or (platform == "gpu" and deterministic_kernels):
+    platform = jax.default_backend()
+    if platform == "cpu" or (platform == "gpu" and gpu_determinism.deterministic_kernels()):
         return "slices"
     return "reduce_window"
 
 
 @functools.cache
-def _log_auto_max_pool(choice: str, platform: str, deterministic_kernels: bool) -> None:
+def _log_auto_max_pool(choice: str, platform: str) -> None:
     """Says once per process which max-pool "auto" took and why (agents build their
     networks several times); a run's `params_checksum` on a GPU depends on it."""
     if platform != "gpu":
         where = f"a {platform.upper()}"
-    elif deterministic_kernels:
+    elif choice == "slices":
         where = "a GPU held to deterministic kernels"
     else:
         where = "a GPU free to pick its kernels"
@@ -615,13 +605,9 @@ def make_network(
     check_choice(norm, "agent.norm", NORMS)
     check_choice(activation, "agent.activation", tuple(ACTIVATIONS))
     fields = {field.name for field in dataclasses.fields(network_class)}
-    if max_pool == "auto" and "max_pool" in fields:
-        platform = jax.default_backend()
-        deterministic = platform == "gpu" and gpu_determinism.deterministic_kernels()
-        max_pool = resolve_max_pool(max_pool, platform, deterministic)
-        _log_auto_max_pool(max_pool, platform, deterministic)
-    else:
-        max_pool = resolve_max_pool(max_pool)
+    requested_max_pool, max_pool = max_pool, resolve_max_pool(max_pool)
+    if requested_max_pool == "auto" and "max_pool" in fields:
+        _log_auto_max_pool(max_pool, jax.default_backend())
     if activation != "tanh" and ("activation" not in fields or q_head):
         with_mlp = sorted(n for n, c in NETWORKS.items() if "activation" in c.__dataclass_fields__)
         raise ConfigError(
