@@ -17,6 +17,12 @@ Measures, in one process and one run, env steps per second of:
 * where the scan loop's time goes beside the env: the policy step alone inside a jitted
   scan (synthetic observations), and the host's episode records over a real rollout's
   rewards and flags (`envs.EpisodeTracker`, step by step).
+* where the step loop's time goes beside the env: its policy calls alone, each with the
+  copies it makes (observations host -> actor device, actions back to the host), no env.
+* host/device copies of the handoff, per actor loop: a collected rollout handed to the
+  learner devices as the actor threads hand it (the copy from where the loop leaves it:
+  the host for step, the actor device for scan; nothing moves where that device is the
+  learner's) and its finiteness check.
 * learner-only: the compiled learner update (`Pipeline.compile_update`) on one fixed
   rollout, back to back.
 * plain jit: `jax.jit(agent.update)` on one learner device, without the pipeline's
@@ -34,7 +40,8 @@ otherwise with `--set`. On a GPU every figure is taken under the config's
 state: the first rollout or update of each measurement, which compiles, is excluded.
 Prints markdown tables; `--json` prints one JSON object with the keys `raw_envpool_sps`,
 `raw_envpool_scan_sps`, `actor_only_step_sps`, `actor_only_scan_sps`, `policy_in_scan_sps`,
-`episode_bookkeeping_sps`, `learner_only_sps`, `plain_jit_sps`,
+`episode_bookkeeping_sps`, `policy_calls_sps`, `handoff_step_sps`, `handoff_scan_sps`,
+`learner_only_sps`, `plain_jit_sps`,
 `end_to_end_step_sps`, `end_to_end_scan_sps`, `end_to_end_lag0_sps`, the ratios
 (`*_over_*`) and `scan_unsupported` (the reason, where scan cannot run). For the loop
 `auto` chooses, also where end to end sits between acting and learning taking turns and
@@ -66,7 +73,7 @@ from config_spec import actor_and_learner_config, benchmark_parser  # noqa: E402
 
 from sebulba import envs as envs_lib  # noqa: E402
 from sebulba import random_streams, train
-from sebulba.actors import scan_actor
+from sebulba.actors import rollout_check, scan_actor
 from sebulba.actors.handoff import RunControl, StartGate  # noqa: E402
 from sebulba.config.sizes import derive_sizes  # noqa: E402
 from sebulba.environments import spaces  # noqa: E402
@@ -190,8 +197,19 @@ class _FixedParams:
 
 
 def actor_only_sps(setup, seconds: float, actor_loop: str):
-    """Steps/s of the pipeline's actor threads alone; also returns one assembled rollout."""
+    """Steps/s of the pipeline's actor threads alone; also returns the pipeline, the
+    learner state, one rollout per thread as handed over, and thread 0's last collected
+    rollout before its handoff (for `handoff_sps`)."""
     pipeline = train.make_pipeline(setup, actor_loop=actor_loop)
+    collected = []
+    hand_over = pipeline._to_learner_devices
+
+    def keep_and_hand_over(rollout):
+        if threading.current_thread() is threads[0]:
+            collected[:] = [rollout]
+        return hand_over(rollout)
+
+    pipeline._to_learner_devices = keep_and_hand_over
     state = train.init_learner_state(setup)
     params = setup.agent.policy_params(state)
     store = _FixedParams([jax.device_put(params, device) for device in setup.layout.actor_devices])
@@ -224,7 +242,52 @@ def actor_only_sps(setup, seconds: float, actor_loop: str):
     control.stop()
     for thread in threads:
         thread.join(timeout=10.0)
-    return updates * setup.sizes.steps_per_update / elapsed, pipeline, state, first_rollouts
+    pipeline._to_learner_devices = hand_over
+    sps = updates * setup.sizes.steps_per_update / elapsed
+    return sps, pipeline, state, first_rollouts, collected[0]
+
+
+def handoff_sps(pipeline, collected_rollout, setup, seconds: float) -> float:
+    """Steps/s of one actor thread's handoff alone: its collected rollout copied to the
+    learner devices (`Pipeline._to_learner_devices`, as the actor thread does it) and
+    checked finite (`rollout_check`, which waits for the copies)."""
+    count, start = 0, time.perf_counter()
+    while count < 2 or time.perf_counter() - start < seconds:
+        pieces = pipeline._to_learner_devices(collected_rollout)
+        if rollout_check.non_finite_fields(pieces) is not None:
+            raise RuntimeError("the measured rollout is not finite")
+        count += 1
+    steps = setup.sizes.num_steps * setup.sizes.envs_per_thread
+    return count * steps / (time.perf_counter() - start)
+
+
+def policy_calls_sps(pipeline, params, setup, seconds: float) -> float:
+    """Steps/s of the step loop's policy side alone (no env): per step, observations
+    copied from the host to the actor device, one call of the actor step, the actions
+    copied back to the host, as `Pipeline._collect` does. One actor device."""
+    device = setup.layout.actor_devices[0]
+    n = setup.sizes.envs_per_thread
+    obs = spaces.zero_observation(setup.env_spec.observation, n)
+    starts = np.zeros(n, bool)
+    carry = jax.device_put(setup.agent.new_carry(n), device)
+    env_ids = jax.device_put(np.arange(n, dtype=np.int32), device)
+    params = jax.device_put(params, device)
+    step_index = jax.device_put(np.int32(0), device)
+
+    def call(step_index):
+        obs_on_device, starts_on_device = jax.device_put((obs, starts), device)
+        _, _, actions, _, step_index = pipeline._actor_step(
+            params, carry, obs_on_device, starts_on_device, env_ids, step_index
+        )
+        np.asarray(jax.device_get(actions))
+        return step_index
+
+    step_index = call(step_index)  # Compiles.
+    count, start = 0, time.perf_counter()
+    while count < 2 or time.perf_counter() - start < seconds:
+        step_index = call(step_index)
+        count += 1
+    return count * n / (time.perf_counter() - start)
 
 
 def policy_in_scan_sps(pipeline, params, setup, seconds: float, num_steps: int = 128) -> float:
@@ -376,10 +439,15 @@ def measure(config, seconds: float, updates: int, only=MEASUREMENTS) -> dict:
         for loop in loops:
             setup = train.prepare(config)  # Fresh envs for each measurement.
             try:
-                actor, pipeline, state, rollouts = actor_only_sps(setup, seconds, loop)
+                actor, pipeline, state, rollouts, collected = actor_only_sps(setup, seconds, loop)
             finally:
                 _close(setup)
             result[f"actor_only_{loop}_sps"] = actor
+            result[f"handoff_{loop}_sps"] = handoff_sps(pipeline, collected, setup, seconds)
+            del collected
+            if loop == "step":
+                params = setup.agent.policy_params(state)
+                result["policy_calls_sps"] = policy_calls_sps(pipeline, params, setup, seconds)
         if "scan" in loops:
             # Where the scan loop's time goes beside the env: the policy step in the
             # program, and the episode records on the host.
@@ -443,6 +511,9 @@ FIGURES = (
     "actor_only_scan_sps",
     "policy_in_scan_sps",
     "episode_bookkeeping_sps",
+    "policy_calls_sps",
+    "handoff_step_sps",
+    "handoff_scan_sps",
     "learner_only_sps",
     "plain_jit_sps",
     "end_to_end_step_sps",

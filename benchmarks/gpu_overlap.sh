@@ -42,6 +42,11 @@
 # 8. `resnet_shapes`: the ResNet configs with the slices max-pool that `auto` now takes under
 #    deterministic kernels: IMPALA Atari as shipped and with flax's max-pool, and PPO Atari
 #    with two actor threads of 64 envs on the step loop and on the scan loop (~4 min).
+# 9. `actor_anatomy`: where PPO Atari's actors spend their time on the GPU
+#    (`benchmarks/ceilings.py --only=raw,actor`, actor and learner on the one GPU): raw
+#    envpool from Python and in a scan, actor-only per loop, the step loop's policy calls
+#    with their copies, the scan loop's policy step, and the handoff per loop, into
+#    OUT_DIR/ceilings_actor_anatomy.txt (~3 min).
 # OUT_DIR/runs.txt gets one line of figures per run (sps, limiting side, learner wait,
 # host CPU share).
 set -u
@@ -199,8 +204,15 @@ resnet_shapes() {
   done
 }
 
+actor_anatomy() {  # Up to 5 min: two rollout programs and two policy programs compile.
+  timeout 300 $R python3 benchmarks/ceilings.py \
+    --config=configs/ppo_atari.py:Breakout-v5 --only=raw,actor --seconds=5 \
+    --set "mesh.actor_device_ids=(0,)" --set "mesh.learner_device_ids=(0,)" \
+    >"$OUT/ceilings_actor_anatomy.txt" 2>&1
+}
+
 PARTS_IN_ORDER="two_threads scan_shapes actor_platform determinism determinism_flags kernels"
-for part in ${PARTS:-$PARTS_IN_ORDER max_pool crossover resnet_shapes}; do
+for part in ${PARTS:-$PARTS_IN_ORDER max_pool crossover resnet_shapes actor_anatomy}; do
   $part
 done
 cat "$OUT/runs.txt"
