@@ -46,6 +46,10 @@ import jax
 from throughput import load_config
 
 from sebulba import train
+from sebulba.runtime import platforms
+
+# libtpu's errors about a TPU it cannot find never show where no accelerator exists.
+platforms.skip_absent_accelerators()
 
 
 def steady_sps(config) -> float:

@@ -64,6 +64,10 @@ from sebulba.anakin.runner import AnakinRunner, update_blocks  # noqa: E402
 from sebulba.anakin.seeds import SeedBatch, seed_workdir, train_seeds  # noqa: E402
 from sebulba.environments import spaces  # noqa: E402
 from sebulba.preflight.memory import update_compiler_options  # noqa: E402
+from sebulba.runtime import platforms  # noqa: E402
+
+# libtpu's errors about a TPU it cannot find never show where no accelerator exists.
+platforms.skip_absent_accelerators()
 
 SECTIONS = ("ceiling", "end_to_end", "seeds")
 DEFAULT_CONFIG = "configs/ppo_cartpole_anakin.py"

@@ -77,6 +77,10 @@ from sebulba.actors import rollout_check, scan_actor
 from sebulba.actors.handoff import RunControl, StartGate  # noqa: E402
 from sebulba.config.sizes import derive_sizes  # noqa: E402
 from sebulba.environments import spaces  # noqa: E402
+from sebulba.runtime import platforms  # noqa: E402
+
+# libtpu's errors about a TPU it cannot find never show where no accelerator exists.
+platforms.skip_absent_accelerators()
 
 
 def random_actions(action_spec, n: int, rng: np.random.Generator) -> np.ndarray:

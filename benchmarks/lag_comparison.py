@@ -26,6 +26,10 @@ import numpy as np  # noqa: E402
 from throughput import load_config  # noqa: E402
 
 from sebulba import train  # noqa: E402
+from sebulba.runtime import platforms  # noqa: E402
+
+# libtpu's errors about a TPU it cannot find never show where no accelerator exists.
+platforms.skip_absent_accelerators()
 
 CONFIGS = {"ppo": "ppo_cartpole", "impala": "impala_cartpole"}
 MARKS = (100_000, 250_000, 500_000, 1_000_000)

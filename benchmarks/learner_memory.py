@@ -31,6 +31,10 @@ from sebulba.agents.api import ArraySpec, Discrete, EnvSpec, Rollout
 from sebulba.config import base_config
 from sebulba.config.sizes import derive_sizes
 from sebulba.preflight.memory import update_compiler_options
+from sebulba.runtime import platforms
+
+# libtpu's errors about a TPU it cannot find never show where no accelerator exists.
+platforms.skip_absent_accelerators()
 
 PONG = EnvSpec("Pong-v5", ArraySpec((4, 84, 84), "uint8"), Discrete(6), is_atari=True)
 

@@ -53,6 +53,10 @@ from ceilings import actor_only_sps, endless  # noqa: E402
 from config_spec import actor_and_learner_config, benchmark_parser  # noqa: E402
 
 from sebulba import train  # noqa: E402
+from sebulba.runtime import platforms  # noqa: E402
+
+# libtpu's errors about a TPU it cannot find never show where no accelerator exists.
+platforms.skip_absent_accelerators()
 
 # Lines a trace viewer derives from the raw ones; they would count every operation twice.
 DERIVED_LINES = frozenset(

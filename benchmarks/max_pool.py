@@ -22,7 +22,10 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from sebulba.runtime import gpu_determinism  # noqa: E402
+from sebulba.runtime import gpu_determinism, platforms  # noqa: E402
+
+# libtpu's errors about a TPU it cannot find never show where no accelerator exists.
+platforms.skip_absent_accelerators()
 
 
 def main() -> None:

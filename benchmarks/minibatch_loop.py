@@ -29,6 +29,10 @@ from sebulba.agents.api import ArraySpec, Discrete, EnvSpec, Rollout  # noqa: E4
 from sebulba.config import base_config  # noqa: E402
 from sebulba.config.sizes import derive_sizes  # noqa: E402
 from sebulba.preflight.memory import update_compiler_options  # noqa: E402
+from sebulba.runtime import platforms  # noqa: E402
+
+# libtpu's errors about a TPU it cannot find never show where no accelerator exists.
+platforms.skip_absent_accelerators()
 
 CARTPOLE = EnvSpec("CartPole-v1", ArraySpec((4,), "float32"), Discrete(2))
 BREAKOUT = EnvSpec("Breakout-v5", ArraySpec((4, 84, 84), "uint8"), Discrete(18), is_atari=True)

@@ -26,6 +26,10 @@ import numpy as np
 from throughput import load_config
 
 from sebulba import train
+from sebulba.runtime import platforms
+
+# libtpu's errors about a TPU it cannot find never show where no accelerator exists.
+platforms.skip_absent_accelerators()
 
 # CleanRL's published 1M-step returns of ppo_continuous_action (mean ± std over seeds);
 # two figures where CleanRL's versions of the script differ.

@@ -37,6 +37,10 @@ from sebulba.config.sizes import derive_sizes  # noqa: E402
 from sebulba.mesh import build_layout  # noqa: E402
 from sebulba.pipeline import lower_update, rollout_struct  # noqa: E402
 from sebulba.preflight.memory import update_compiler_options  # noqa: E402
+from sebulba.runtime import platforms  # noqa: E402
+
+# libtpu's errors about a TPU it cannot find never show where no accelerator exists.
+platforms.skip_absent_accelerators()
 
 HALF_CHEETAH = EnvSpec(
     "HalfCheetah-v4", ArraySpec((17,), "float32"), Box((6,), (-1.0,) * 6, (1.0,) * 6)

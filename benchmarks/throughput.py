@@ -26,6 +26,10 @@ import importlib.util  # noqa: E402
 import jax  # noqa: E402
 
 from sebulba import train  # noqa: E402
+from sebulba.runtime import platforms  # noqa: E402
+
+# libtpu's errors about a TPU it cannot find never show where no accelerator exists.
+platforms.skip_absent_accelerators()
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
