@@ -205,15 +205,6 @@ def actor_only_sps(setup, seconds: float, actor_loop: str):
     learner state, one rollout per thread as handed over, and thread 0's last collected
     rollout before its handoff (for `handoff_sps`)."""
     pipeline = train.make_pipeline(setup, actor_loop=actor_loop)
-    collected = []
-    hand_over = pipeline._to_learner_devices
-
-    def keep_and_hand_over(rollout):
-        if threading.current_thread() is threads[0]:
-            collected[:] = [rollout]
-        return hand_over(rollout)
-
-    pipeline._to_learner_devices = keep_and_hand_over
     state = train.init_learner_state(setup)
     params = setup.agent.policy_params(state)
     store = _FixedParams([jax.device_put(params, device) for device in setup.layout.actor_devices])
@@ -228,6 +219,15 @@ def actor_only_sps(setup, seconds: float, actor_loop: str):
         )
         for t, envs in enumerate(setup.envs_per_thread)
     ]
+    collected = []
+    hand_over = pipeline._to_learner_devices
+
+    def keep_and_hand_over(rollout):
+        if threading.current_thread() is threads[0]:
+            collected[:] = [rollout]
+        return hand_over(rollout)
+
+    pipeline._to_learner_devices = keep_and_hand_over  # Until the threads have stopped.
     for thread in threads:
         thread.start()
     first_rollouts, start, updates = None, None, 0
@@ -246,7 +246,7 @@ def actor_only_sps(setup, seconds: float, actor_loop: str):
     control.stop()
     for thread in threads:
         thread.join(timeout=10.0)
-    pipeline._to_learner_devices = hand_over
+    del pipeline._to_learner_devices  # The class's method again.
     sps = updates * setup.sizes.steps_per_update / elapsed
     return sps, pipeline, state, first_rollouts, collected[0]
 
@@ -265,18 +265,28 @@ def handoff_sps(pipeline, collected_rollout, setup, seconds: float) -> float:
     return count * steps / (time.perf_counter() - start)
 
 
+def _policy_inputs(params, setup):
+    """What a policy step takes besides observations, on actor device 0, for one thread's
+    envs: (device, envs, params, carry, env ids, step index)."""
+    device = setup.layout.actor_devices[0]
+    n = setup.sizes.envs_per_thread
+    return (
+        device,
+        n,
+        jax.device_put(params, device),
+        jax.device_put(setup.agent.new_carry(n), device),
+        jax.device_put(np.arange(n, dtype=np.int32), device),
+        jax.device_put(np.int32(0), device),
+    )
+
+
 def policy_calls_sps(pipeline, params, setup, seconds: float) -> float:
     """Steps/s of the step loop's policy side alone (no env): per step, observations
     copied from the host to the actor device, one call of the actor step, the actions
     copied back to the host, as `Pipeline._collect` does. One actor device."""
-    device = setup.layout.actor_devices[0]
-    n = setup.sizes.envs_per_thread
+    device, n, params, carry, env_ids, step_index = _policy_inputs(params, setup)
     obs = spaces.zero_observation(setup.env_spec.observation, n)
     starts = np.zeros(n, bool)
-    carry = jax.device_put(setup.agent.new_carry(n), device)
-    env_ids = jax.device_put(np.arange(n, dtype=np.int32), device)
-    params = jax.device_put(params, device)
-    step_index = jax.device_put(np.int32(0), device)
 
     def call(step_index):
         obs_on_device, starts_on_device = jax.device_put((obs, starts), device)
@@ -297,12 +307,9 @@ def policy_calls_sps(pipeline, params, setup, seconds: float) -> float:
 def policy_in_scan_sps(pipeline, params, setup, seconds: float, num_steps: int = 128) -> float:
     """Steps/s of the actor's policy step alone inside a jitted scan (no env): what the
     scan loop's program spends beside the env. Synthetic observations, one actor device."""
-    device = setup.layout.actor_devices[0]
-    n = setup.sizes.envs_per_thread
+    device, n, params, carry, env_ids, step_index = _policy_inputs(params, setup)
     obs = jax.device_put(spaces.zero_observation(setup.env_spec.observation, n), device)
-    carry = jax.device_put(setup.agent.new_carry(n), device)
     starts = jax.device_put(np.zeros(n, bool), device)
-    env_ids = jax.device_put(np.arange(n, dtype=np.int32), device)
 
     def program(params, step_index):
         def body(step_index, t):
@@ -316,8 +323,6 @@ def policy_in_scan_sps(pipeline, params, setup, seconds: float, num_steps: int =
         return jax.lax.scan(body, step_index, jnp.arange(num_steps, dtype=jnp.int32))
 
     run = jax.jit(program)
-    params = jax.device_put(params, device)
-    step_index = jax.device_put(np.int32(0), device)
     jax.block_until_ready(run(params, step_index))  # Compiles.
     count, start = 0, time.perf_counter()
     while count < 2 or time.perf_counter() - start < seconds:
@@ -449,15 +454,17 @@ def measure(config, seconds: float, updates: int, only=MEASUREMENTS) -> dict:
             result[f"actor_only_{loop}_sps"] = actor
             result[f"handoff_{loop}_sps"] = handoff_sps(pipeline, collected, setup, seconds)
             del collected
-            if loop == "step":
-                params = setup.agent.policy_params(state)
-                result["policy_calls_sps"] = policy_calls_sps(pipeline, params, setup, seconds)
-        if "scan" in loops:
-            # Where the scan loop's time goes beside the env: the policy step in the
-            # program, and the episode records on the host.
+            # Where the loop's time goes beside the env: the step loop's policy calls with
+            # their copies; the scan loop's policy step in its program, and its episode
+            # records on the host.
             params = setup.agent.policy_params(state)
-            result["policy_in_scan_sps"] = policy_in_scan_sps(pipeline, params, setup, seconds)
-            result["episode_bookkeeping_sps"] = episode_bookkeeping_sps(rollouts, setup, seconds)
+            if loop == "step":
+                result["policy_calls_sps"] = policy_calls_sps(pipeline, params, setup, seconds)
+            else:
+                result["policy_in_scan_sps"] = policy_in_scan_sps(pipeline, params, setup, seconds)
+                result["episode_bookkeeping_sps"] = episode_bookkeeping_sps(
+                    rollouts, setup, seconds
+                )
         if "learner" in only:
             result["learner_only_sps"], result["plain_jit_sps"] = learner_only_sps(
                 pipeline, state, rollouts, setup.sizes, seconds
