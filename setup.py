@@ -3,17 +3,22 @@
 from setuptools import find_packages, setup
 
 # Ranges are the ones tested together; the pairs that must agree are pinned as sets:
-# jax/jaxlib (same release), orbax-checkpoint/tensorstore, envpool/numpy.
+# jax/jaxlib (same release), orbax-checkpoint/tensorstore, envpool/numpy. The whole test
+# suite passes on CPU with jax 0.10.2 (Python 3.11, what CI runs) and with jax 0.11.2
+# (Python 3.12, the release GPU images ship; docs/guide.md, "Versions").
 INSTALL_REQUIRES = [
-    "jax>=0.10.0,<0.11",
-    "jaxlib>=0.10.0,<0.11",
+    "jax>=0.10.0,<0.12",
+    "jaxlib>=0.10.0,<0.12",
     "flax>=0.12.0,<0.13",
     "optax>=0.2.5,<0.3",
     "rlax>=0.1.8,<0.2",
     "chex>=0.1.90,<0.2",
     "ml-collections>=1.0,<2",
     "absl-py>=2.1,<3",
-    "envpool>=1.2.5,<1.3",
+    # 1.2.5 exactly: the env catalog (sebulba.environments) and docs/environments.md list
+    # its families and task counts; 1.2.7, which pip takes on Python 3.12, adds families
+    # (craftax, marlgrid, MuJoCo locomotion and mjlab) that sebulba does not register yet.
+    "envpool==1.2.5",
     "numpy>=2.0,<2.5",
     "orbax-checkpoint>=0.12.0,<0.13",
     "tensorstore>=0.1.80,<0.2",
@@ -26,7 +31,7 @@ INSTALL_REQUIRES = [
     "psutil>=5.9",
 ]
 
-TPU_CHECK = ["jax[tpu]>=0.10.0,<0.11"]
+TPU_CHECK = ["jax[tpu]>=0.10.0,<0.12"]
 # The JAX-native env suites of Anakin mode (sebulba.anakin.suites); gymnax imports six undeclared.
 ANAKIN = [
     "gymnax>=1.0.1,<1.1",

@@ -11,8 +11,8 @@ readonly PROJECT_ROOT
 readonly REMOTE_PROJECT=sebulba
 readonly REMOTE_VENV=sebulba-venv
 readonly REMOTE_LOGS=sebulba-logs
-# The TPU build of the JAX release setup.py pins (jax and jaxlib >=0.10.0,<0.11).
-readonly JAX_TPU_REQUIREMENT='jax[tpu]>=0.10.0,<0.11'
+# The TPU build of the JAX releases setup.py admits (jax and jaxlib >=0.10.0,<0.12).
+readonly JAX_TPU_REQUIREMENT='jax[tpu]>=0.10.0,<0.12'
 # sebulba needs Python >= 3.11; TPU VM images ship Ubuntu's older python3, so setup
 # gives the virtualenv a Python of its own through uv.
 readonly PYTHON_VERSION=3.11

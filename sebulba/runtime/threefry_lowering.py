@@ -2,13 +2,13 @@
 
 Every random key a run derives (`sebulba.random_streams`: a `fold_in` or `split` per env
 step, per action sample, per minibatch shuffle) and every random number it draws runs
-JAX's Threefry-2x32 hash. JAX up to 0.10 lowers that hash for CPU as a loop of 5
-iterations (its GPU and TPU lowering, and its CPU lowering from later versions on, is
-the 20 rounds written out). XLA:CPU runs each iteration of such a loop as a dozen or more
-separate small operations (the rounds' arithmetic, copies of the loop's state), where the
-written-out hash is one fused kernel. In a program of small arrays, such as an Anakin
-CartPole update of 4 envs that derives keys at every env step, those launches are a large
-part of the time; each loop is also one more for XLA to compile.
+JAX's Threefry-2x32 hash. JAX lowers that hash for CPU as a loop of 5 iterations (0.10.2
+and 0.11.2 both do; its GPU and TPU lowering is the 20 rounds written out). XLA:CPU runs
+each iteration of such a loop as a dozen or more separate small operations (the rounds'
+arithmetic, copies of the loop's state), where the written-out hash is one fused kernel.
+In a program of small arrays, such as an Anakin CartPole update of 4 envs that derives
+keys at every env step, those launches are a large part of the time; each loop is also
+one more for XLA to compile.
 `benchmarks/threefry_lowering.py` measures runs under both lowerings.
 
 `use_unrolled_threefry_on_cpu` registers JAX's written-out rounds for CPU. The hash is
