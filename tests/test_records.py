@@ -22,6 +22,11 @@ import render_docs  # noqa: E402
 
 # The README's promise for its default configs: every recorded seed ends near 500.
 LEARNED = 475.0
+# A fresh run where XLA rounds differently (another CPU's features, another JAX release)
+# is another sample of the same training, not the record replayed: the PPO record's seeds
+# end at 478.8-500.0 with jax 0.10.2 and 464.5-493.0 with jax 0.11.2
+# (docs/records/ppo_cartpole_jax_0_11.json), so such a run is held to this floor.
+LEARNED_ELSEWHERE = 450.0
 # The greedy policy of the default run's final checkpoint, 20 episodes of `sebulba.evaluate
 # --greedy` (seed 0); random play scores ~22.
 GREEDY_FLOOR = {"ppo_cartpole": 400.0}
@@ -68,8 +73,9 @@ def test_the_default_run_gives_its_recorded_numbers(config):
         f"benchmarks/default_runs.py --config={config} --seeds="
         f"{','.join(record['values']['seeds'])} && python benchmarks/render_docs.py"
     )
-    # The learning claim holds everywhere.
-    assert result["mean_return"] >= LEARNED, (result, regenerate)
+    # The learning claim holds everywhere; where the record's environment is this one, the
+    # record's exact numbers (each at least LEARNED) are checked below.
+    assert result["mean_return"] >= LEARNED_ELSEWHERE, (result, regenerate)
     if greedy:
         assert result["eval"]["mean_return"] >= GREEDY_FLOOR[config], result
     same, why = records.same_environment(record)
