@@ -145,6 +145,13 @@ def test_a_non_discrete_action_space_is_refused_in_one_line():
     with pytest.raises(ConfigError) as error:
         make_agent(grid, network="nature_cnn")
     assert "use agent.network=" in str(error.value) and "multi_input" not in str(error.value)
+    # Atari frames, which only multi_input of the other networks would flatten.
+    for network in ("mlp", "minatar"):
+        with pytest.raises(ConfigError) as error:
+            make_agent(ATARI, network=network)
+        message = str(error.value)
+        assert "\n" not in message and f"agent.network {network!r}" in message
+        assert message.endswith("use agent.network=nature_cnn or impala_resnet")
     for widths in ((64, 0), (-4,)):
         with pytest.raises(ConfigError, match=r"agent.hidden_sizes .* must be positive integers"):
             make_agent(hidden_sizes=widths)

@@ -716,8 +716,8 @@ def check_network_fits(name: str, env_spec: EnvSpec, among: Sequence[str] | None
     ]
     # "multi_input" takes any array, but only flattens those it cannot read the layout of
     # (Atari's frame stacks, MinAtar's grids): named for them only where nothing else fits.
-    if ANY_OBSERVATION.only_flattens(env_spec.observation) and len(fitting) > 1:
-        fitting.remove("multi_input")
+    if ANY_OBSERVATION.only_flattens(env_spec.observation) and set(fitting) - {"multi_input"}:
+        fitting = [other for other in fitting if other != "multi_input"]
     advice = f"use agent.network={' or '.join(fitting)}" if fitting else "no built-in network fits"
     raise ConfigError(
         f"agent.network {name!r} takes {accepted.description}, but env.id "
