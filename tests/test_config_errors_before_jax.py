@@ -73,6 +73,17 @@ def run_blocked(*args):
         ("pqn_cartpole.py", "agent.num_minibatches=3", "agent.num_steps (64) must be a pos"),
         ("dqn_cartpole.py", "agent.batch_size=7", "agent.batch_size (7) must be a positive mul"),
         (
+            "dqn_cartpole.py",
+            "agent.buffer_size=20000000000",
+            "agent.buffer_size (20,000,000,000) holds 2,500,000,000 steps per env, more than "
+            "the 2,147,483,647 (int32)",
+        ),
+        (
+            "dqn_cartpole.py",
+            "agent.batch_size=20000",
+            "agent.batch_size (20,000) must be at most agent.buffer_size (10,000)",
+        ),
+        (
             "sac_mujoco.py",
             "agent.learning_starts=10000000",
             "agent.learning_starts (10000000) is more than the run's",

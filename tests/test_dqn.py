@@ -247,6 +247,9 @@ def test_a_non_discrete_action_space_is_refused_naming_the_field():
     [
         ("buffer_size", 100, "agent.buffer_size"),
         ("batch_size", 6, "agent.batch_size"),
+        # Positions past int32 in a column (the update would raise an OverflowError).
+        ("buffer_size", B * T * 2**29, r"agent.buffer_size \(8,589,934,592\) holds 2,147"),
+        ("batch_size", B * T * 8, r"agent.batch_size \(128\) must be at most agent.buffer_s"),
         ("replay_ratio", 0.01, "agent.replay_ratio"),
         ("loss", "l1", "agent.loss"),
         # An epsilon rising from start_e to end_e would pass 1.

@@ -140,6 +140,12 @@ def test_a_non_discrete_action_space_is_refused_in_one_line():
         make_agent(network="multi_input")
     with pytest.raises(ConfigError, match="agent.num_minibatches"):
         make_agent(num_minibatches=3)
+    # A rising epsilon (most likely the two keys swapped), refused as DQN refuses one.
+    rising = (
+        r"^agent.epsilon_start \(0.01\) must be >= agent.epsilon_finish \(0.5\): epsilon decays$"
+    )
+    with pytest.raises(ConfigError, match=rising):
+        make_agent(epsilon_start=0.01, epsilon_finish=0.5)
     # Only networks PQN takes are suggested (multi_input also reads a grid; PQN refuses it).
     grid = EnvSpec("Breakout-MinAtar", ArraySpec((10, 10, 4), "float32"), Discrete(3))
     with pytest.raises(ConfigError) as error:

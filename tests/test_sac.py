@@ -230,6 +230,7 @@ def test_a_non_box_action_space_is_refused_in_one_line_naming_the_field():
     [
         ("buffer_size", 100, "agent.buffer_size"),
         ("batch_size", 6, "agent.batch_size"),
+        ("batch_size", B * T * 8, r"agent.batch_size \(\d+\) must be at most agent.buffer_size"),
         ("replay_ratio", 0.01, "agent.replay_ratio"),
         ("network", "nature_cnn", "agent.network"),
         ("hidden_sizes", (16, 0), "agent.hidden_sizes"),

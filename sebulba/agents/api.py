@@ -35,6 +35,7 @@ from sebulba.config.validation import (  # noqa: F401
     UNIT_INTERVAL,
     Range,
     check_choice,
+    check_decays,
     check_range,
     check_ranges,
     require_divisible,

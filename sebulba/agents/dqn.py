@@ -40,6 +40,7 @@ from sebulba.agents.api import (
     EnvSpec,
     Rollout,
     check_choice,
+    check_decays,
     check_ranges,
     zero_observation,
 )
@@ -97,11 +98,8 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
             f"has {type(env_spec.action).__name__} actions"
         )
     check_choice(hp.loss, "agent.loss", LOSSES)
-    if hp.start_e < hp.end_e:
-        # linear_schedule decays: an increasing one would pass 1 (CleanRL's does too).
-        raise ConfigError(
-            f"agent.start_e ({hp.start_e}) must be >= agent.end_e ({hp.end_e}): epsilon decays"
-        )
+    # linear_schedule decays: an increasing one would pass 1 (CleanRL's does too).
+    check_decays(hp.start_e, "agent.start_e", hp.end_e, "agent.end_e", "epsilon")
     check_network_fits(hp.network, env_spec)
     num_steps = sizes.num_steps
     replay_sizes = size_rules.dqn(hp, sizes)

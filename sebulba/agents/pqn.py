@@ -43,6 +43,7 @@ from sebulba.agents.api import (
     EnvSpec,
     Rollout,
     check_choice,
+    check_decays,
     check_ranges,
     zero_observation,
 )
@@ -76,9 +77,10 @@ def epsilon_schedule(hp: ml_collections.ConfigDict, num_updates: int) -> optax.S
     schedule = optax.linear_schedule(
         hp.epsilon_start, hp.epsilon_finish, hp.exploration_fraction * num_updates
     )
-    low, high = sorted((hp.epsilon_start, hp.epsilon_finish))
-    # Within its bounds: optax's float arithmetic can end a few ulps past epsilon_finish.
-    return lambda count: jnp.clip(schedule(count), low, high)
+    start, finish = hp.epsilon_start, hp.epsilon_finish
+    # Within its bounds (`make` refuses a rising epsilon): optax's float arithmetic can end
+    # a few ulps past epsilon_finish.
+    return lambda count: jnp.clip(schedule(count), finish, start)
 
 
 def q_lambda_targets(
@@ -139,6 +141,13 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
             f"agent.name 'pqn' takes Discrete actions (one Q-value each), but env.id "
             f"{env_spec.env_id!r} has {type(env_spec.action).__name__} actions"
         )
+    check_decays(
+        hp.epsilon_start,
+        "agent.epsilon_start",
+        hp.epsilon_finish,
+        "agent.epsilon_finish",
+        "epsilon",
+    )
     check_choice(hp.network, "agent.network", Q_NETWORKS)
     check_network_fits(hp.network, env_spec, among=Q_NETWORKS)
     # () is a linear Q-function of the torso's features; a zero width would fail at the

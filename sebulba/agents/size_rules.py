@@ -28,6 +28,10 @@ def check_accumulation_steps(steps, name: str, divides: int, divides_name: str) 
     return steps
 
 
+# Steps per env a replay buffer may hold: its positions are int32 on the learner.
+_MAX_STEPS_PER_ENV = 2**31 - 1
+
+
 @dataclasses.dataclass(frozen=True)
 class ReplaySizes:
     """What a replay agent's `agent.buffer_size`, `batch_size` and `replay_ratio` come to.
@@ -72,7 +76,23 @@ def replay_sizes(hp, sizes: Sizes, lookahead: int, lookahead_name: str, step_nam
             f"agent.buffer_size ({hp.buffer_size}) holds {capacity} steps per env; it needs "
             f"at least agent.num_steps + {lookahead_name} = {num_steps + lookahead}"
         )
+    if capacity > _MAX_STEPS_PER_ENV:
+        # The learner indexes a column's positions with int32, on every backend.
+        largest = _MAX_STEPS_PER_ENV // num_steps * num_steps * num_envs
+        raise ConfigError(
+            f"agent.buffer_size ({hp.buffer_size:,}) holds {capacity:,} steps per env, more "
+            f"than the {_MAX_STEPS_PER_ENV:,} (int32) a buffer column can index: at most "
+            f"{largest:,} for {num_envs:,} global envs"
+        )
     require_divisible(hp.batch_size, "agent.batch_size", num_envs, "the global env count")
+    if hp.batch_size > hp.buffer_size:
+        # Sampling with replacement (CleanRL's buffer too) would take it, but each gradient
+        # step would then draw the same transitions repeatedly: a large batch's cost for a
+        # small one's information.
+        raise ConfigError(
+            f"agent.batch_size ({hp.batch_size:,}) must be at most agent.buffer_size "
+            f"({hp.buffer_size:,}), the transitions a gradient step samples from"
+        )
     gradient_steps = hp.replay_ratio * sizes.steps_per_update
     if abs(gradient_steps - round(gradient_steps)) > 1e-6 or round(gradient_steps) < 1:
         raise ConfigError(

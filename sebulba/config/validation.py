@@ -88,6 +88,13 @@ def check_choice(value: Any, name: str, choices: tuple[str, ...]) -> None:
         raise ConfigError(f"{name} {value!r} must be one of {', '.join(choices)}")
 
 
+def check_decays(start: float, start_name: str, end: float, end_name: str, what: str) -> None:
+    """Raises ConfigError if a schedule that only decays (`what`, e.g. an exploration
+    epsilon) would rise from `start` to `end`: most likely the two keys swapped."""
+    if start < end:
+        raise ConfigError(f"{start_name} ({start}) must be >= {end_name} ({end}): {what} decays")
+
+
 def require_divisible(numerator: int, numerator_name: str, denominator: int, denominator_name: str):
     """Raises ConfigError unless `numerator` is a positive multiple of `denominator`."""
     if numerator <= 0 or denominator <= 0 or numerator % denominator:
