@@ -135,6 +135,7 @@ def make_pipeline(setup: RunSetup, **options) -> Pipeline:
         "learner_delay_s": config.debug.learner_delay_s,
         "actor_delay_s": config.debug.actor_delay_s,
         "transfer_guard": config.debug.transfer_guard,
+        "consistency_checks": config.debug.consistency_checks,
         "actor_loop": setup.actor_loop,
         **options,
     }
@@ -212,8 +213,9 @@ def make_env_pools(config: ml_collections.ConfigDict, sizes: Sizes, first_update
 def start_compiling(pipeline: Pipeline | anakin_runner.AnakinRunner, setup: RunSetup) -> Future:
     """Compiles the run's update program on a thread of its own, from the state's shapes.
 
-    The main thread meanwhile makes or restores the learner state (compiling its own small
-    programs); XLA compiles without holding the GIL, so on two cores or more the two
+    The main thread meanwhile compiles the learner state's init program (`compile_init`),
+    which runs, as a restore does, only after the memory check has passed on the compiled
+    update; XLA compiles without holding the GIL, so on two cores or more the two
     overlap: the largest part of a cold start-up that is not imports. `Future.result()`
     returns the compiled program or raises what compiling raised.
     """
@@ -223,12 +225,20 @@ def start_compiling(pipeline: Pipeline | anakin_runner.AnakinRunner, setup: RunS
     return future
 
 
-def init_learner_state(setup: RunSetup):
-    """Creates the learner state already placed on the learner mesh (`Agent.partition_specs`)."""
+def compile_init(setup: RunSetup) -> Callable[[], Any]:
+    """The learner state's init program, compiled but not run (nothing of the state exists
+    yet); calling the result creates the state already placed on the learner mesh
+    (`Agent.partition_specs`)."""
     shapes = setup.learner_state_shapes
     shardings = setup.agent.state_shardings(shapes, setup.layout.sharding)
     key = random_streams.init_key(setup.config.seed)
-    return jax.jit(setup.agent.init, out_shardings=shardings)(key)
+    init = jax.jit(setup.agent.init, out_shardings=shardings).lower(key).compile()
+    return functools.partial(init, key)
+
+
+def init_learner_state(setup: RunSetup):
+    """Creates the learner state already placed on the learner mesh (`Agent.partition_specs`)."""
+    return compile_init(setup)()
 
 
 def _log_compiled(compiled) -> None:
@@ -278,13 +288,19 @@ def schedule_meta(config: ml_collections.ConfigDict, sizes: Sizes) -> dict[str, 
     }
 
 
-def restore_or_init(setup: RunSetup, workdir: str, abstract_env_state: Any = None) -> StartPoint:
+def restore_or_init(
+    setup: RunSetup,
+    workdir: str,
+    abstract_env_state: Any = None,
+    fresh_state: Callable[[], Any] | None = None,
+) -> StartPoint:
     """Restores the run's own newest valid checkpoint, else `ckpt.resume_from`, else inits.
 
     Restored arrays take the shardings of the current layout, whatever layout saved them.
     Reads only; unreadable checkpoints of this run are moved aside with a warning.
     `abstract_env_state` (an Anakin run's) restores the JAX envs' state too; their
-    episodes then continue, so nothing restarts.
+    episodes then continue, so nothing restarts. `fresh_state` makes the state of a run
+    that restores none (default: `init_learner_state`).
 
     Raises:
       ConfigError: `ckpt.resume_from` holds no usable checkpoint, or a checkpoint holds a
@@ -322,7 +338,7 @@ def restore_or_init(setup: RunSetup, workdir: str, abstract_env_state: Any = Non
         if restored is None:
             raise ConfigError(f"ckpt.resume_from {directory!r} holds no valid checkpoint")
     if restored is None:
-        return StartPoint(init_learner_state(setup))
+        return StartPoint(fresh_state() if fresh_state is not None else init_learner_state(setup))
     logging.info("resuming after update %d from %s", restored.step, restored.path)
     state = restored.state
     if setup.agent.restart_envs is not None and restored.env_state is None:
@@ -527,6 +543,8 @@ def train(
         below a file, is not writable or is in use by another run (process 0 holds the
         workdir from its first write to the end: `sebulba.runtime.workdir.hold`).
     """
+    # The run's wall time counts from here: start-up and compiling are part of it.
+    started_at = time.perf_counter()
     # Before envs and compiling: a path that cannot hold the outputs fails in seconds,
     # and so does a resume with a config the stored run did not use.
     workdir_lib.check_workdir(workdir)
@@ -535,7 +553,9 @@ def train(
     gpu_determinism.configure(config.debug.deterministic_gpu)
     # Process 0 writes: it holds the workdir (open_outputs).
     with workdir_lib.reserved([workdir], check=jax.process_index() == 0):
-        return _train_phases(config, workdir, on_update, shared_workdir_timeout_s, stop_signals)
+        return _train_phases(
+            config, workdir, on_update, shared_workdir_timeout_s, stop_signals, started_at
+        )
 
 
 def _train_phases(
@@ -544,6 +564,7 @@ def _train_phases(
     on_update: Callable[[UpdateReport, Any], None] | None,
     shared_workdir_timeout_s: float,
     stop_signals: ckpt_lib.StopSignals | None,
+    started_at: float,
 ):
     """`train` once its workdir and config have passed the checks that need no JAX."""
     # Entered here even when the caller entered it already: JAX's distributed runtime
@@ -578,7 +599,21 @@ def _train_phases(
         abstract_env_state = None if runner is None else runner.abstract_acting_state()
         pipeline = runner or make_pipeline(setup)
         compiling = start_compiling(pipeline, setup)
-        start = restore_or_init(setup, workdir, abstract_env_state)
+        # Compiled while the update compiles, run only once the update is known to fit:
+        # the state (a replay buffer above all) is part of what the memory check counts.
+        fresh_state = compile_init(setup)
+        compiled = compiling.result()
+        _log_compiled(compiled)
+        if not config.debug.skip_memory_check:
+            memory.check_update_fits(
+                compiled,
+                # Anakin's rollout lives inside its program (counted in its temporaries);
+                # the pipeline's next rollout arrives while the update runs.
+                () if runner is not None else pipeline.rollout_struct(setup.learner_state_shapes),
+                layout.local_learner_devices,
+                agent=config.agent,
+            )
+        start = restore_or_init(setup, workdir, abstract_env_state, fresh_state)
         if start.first_update > sizes.num_updates:
             if is_main_process:
                 done = f"{start.first_update - 1}/{sizes.num_updates}"
@@ -604,19 +639,8 @@ def _train_phases(
             sizes.num_updates,
             sizes.steps_per_update,
         )
-        compiled = compiling.result()
-        _log_compiled(compiled)
-        if not config.debug.skip_memory_check:
-            memory.check_update_fits(
-                compiled,
-                # Anakin's rollout lives inside its program (counted in its temporaries);
-                # the pipeline's next rollout arrives while the update runs.
-                () if runner is not None else pipeline.rollout_struct(start.state),
-                layout.local_learner_devices,
-                agent=config.agent,
-            )
 
-        metrics = open_outputs(setup, workdir, start)
+        metrics = open_outputs(setup, workdir, start, started_at=started_at)
         checkpoints = RunCheckpoints(
             setup,
             workdir,
@@ -724,6 +748,7 @@ def open_outputs(
     start: StartPoint,
     show_progress: bool = True,
     sinks: bool = True,
+    started_at: float | None = None,
 ) -> MetricsLogger:
     """Holds the workdir, writes config.json, cuts metrics.jsonl back to the start and
     opens the metrics.
@@ -731,6 +756,8 @@ def open_outputs(
     Process 0 writes (and holds the workdir until its caller releases it);
     `show_progress` False keeps the run off the console (the seeds of a vmapped Anakin
     run other than the first); `sinks` False opens no TensorBoard or wandb run.
+    `started_at` (`time.perf_counter()`): when the run started, before its start-up and
+    compiling, which its wall time counts (default: now).
     """
     config, sizes = setup.config, setup.sizes
     is_main_process = jax.process_index() == 0
@@ -760,6 +787,7 @@ def open_outputs(
         deterministic_gpu_kernels=config.debug.deterministic_gpu
         and any(device.platform == "gpu" for device in setup.layout.local_learner_devices),
         host_cores=envs_lib.available_cores(),
+        started_at=started_at,
     )
 
 

@@ -229,6 +229,30 @@ def test_summary_sps_is_steady_state_and_says_what_includes_start_up(tmp_path):
     assert summary["sps_including_compile"] < summary["sps"] / 3
 
 
+def test_sps_including_start_up_counts_the_whole_run_compiling_included(tmp_path, monkeypatch):
+    # A slow compile (here 1.5 s more) is part of the run's wall time: the figure that
+    # says "including start-up" is the run's steps over all of it.
+    from sebulba.pipeline import Pipeline
+
+    compile_update = Pipeline.compile_update
+
+    def slow_compile(self, shapes):
+        time.sleep(1.5)
+        return compile_update(self, shapes)
+
+    monkeypatch.setattr(Pipeline, "compile_update", slow_compile)
+    workdir = str(tmp_path / "run")
+    began = time.perf_counter()
+    train.train(agent_config(minimal_agent), workdir)
+    measured = time.perf_counter() - began
+    summary = read_summary(workdir)
+    assert measured - 0.5 < summary["wall_time_s"] <= measured
+    assert summary["sps_including_compile"] == pytest.approx(
+        summary["global_step"] / summary["wall_time_s"]
+    )
+    assert summary["sps_including_compile"] < summary["sps"]
+
+
 def test_summary_sps_of_anakin_blocks_leaves_the_whole_first_call_out(tmp_path):
     # Blocks of 4 updates: each block's updates report together once it returns, so the
     # steady state starts after the first block's last report, not after update 1.

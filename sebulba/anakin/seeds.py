@@ -21,6 +21,7 @@ after the same update, and the same command resumes them together.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Sequence
 
 import jax
@@ -185,6 +186,7 @@ def train_seeds(
         bad seed workdir (one another run holds included), or seed workdirs that stopped
         after different updates.
     """
+    started_at = time.perf_counter()  # Every seed's wall time counts start-up and compiling.
     seeds = check_seeds(seeds)
     configs, workdirs = [], []
     for seed in seeds:
@@ -196,7 +198,7 @@ def train_seeds(
         resume_config.check(seeded, workdirs[-1])
     # Process 0 holds them (from before compiling, in _train_seeds).
     with workdir_lib.reserved(workdirs, check=jax.process_index() == 0):
-        return _train_seeds(config, workdir, seeds, configs, workdirs, stop_signals)
+        return _train_seeds(config, workdir, seeds, configs, workdirs, stop_signals, started_at)
 
 
 def _train_seeds(
@@ -206,6 +208,7 @@ def _train_seeds(
     configs: list[ml_collections.ConfigDict],
     workdirs: list[str],
     stop_signals: ckpt_lib.StopSignals | None,
+    started_at: float,
 ) -> list:
     """`train_seeds` once every seed's workdir and config have passed their first checks."""
     from sebulba import train as train_lib  # The run's phases; train imports anakin.
@@ -266,7 +269,9 @@ def _train_seeds(
         compiled = batch.compile(states, behaviours, actings)
         logging.info("%d seeds in one program: %s", len(seeds), ", ".join(map(str, seeds)))
         outputs = [
-            train_lib.open_outputs(setup, path, start, show_progress=index == 0)
+            train_lib.open_outputs(
+                setup, path, start, show_progress=index == 0, started_at=started_at
+            )
             for index, (setup, path, start) in enumerate(zip(setups, workdirs, starts, strict=True))
         ]
         current = {"behaviours": behaviours, "actings": actings}

@@ -284,7 +284,9 @@ class MetricsLogger:
     writes every file but nothing to the console. `actors_share_an_accelerator` and
     `deterministic_gpu_kernels`: see `diagnose_bottleneck`. `host_cores`, the cores the
     process may run on, adds `host_cpu_fraction` to the lines and the bottleneck report:
-    the process's CPU time over that many cores' wall time.
+    the process's CPU time over that many cores' wall time. `started_at`
+    (`time.perf_counter()`) is when this run (segment) started, before its start-up and
+    compiling, which its wall time and `sps_including_compile` count; default: now.
 
     Episodes are attributed to the tasks of `task_layout` by their global env index;
     multi-task lines carry per-task fields and summary.json always has `tasks`
@@ -312,6 +314,7 @@ class MetricsLogger:
         actors_share_an_accelerator: bool = False,
         deterministic_gpu_kernels: bool = False,
         host_cores: int | None = None,
+        started_at: float | None = None,
     ):
         self.workdir = workdir
         self.host_cores = host_cores
@@ -322,7 +325,7 @@ class MetricsLogger:
         self.console_every_s = console_every_s
         self._last_console_time: float | None = None
         self.is_main_process = is_main_process
-        self.start_time = time.perf_counter()
+        self.start_time = time.perf_counter() if started_at is None else started_at
         self.first_update = first_update
         self.elapsed_before_s = elapsed_s
         self.episodes_finished = episodes_finished
