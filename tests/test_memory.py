@@ -179,3 +179,24 @@ def test_train_stops_before_training_when_the_update_cannot_fit(tmp_path, monkey
     config.debug.skip_memory_check = True
     train.train(config, workdir)
     assert os.path.exists(os.path.join(workdir, "summary.json"))
+
+
+def test_an_oversized_replay_buffer_is_refused_before_the_state_is_created(tmp_path, monkeypatch):
+    # A buffer larger than the devices: creating it first would take the host down (the
+    # kernel kills the process) before the check could say so.
+    monkeypatch.setattr(memory, "available_bytes", lambda devices: 2**20)
+    created = []
+
+    def restore_or_init(*args, **kwargs):
+        created.append(True)
+        return restore_or_init_of_train(*args, **kwargs)
+
+    restore_or_init_of_train = train.restore_or_init
+    monkeypatch.setattr(train, "restore_or_init", restore_or_init)
+    config = load_config("dqn_cartpole", "smoke")
+    config.agent.buffer_size = config.env.num_envs * config.agent.num_steps * 40_000
+    workdir = os.path.join(tmp_path, "run")
+    with pytest.raises(ConfigError, match=r"learner update needs .*: lower agent\.buffer_size"):
+        train.train(config, workdir)
+    assert not created  # Neither made nor restored: no array of the state exists.
+    assert not os.path.exists(workdir)
