@@ -42,6 +42,7 @@ from sebulba.preflight import accelerators
 from sebulba.preflight.check_report import format_bytes as _bytes
 from sebulba.preflight.check_report import format_report, verdicts
 from sebulba.preflight.program_pricing import ProgramReport, analyse, smaller_layouts
+from sebulba.runtime import compile_progress
 
 _TOPOLOGY = flags.DEFINE_string(
     "topology",
@@ -165,8 +166,11 @@ def check(config, topology: str) -> dict[str, Any]:
         shapes,
         agent.state_shardings(shapes, layout.sharding),
     )
-    lowered, rollout, runner = _learner_program(config, run, state)
-    update, refused = _compile(lowered)
+    # On stderr: with --json, stdout holds the report alone.
+    what = "the act-and-learn program" if run.is_anakin else "the learner update"
+    with compile_progress.announced(f"{what} for {topology}", stream=sys.stderr):
+        lowered, rollout, runner = _learner_program(config, run, state)
+        update, refused = _compile(lowered)
     report = {
         "topology": topology,
         "chip": chip.name,
@@ -286,7 +290,10 @@ def _actor_report(config, run, state, chip: accelerators.Chip) -> dict[str, Any]
         on_actor,
     )
     step = jax.jit(functools.partial(actor_step, agent, config.seed))
-    actor = analyse(step.lower(params, *step_inputs).compile(), 1, chip)
+    what = f"the actors' policy step for {chip.name}"
+    with compile_progress.announced(what, stream=sys.stderr):
+        compiled = step.lower(params, *step_inputs).compile()
+    actor = analyse(compiled, 1, chip)
     step_bytes = sum(actor.memory_bytes[k] for k in ("arguments", "outputs", "temporaries"))
     step_bytes += _tree_bytes(params) - actor.memory_bytes["aliased"]
     loop = actor_loop(config, chip)

@@ -42,7 +42,7 @@ from sebulba.lag_schedule import required_policy_version
 from sebulba.mesh import DeviceLayout
 from sebulba.pipeline import Pipeline
 from sebulba.preflight import memory
-from sebulba.runtime import distributed, gpu_determinism
+from sebulba.runtime import compile_progress, distributed, gpu_determinism
 from sebulba.runtime import workdir as workdir_lib
 from sebulba.runtime.metrics import MetricsLogger, params_checksum, truncate_metrics, write_json
 from sebulba.update_report import UpdateReport
@@ -217,10 +217,17 @@ def start_compiling(pipeline: Pipeline | anakin_runner.AnakinRunner, setup: RunS
     which runs, as a restore does, only after the memory check has passed on the compiled
     update; XLA compiles without holding the GIL, so on two cores or more the two
     overlap: the largest part of a cold start-up that is not imports. `Future.result()`
-    returns the compiled program or raises what compiling raised.
+    returns the compiled program or raises what compiling raised. Process 0's console says
+    when compiling starts, that it goes on, and how long it took (`compile_progress`).
     """
+    what = "the act-and-learn program" if setup.jax_env is not None else "the learner update"
+
+    def compile_update():
+        with compile_progress.announced(what, show=jax.process_index() == 0):
+            return pipeline.compile_update(setup.learner_state_shapes)
+
     executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sebulba-compile")
-    future = executor.submit(pipeline.compile_update, setup.learner_state_shapes)
+    future = executor.submit(compile_update)
     executor.shutdown(wait=False)
     return future
 

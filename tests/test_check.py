@@ -479,7 +479,13 @@ def test_a_run_compiles_for_a_tpu_slice_without_one():
         "--json",
     )
     assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stderr == ""  # libtpu's probing for a TPU VM is kept quiet.
+    # libtpu's probing for a TPU VM is kept quiet; stderr says what compiles, and how long
+    # it took (stdout holds the report alone).
+    said = result.stderr.splitlines()
+    assert said[0] == "sebulba: compiling the learner update for v5litepod-4 ...", said
+    assert re.fullmatch(r"sebulba: compiled the learner update for v5litepod-4 in [\d:]+", said[1])
+    assert said[2] == "sebulba: compiling the actors' policy step for TPU v5e ...", said
+    assert said[3].startswith("sebulba: compiled the actors' policy step") and len(said) == 4
     report = json.loads(result.stdout)
     assert report["chip"] == "TPU v5e"
     assert report["proxy"] is False

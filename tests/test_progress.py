@@ -215,6 +215,16 @@ def test_a_non_finite_loss_stops_the_run_at_that_update(tmp_path):
     assert checkpoint.list_steps(os.path.join(tmp_path, "checkpoints")) == [1, 2]
 
 
+def test_any_non_finite_metric_stops_the_run_as_a_loss_does(tmp_path):
+    config = agent_config(diverging_agent, agent__diverging_metric="approx_kl")
+    message = "non-finite metric at update 3: approx_kl=inf; the run stopped before saving it"
+    with pytest.raises(TrainingDivergedError, match=message):
+        train.train(config, str(tmp_path))
+    lines = read_metrics(str(tmp_path))
+    assert [line["update"] for line in lines] == [1, 2, 3]
+    assert lines[-1]["approx_kl"] is None and lines[-1]["loss"] is not None
+
+
 def test_a_diverging_run_exits_with_one_line(tmp_path):
     result = run_cli(tmp_path / "run", config=f"{TEST_CONFIG}:diverging")
     assert result.returncode == 1
@@ -297,3 +307,42 @@ def test_a_run_whose_update_is_slow_prints_a_line_before_the_update_ends(tmp_pat
 
 
 PROGRESS_LINE_2 = re.compile(r"^update 2/2 step ")
+
+
+def test_a_long_compile_says_which_program_that_it_goes_on_and_how_long_it_took(monkeypatch):
+    from sebulba.runtime import compile_progress
+
+    monkeypatch.setattr(compile_progress, "HEARTBEAT_S", 0.2)
+    monkeypatch.setattr(compile_progress, "XLA_ALARM_S", 0.5)
+    monkeypatch.setattr(compile_progress, "_XLA_ALARM_EXPLAINED", threading.Event())
+    stream = io.StringIO()
+    with compile_progress.announced("the learner update", stream=stream):
+        time.sleep(0.9)
+    lines = stream.getvalue().splitlines()
+    assert lines[0] == "sebulba: compiling the learner update ..."
+    beats = [line for line in lines if line.startswith("sebulba: still compiling the learner")]
+    assert len(beats) >= 3, lines
+    # XLA's own alarm, due at XLA_ALARM_S, is explained once, by the heartbeat before it.
+    explained = [line for line in beats if "Very slow compile?" in line]
+    assert len(explained) == 1 and "not an error" in explained[0], lines
+    assert re.fullmatch(r"sebulba: compiled the learner update in 0:00:01", lines[-1]), lines
+
+    stream = io.StringIO()
+    with pytest.raises(RuntimeError, match="no memory"):
+        with compile_progress.announced("the learner update", stream=stream):
+            raise RuntimeError("no memory")
+    assert stream.getvalue() == "sebulba: compiling the learner update ...\n"
+    with compile_progress.announced("the learner update", show=False, stream=stream):
+        pass  # Not process 0: nothing.
+    assert stream.getvalue() == "sebulba: compiling the learner update ...\n"
+
+
+def test_a_run_says_what_it_compiles_before_its_first_progress_line(tmp_path):
+    result = run_cli(tmp_path / "run")
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = result.stdout.splitlines()
+    started = lines.index("sebulba: compiling the learner update ...")
+    compiled = next(i for i, line in enumerate(lines) if line.startswith("sebulba: compiled the"))
+    first = next(i for i, line in enumerate(lines) if PROGRESS_LINE.match(line))
+    assert started < compiled < first, lines
+    assert re.fullmatch(r"sebulba: compiled the learner update in \d:\d\d:\d\d", lines[compiled])

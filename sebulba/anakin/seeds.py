@@ -39,6 +39,7 @@ from sebulba.config.run_plan import plan
 from sebulba.errors import ConfigError
 from sebulba.mesh import BATCH_AXIS
 from sebulba.preflight.memory import update_compiler_options
+from sebulba.runtime import compile_progress
 from sebulba.runtime import workdir as workdir_lib
 
 
@@ -266,7 +267,9 @@ def _train_seeds(
         if jax.process_index() == 0:  # Every seed's workdir before any is written.
             for path in workdirs:
                 workdir_lib.hold(path)
-        compiled = batch.compile(states, behaviours, actings)
+        what = f"the act-and-learn program of {len(seeds)} seeds"
+        with compile_progress.announced(what, show=jax.process_index() == 0):
+            compiled = batch.compile(states, behaviours, actings)
         logging.info("%d seeds in one program: %s", len(seeds), ", ".join(map(str, seeds)))
         outputs = [
             train_lib.open_outputs(

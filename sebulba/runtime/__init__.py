@@ -9,6 +9,7 @@
   threefry_lowering  the Threefry hash written out on CPU (one kernel, not a loop)
   stop_signals     SIGTERM and SIGINT as a request to stop cleanly after the update
   progress         console progress: a live bar on a terminal, plain lines elsewhere
+  compile_progress  console lines while XLA compiles: which program, a heartbeat, its time
   metrics          metrics.jsonl, TensorBoard, wandb, the bottleneck report, summary.json
 
 This file imports nothing, so `platforms` and `gpu_determinism` can decide before JAX
