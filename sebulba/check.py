@@ -1,4 +1,4 @@
-"""`python -m sebulba.check`: compile a run for an accelerator slice you do not have yet.
+r"""`python -m sebulba.check`: compile a run for an accelerator slice you do not have yet.
 
     python -m sebulba.check --config=configs/impala_atari.py --topology=v5e:2x4 \
         --config.mesh.actor_device_ids='(0,)' --config.mesh.learner_device_ids='(1,2,3)'
@@ -22,7 +22,9 @@ update bound by its collectives. docs/scaling.md explains the model and what it 
 out (the envs on the hosts' CPUs, above all).
 
 A config that cannot run on the slice fails as it would at launch: one line naming the
-field, exit status 2.
+field, exit status 2. Otherwise the report is printed and the exit status says whether
+the run fits: 0 where it does, 3 where it does not (the "DOES NOT FIT" report; a crash
+exits 1), so a script can stop before renting the slice.
 """
 
 from __future__ import annotations
@@ -52,6 +54,8 @@ _TOPOLOGY = flags.DEFINE_string(
     "devices stand in for the GPUs).",
 )
 _JSON = flags.DEFINE_bool("json", False, "Print the report as one JSON object.")
+# The exit status of a report that does not fit (2: a config error, 1: a crash).
+DOES_NOT_FIT_STATUS = 3
 
 
 def _with_sharding(tree, sharding):
@@ -219,6 +223,7 @@ def check(config, topology: str) -> dict[str, Any]:
             layout.local_learner_devices,
             agent=config.agent,
             available=chip.allocatable_bytes,
+            platform="gpu" if chip.is_gpu else "tpu",  # Not the CPU devices of a GPU proxy.
         )
     except ConfigError as error:
         advice = str(error)
@@ -386,8 +391,11 @@ def main(argv: list[str]) -> None:
         print(json.dumps(report, sort_keys=True))
     else:
         print(format_report(report, config_flag.config_argument(sys.argv) or "config"))
+    if not report["fits"]:
+        sys.exit(DOES_NOT_FIT_STATUS)
 
 
 if __name__ == "__main__":
     flags.mark_flags_as_required(["config", "topology"])
+    flags.declare_key_flag("config")  # Listed by --help, not only by --helpfull.
     app.run(main, flags_parser=config_flag.parse_flags)

@@ -406,6 +406,25 @@ needs_libtpu = pytest.mark.skipif(
 )
 
 
+def test_a_run_that_does_not_fit_exits_non_zero_naming_the_gpu_s_memory():
+    # A CartPole DQN whose 10.7 billion-transition buffer needs 270 GiB of an H100.
+    result = _run_check(
+        "--config=configs/dqn_cartpole.py",
+        "--topology=h100:1",
+        "--config.agent.buffer_size=10737418240",
+    )
+    assert result.returncode == check.DOES_NOT_FIT_STATUS == 3, result.stderr[-2000:]
+    text = result.stdout
+    assert "DOES NOT FIT" in text and "Traceback" not in result.stderr
+    # The proxy's CPU devices stand in for the GPU: its figure is the GPU's own memory.
+    advice = r"but the device memory of a learner device is [\d.]+ GiB: lower agent\.buffer_size"
+    assert re.search(advice, text), text
+    assert "host's available memory" not in text
+    # DQN has no minibatches, so no minibatch loop is named.
+    layout = next(line for line in text.splitlines() if line.startswith("layout:"))
+    assert layout.endswith("8 envs, 80 env steps per update"), layout
+
+
 @needs_libtpu
 @pytest.mark.parametrize(
     ("topology", "chips", "hosts"),
@@ -458,7 +477,7 @@ def test_a_config_the_tpu_compiler_refuses_for_memory_gets_the_does_not_fit_verd
         "--config.agent.num_steps=16384",
         "--config.total_timesteps=100000000",
     )
-    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.returncode == check.DOES_NOT_FIT_STATUS, result.stderr[-2000:]
     assert "Traceback" not in result.stderr
     text = result.stdout
     assert "8 x TPU v5e, 1 host(s) of 8" in text

@@ -61,12 +61,15 @@ def format_report(report: dict[str, Any], config_name: str) -> str:
         else f"{report['actor_devices_per_process']} actor device(s) per host, "
         f"{report['learner_devices']} learner devices"
     )
+    # Only agents with minibatches have a minibatch loop (a replay agent has none).
+    loop = report["minibatch_loop"]
+    minibatch_loop = "" if loop is None else f", minibatch loop {loop}"
     lines = [
         f"sebulba check: {config_name} on {report['topology']}: {report['devices']} x "
         f"{report['chip']}, {report['processes']} host(s) of {report['devices_per_process']} "
         f"({how})",
         f"layout: {layout}; {report['num_envs']:,} envs, {report['steps_per_update']:,} env "
-        f"steps per update, minibatch loop {report['minibatch_loop']}",
+        f"steps per update{minibatch_loop}",
         f"memory per device: {format_bytes(report['hbm_needed_bytes'])} of "
         f"{format_bytes(report['hbm_usable_bytes'])}{usable}: {verdict}",
     ]

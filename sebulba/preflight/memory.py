@@ -135,6 +135,7 @@ def check_update_fits(
     *,
     agent: Mapping[str, Any],
     available: int | None = None,
+    platform: str | None = None,
 ) -> UpdateMemory | None:
     """Stops the run before training if the update cannot fit on a learner device.
 
@@ -144,6 +145,9 @@ def check_update_fits(
       devices: this process's learner devices.
       agent: the run's `agent` section; the error names only the keys it has.
       available: bytes one device can hold (default: `available_bytes(devices)`).
+      platform: the platform whose memory `available` is, which the figures and advice
+        name (default: the devices'; `sebulba.check` names its target's, whose CPU
+        devices stand in for GPUs).
 
     Returns:
       The update's needs per device (None where the backend does not report them).
@@ -157,10 +161,14 @@ def check_update_fits(
     if needed is None or available is None:
         logging.info("learner memory not checked: the backend does not report it")
         return needed
-    kind = "the host's available memory" if devices[0].platform == "cpu" else "device memory"
+    on_cpu = (platform or devices[0].platform) == "cpu"
+    if on_cpu:  # CPU devices share the host's memory: each has an equal part of it.
+        share = f" (1/{len(devices)} of it per learner device)" if len(devices) > 1 else ""
+        kind = f"the host's available memory{share}"
+    else:  # An accelerator's own memory, as its allocator hands it out.
+        kind = "the device memory of a learner device"
     logging.info(
-        "learner update needs %s per learner device (temporaries %s, rollouts 2 x %s); "
-        "%s per device: %s",
+        "learner update needs %s per learner device (temporaries %s, rollouts 2 x %s); %s: %s",
         _size(needed.total),
         _size(needed.temporaries),
         _size(needed.next_rollout),
@@ -168,12 +176,10 @@ def check_update_fits(
         _size(available),
     )
     if needed.total > available:
-        share = f" (1/{len(devices)} of it per learner device)" if len(devices) > 1 else ""
-        advice = lowering_advice(agent, on_cpu=devices[0].platform == "cpu")
         raise ConfigError(
             f"the learner update needs {_size(needed.total)} per learner device "
             f"(temporaries {_size(needed.temporaries)}, rollouts 2 x "
-            f"{_size(needed.next_rollout)}) but {kind}{share} is {_size(available)}: "
-            f"{advice} (debug.skip_memory_check=True skips this check)"
+            f"{_size(needed.next_rollout)}) but {kind} is {_size(available)}: "
+            f"{lowering_advice(agent, on_cpu)} (debug.skip_memory_check=True skips this check)"
         )
     return needed
