@@ -1,6 +1,8 @@
-"""Command-line entry point: flags -> distributed init -> train.train().
+r"""Command-line entry point: flags -> distributed init -> train.train().
 
     python -m sebulba.main --config=configs/ppo_cartpole.py --workdir=runs/cartpole
+    # The config a run would use (defaults and overrides applied), without running it:
+    python -m sebulba.main --config=configs/ppo_atari.py:Pong-v5 --print_config
     python -m sebulba.main --config=configs/ppo_atari.py:smoke --workdir=/tmp/x \
         --config.seed=2
     # One process per host; SLURM, Open MPI and Cloud TPU VMs are detected:
@@ -20,6 +22,7 @@ docs/multihost.md for multi-process runs and their failure behaviour.
 
 from __future__ import annotations
 
+import json
 import logging as std_logging
 import re
 import sys
@@ -30,7 +33,7 @@ from sebulba.config import RUN_RANGES
 from sebulba.config import flag as config_flag
 from sebulba.config.run_plan import plan
 from sebulba.config.validation import FINITE_NON_NEGATIVE, Range, check_range
-from sebulba.errors import ConfigError, NonFiniteRolloutError, TrainingDivergedError
+from sebulba.errors import ConfigError, InvalidRolloutError, TrainingDivergedError
 from sebulba.runtime import distributed, gpu_determinism, platforms
 from sebulba.runtime.stop_signals import StopSignals
 from sebulba.runtime.workdir import check_not_in_use, check_workdir
@@ -83,7 +86,17 @@ _SEEDS = flags.DEFINE_list(
     "Anakin runs only: train these seeds together as one vmapped program, each into "
     "WORKDIR/seed=<seed> (config.seed is then ignored).",
 )
-flags.mark_flags_as_required(["config", "workdir"])
+_PRINT_CONFIG = flags.DEFINE_bool(
+    "print_config",
+    False,
+    "Print the resolved config (the file's defaults with every --config.KEY=VALUE "
+    "applied) as the run's config.json would hold it, and exit without training or "
+    "touching --workdir (which it does not need).",
+)
+flags.mark_flags_as_required(["config"])  # --workdir too, unless --print_config.
+# --config (and its --config.KEY=VALUE overrides) is defined in sebulba.config.flag: listed
+# by --help with this module's flags, not only by --helpfull.
+flags.declare_key_flag("config")
 
 # Errors of a cross-process collective, whose usual cause is a dead peer.
 _COLLECTIVE = re.compile(r"gloo|nccl|collective|all-?reduce|all-?gather", re.IGNORECASE)
@@ -134,6 +147,11 @@ def _parse_seeds(values: list[str] | None) -> tuple[int, ...] | None:
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         config_flag.config_error(f"unexpected arguments: {' '.join(argv[1:])}")
+    if _PRINT_CONFIG.value:
+        print(json.dumps(config_flag.CONFIG.value.to_dict(), indent=2, sort_keys=True))
+        return
+    if _WORKDIR.value is None:
+        config_flag.config_error("--workdir is required")
     # Installed before JAX is imported or started, so that a Ctrl-C during start-up is
     # not swallowed by a JAX callback: before the first update has finished it ends the
     # process at once (nothing is worth saving yet), exit 130; so does a second signal.
@@ -211,7 +229,7 @@ def _run(signals: StopSignals) -> None:
         if monitor is None:
             config_flag.config_error(str(error))
         _fail_multi_process(monitor, 2, f"config error: {error}")
-    except (TrainingDivergedError, NonFiniteRolloutError) as error:
+    except (TrainingDivergedError, InvalidRolloutError) as error:
         what = "training diverged" if isinstance(error, TrainingDivergedError) else "bad data"
         if monitor is None:
             print(f"sebulba: {what}: {error}", file=sys.stderr, flush=True)

@@ -648,6 +648,7 @@ def _train_phases(
         )
 
         metrics = open_outputs(setup, workdir, start, started_at=started_at)
+        metrics.print(describe_run(config, sizes, workdir))
         checkpoints = RunCheckpoints(
             setup,
             workdir,
@@ -795,6 +796,23 @@ def open_outputs(
         and any(device.platform == "gpu" for device in setup.layout.local_learner_devices),
         host_cores=envs_lib.available_cores(),
         started_at=started_at,
+        settings=config.to_dict(),
+    )
+
+
+def describe_run(
+    config: ml_collections.ConfigDict, sizes: Sizes, workdir: str, seeds: str | None = None
+) -> str:
+    """The line that opens a run: what trains, how much, and where every setting is.
+
+    `seeds` names a vmapped run's seeds (each writes config.json in its own workdir).
+    """
+    where = os.path.join(workdir, "seed=*" if seeds else "", "config.json")
+    return (
+        f"sebulba: {config.agent.name} on {', '.join(tasks.task_ids(config.env))}, "
+        f"{seeds or f'seed {config.seed}'}: {sizes.num_updates:,} updates of "
+        f"{sizes.steps_per_update:,} env steps ({sizes.num_envs:,} envs); every setting "
+        f"in {where}"
     )
 
 

@@ -313,3 +313,21 @@ def tensorboard_scalars(workdir):
             for value in event.summary.value:
                 scalars.setdefault(value.tag, []).append((event.step, value.simple_value))
     return scalars
+
+
+def tensorboard_texts(workdir):
+    """{tag: [(step, text)]} of the text summaries in the TFRecord event files."""
+    texts = {}
+    for path in glob.glob(os.path.join(workdir, "events.out.tfevents.*")):
+        with open(path, "rb") as f:
+            data = f.read()
+        offset = 0
+        while offset < len(data):
+            (length,) = struct.unpack("<Q", data[offset : offset + 8])
+            event = event_pb2.Event.FromString(data[offset + 12 : offset + 12 + length])
+            offset += 12 + length + 4
+            for value in event.summary.value:
+                if value.tensor.string_val:
+                    text = value.tensor.string_val[0].decode()
+                    texts.setdefault(value.tag, []).append((event.step, text))
+    return texts

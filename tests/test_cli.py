@@ -364,3 +364,31 @@ def test_ctrl_c_during_start_up_stops_at_once_without_a_checkpoint_and_exits_130
     assert "stopped by SIGINT after update" not in out
     assert not (workdir / "checkpoints").exists() or not os.listdir(workdir / "checkpoints")
     # Nothing was saved, so the same command starts the run from the beginning.
+
+
+def test_help_lists_the_config_flag_and_keeps_the_usage_lines():
+    result = run_python("-m", "sebulba.main", "--help", env=cli_env(), timeout=60)
+    text = result.stdout  # absl's --help exits 1, as for every absl program.
+    assert "  --config: The run's config: a file of configs/ that defines get_config(arg)," in text
+    # The docstring's continued command is two lines, as written.
+    assert (
+        "--config=configs/ppo_atari.py:smoke --workdir=/tmp/x \\\n        --config.seed=2" in text
+    )
+    assert "  --[no]print_config: Print the resolved config" in text
+
+
+def test_print_config_shows_the_resolved_config_and_trains_nothing(tmp_path):
+    workdir = tmp_path / "run"
+    result = run_cli(workdir, "--print_config", "--config.seed=7", "--config.agent.num_steps=8")
+    assert result.returncode == 0, result.stderr[-2000:]
+    config = json.loads(result.stdout)
+    assert config["seed"] == 7 and config["agent"]["num_steps"] == 8  # The overrides...
+    assert config["log"]["console"] == "auto"  # ...and base_config's defaults.
+    assert not workdir.exists() and not os.listdir(tmp_path)
+    # No --workdir is needed to look; a run still needs one.
+    flags = ["-m", "sebulba.main", f"--config={TEST_CONFIG}"]
+    looked = run_python(*flags, "--print_config", env=cli_env(), timeout=60)
+    assert looked.returncode == 0 and json.loads(looked.stdout)["seed"] == 1  # The default.
+    refused = run_python(*flags, env=cli_env(), timeout=60)
+    assert refused.returncode == 2
+    assert refused.stderr.strip() == "sebulba: config error: --workdir is required"

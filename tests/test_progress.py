@@ -19,7 +19,13 @@ from sebulba.mesh import DeviceLayout
 from sebulba.runtime.metrics import diagnose_bottleneck
 from sebulba.runtime.progress import ConsoleProgress
 from tests import diverging_agent, minimal_agent
-from tests.helpers import agent_config, read_metrics, read_summary, tensorboard_scalars
+from tests.helpers import (
+    agent_config,
+    read_metrics,
+    read_summary,
+    tensorboard_scalars,
+    tensorboard_texts,
+)
 from tests.test_cli import TEST_CONFIG, run_cli
 
 PROGRESS_LINE = re.compile(
@@ -98,6 +104,28 @@ def test_tensorboard_tags_are_namespaced_with_env_steps_on_the_x_axis(tmp_path):
     steps = [line["global_step"] for line in read_metrics(workdir)]
     assert [step for step, _ in scalars["losses/loss"]] == steps
     assert [v for _, v in scalars["pipeline/actor_policy_version"]] == [1, 1, 2, 3, 4, 5]
+
+
+def test_the_hyperparameters_go_to_tensorboard_once_and_the_console_says_where_they_are(
+    tmp_path, capsys
+):
+    workdir = str(tmp_path / "run")
+    config = agent_config(minimal_agent, log__tensorboard=True, seed=3)
+    train.train(config, workdir)
+    texts = tensorboard_texts(workdir)
+    ((tag, written),) = texts.items()
+    assert tag.startswith("hyperparameters") and len(written) == 1
+    step, table = written[0]
+    rows = table.splitlines()
+    assert step == 0 and rows[:2] == ["|key|value|", "|-|-|"]
+    assert "|seed|3|" in rows and "|env.id|'CartPole-v1'|" in rows
+    assert f"|env.num_envs|{config.env.num_envs}|" in rows
+    said = capsys.readouterr().out.splitlines()
+    assert said[0] == "sebulba: compiling the learner update ..."
+    assert (
+        "sebulba: tests.minimal_agent on CartPole-v1, seed 3: 6 updates of 128 env steps "
+        f"(8 envs); every setting in {os.path.join(workdir, 'config.json')}"
+    ) in said
 
 
 def test_a_failing_tensorboard_write_stops_the_run_with_its_own_error(tmp_path, monkeypatch):

@@ -277,6 +277,8 @@ def _train_seeds(
             )
             for index, (setup, path, start) in enumerate(zip(setups, workdirs, starts, strict=True))
         ]
+        seeds_named = f"seeds {', '.join(map(str, seeds))}"
+        outputs[0].print(train_lib.describe_run(config, sizes, workdir, seeds_named))
         current = {"behaviours": behaviours, "actings": actings}
         checkpoints = [
             train_lib.RunCheckpoints(

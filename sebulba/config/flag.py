@@ -20,7 +20,12 @@ from ml_collections import config_dict, config_flags
 from sebulba.config import flag_errors
 
 CONFIG = config_flags.DEFINE_config_file(
-    "config", None, "Config file, optionally with an argument: FILE[:ARG].", lock_config=True
+    "config",
+    None,
+    "The run's config: a file of configs/ that defines get_config(arg), optionally with "
+    "its argument as FILE[:ARG] (configs/ppo_atari.py:Pong-v5); any key is overridden "
+    "with --config.KEY=VALUE (--config.env.num_envs=16).",
+    lock_config=True,
 )
 # The config override flags: --config.a.b=VALUE and --noconfig.a.b.
 _OVERRIDE = re.compile(r"^--?(?:no)?config\.([^=\s]+)")

@@ -105,14 +105,22 @@ def _finite_or_none(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def check_finite_losses(update: int, agent_metrics: dict[str, Any]) -> None:
-    """Raises TrainingDivergedError if a metric named like a loss is NaN or infinite."""
-    values = jax.device_get({k: v for k, v in agent_metrics.items() if "loss" in k})
-    bad = {name: float(value) for name, value in values.items() if not np.isfinite(value)}
+def check_finite_metrics(update: int, agent_metrics: dict[str, Any]) -> None:
+    """Raises TrainingDivergedError if any agent metric of this update is NaN or infinite.
+
+    The losses, and every statistic beside them: data the losses hide can show there
+    first (a PPO rollout with an impossible action keeps finite losses, its `approx_kl`
+    turns infinite).
+    """
+    values = jax.device_get(agent_metrics)
+    bad = {name: value for name, value in values.items() if not np.all(np.isfinite(value))}
     if bad:
-        listed = ", ".join(f"{name}={value}" for name, value in sorted(bad.items()))
+        kind = "loss" if all("loss" in name for name in bad) else "metric"
+        listed = ", ".join(
+            f"{name}={np.asarray(value).tolist()}" for name, value in sorted(bad.items())
+        )
         raise TrainingDivergedError(
-            f"non-finite loss at update {update}: {listed}; the run stopped before saving it "
+            f"non-finite {kind} at update {update}: {listed}; the run stopped before saving it "
             "(lower agent.learning_rate, or check rewards and observations)"
         )
 
@@ -205,6 +213,24 @@ def diagnose_bottleneck(
     return verdict
 
 
+def flat_settings(settings: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested config dict as dotted keys, e.g. {"agent.learning_rate": 0.00025}."""
+    flat = {}
+    for key, value in settings.items():
+        if isinstance(value, Mapping):
+            flat.update(flat_settings(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def hyperparameter_table(settings: Mapping[str, Any]) -> str:
+    """A config dict as a markdown table of dotted keys and values (TensorBoard's text
+    tab renders it as a table, as CleanRL writes its "hyperparameters")."""
+    rows = [f"|{key}|{value!r}|" for key, value in sorted(flat_settings(settings).items())]
+    return "\n".join(["|key|value|", "|-|-|", *rows])
+
+
 class _TensorBoardSink:
     """TensorBoard scalars (x-axis: env steps), written on the caller's thread.
 
@@ -218,9 +244,9 @@ class _TensorBoardSink:
         # Imported here: TensorBoard is an optional extra.
         from tensorboardX.event_file_writer import EventsWriter
         from tensorboardX.proto.event_pb2 import Event
-        from tensorboardX.summary import scalar
+        from tensorboardX.summary import scalar, text
 
-        self._event, self._scalar = Event, scalar
+        self._event, self._scalar, self._text = Event, scalar, text
         # The file SummaryWriter would write: events.out.tfevents.<time>.<host>.
         self._events = EventsWriter(os.path.join(workdir, "events"))
 
@@ -231,6 +257,12 @@ class _TensorBoardSink:
                 continue
             summary = self._scalar(scalar_tag(name), value)
             self._events.write_event(self._event(wall_time=now, step=step, summary=summary))
+        self._events.flush()
+
+    def log_settings(self, settings: Mapping[str, Any], step: int) -> None:
+        """The run's config as the text "hyperparameters" (one table) at `step`."""
+        summary = self._text("hyperparameters", hyperparameter_table(settings))
+        self._events.write_event(self._event(wall_time=time.time(), step=step, summary=summary))
         self._events.flush()
 
     def close(self) -> None:
@@ -272,7 +304,7 @@ class _WandbSink:
 class MetricsLogger:
     """Aggregates `UpdateReport`s and writes one metrics line every `every_updates`.
 
-    Every update: checks the losses are finite and redraws the console bar. Every log
+    Every update: checks the metrics are finite and redraws the console bar. Every log
     step: a line in metrics.jsonl, TensorBoard scalars (x-axis: env steps) and optional
     wandb scalars; a console progress line too, but at most one per `console_every_s`
     seconds (the first and the last line of a run, and the line of a run that stops
@@ -287,6 +319,8 @@ class MetricsLogger:
     the process's CPU time over that many cores' wall time. `started_at`
     (`time.perf_counter()`) is when this run (segment) started, before its start-up and
     compiling, which its wall time and `sps_including_compile` count; default: now.
+    `settings` (the resolved config as a dict) is written once to TensorBoard, as the
+    text "hyperparameters" at the segment's first step.
 
     Episodes are attributed to the tasks of `task_layout` by their global env index;
     multi-task lines carry per-task fields and summary.json always has `tasks`
@@ -315,6 +349,7 @@ class MetricsLogger:
         deterministic_gpu_kernels: bool = False,
         host_cores: int | None = None,
         started_at: float | None = None,
+        settings: Mapping[str, Any] | None = None,
     ):
         self.workdir = workdir
         self.host_cores = host_cores
@@ -352,6 +387,8 @@ class MetricsLogger:
             return
         if tensorboard:
             self._tensorboard = _TensorBoardSink(workdir)
+            if settings is not None:
+                self._tensorboard.log_settings(settings, first_step)
         self._jsonl = open(os.path.join(workdir, "metrics.jsonl"), "a", encoding="utf-8")
         if wandb_config is not None:
             self._wandb = _WandbSink(wandb_config, workdir, first_update)
@@ -382,7 +419,7 @@ class MetricsLogger:
         """Accumulates one update; writes a line when the log interval is reached.
 
         Raises:
-          TrainingDivergedError: a loss of this update is not finite (its line is
+          TrainingDivergedError: a metric of this update is not finite (its line is
             written first, so the metrics show where it happened).
         """
         del state
@@ -410,7 +447,7 @@ class MetricsLogger:
         self._window_rollout_wait += report.rollout_wait_s
         self._window_params_wait += report.params_wait_s
         try:
-            check_finite_losses(report.update, report.agent_metrics)
+            check_finite_metrics(report.update, report.agent_metrics)
         except TrainingDivergedError:
             self._write_line(report, always_print=True)
             raise
