@@ -795,6 +795,7 @@ def open_outputs(
         deterministic_gpu_kernels=config.debug.deterministic_gpu
         and any(device.platform == "gpu" for device in setup.layout.local_learner_devices),
         host_cores=envs_lib.available_cores(),
+        agent_keys=tuple(config.agent.keys()),
         started_at=started_at,
         settings=config.to_dict(),
     )

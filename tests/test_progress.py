@@ -21,6 +21,7 @@ from sebulba.runtime.progress import ConsoleProgress
 from tests import diverging_agent, minimal_agent
 from tests.helpers import (
     agent_config,
+    load_config,
     read_metrics,
     read_summary,
     tensorboard_scalars,
@@ -169,6 +170,8 @@ def test_the_bottleneck_report_names_the_slow_side(tmp_path, delay, limited_by):
     assert bottleneck["limited_by"] == limited_by, bottleneck
     waiting_side = "actor" if limited_by == "learner" else "learner"
     assert bottleneck[f"{waiting_side}_wait_fraction"] > 0.5
+    if limited_by == "learner":  # The minimal agent has no epochs, minibatches or replay.
+        assert bottleneck["detail"].endswith("; more learner devices would raise throughput")
     lines = read_metrics(str(tmp_path))
     assert all(0 <= line[f"{waiting_side}_wait_fraction"] <= 1 for line in lines)
 
@@ -199,6 +202,23 @@ def test_actors_sharing_an_accelerator_are_advised_to_act_on_the_cpus_not_to_add
     assert "mesh.actor_platform=cpu" in shared["detail"]
     # A learner-bound run gets the same advice either way.
     assert diagnose_bottleneck(0.0, 8.0, 10.0, True) == diagnose_bottleneck(0.0, 8.0, 10.0)
+
+
+def test_a_learner_bound_run_is_advised_to_lower_only_keys_its_agent_has():
+    def advice(config_name):
+        keys = load_config(config_name).agent.keys()
+        return diagnose_bottleneck(0.0, 8.0, 10.0, agent_keys=keys)["detail"].split("; ")[-1]
+
+    assert advice("ppo_cartpole") == (
+        "more learner devices or a lower agent.update_epochs or agent.num_minibatches would "
+        "raise throughput"
+    )
+    # Replay agents have no epochs or minibatches: their gradient steps and batch instead.
+    for config_name in ("dqn_cartpole", "sac_mujoco"):
+        assert advice(config_name) == (
+            "more learner devices or a lower agent.replay_ratio or agent.batch_size would "
+            "raise throughput"
+        )
 
 
 def test_actors_on_saturated_cpus_are_not_advised_to_add_threads():

@@ -15,7 +15,7 @@ import math
 import os
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -138,6 +138,12 @@ def cpu_fraction(cpu_s: float, wall_s: float, cores: int) -> float:
     return min(cpu_s / max(wall_s * cores, 1e-9), 1.0)
 
 
+# The agent keys, of those an agent has, that set its learner's work per update: passes
+# over each rollout, minibatches (optimizer steps) per pass, gradient steps per env step
+# and their batch.
+LEARNER_WORK_KEYS = ("update_epochs", "num_minibatches", "replay_ratio", "batch_size")
+
+
 def diagnose_bottleneck(
     learner_wait_s: float,
     actor_wait_s: float,
@@ -146,6 +152,7 @@ def diagnose_bottleneck(
     deterministic_gpu_kernels: bool = False,
     cpu_s: float | None = None,
     cores: int | None = None,
+    agent_keys: Collection[str] = (),
 ) -> dict:
     """Which side limited throughput, from the Cleanba paper's pair of wait times.
 
@@ -158,7 +165,8 @@ def diagnose_bottleneck(
     the learner's update is what the run waits for. `cpu_s` and `cores`: the process's
     CPU time over the same updates and the cores it may run on; they add how busy it
     kept them, and actors that wait on saturated CPUs are told that more actor threads
-    or envs would not help.
+    or envs would not help. `agent_keys`: the keys of the run's `agent` section; a
+    learner-bound run is advised to lower only those of them that set the learner's work.
     """
     if wall_s <= 0:
         return {"limited_by": "unknown", "detail": "no steady-state update was measured"}
@@ -193,7 +201,11 @@ def diagnose_bottleneck(
             )
     else:
         limited_by = "learner"
-        advice = "more learner devices or fewer epochs/minibatches would raise throughput"
+        advice = "more learner devices"
+        lowering = [f"agent.{key}" for key in LEARNER_WORK_KEYS if key in agent_keys]
+        if lowering:
+            advice += f" or a lower {' or '.join(lowering)}"
+        advice += " would raise throughput"
     if deterministic_gpu_kernels and (limited_by == "learner" or actors_share_an_accelerator):
         # Measured on one H200: PPO Atari's update ran 2.6x faster without them
         # (docs/benchmarks.md, "What deterministic GPU execution costs").
@@ -313,10 +325,11 @@ class MetricsLogger:
     episode statistics (per task: `task_episodes`; `recent_returns` only from a
     checkpoint written before those existed) and the wall time of the run so far (from
     its checkpoint), so lines, summary and step counts continue. `show_progress` False
-    writes every file but nothing to the console. `actors_share_an_accelerator` and
-    `deterministic_gpu_kernels`: see `diagnose_bottleneck`. `host_cores`, the cores the
-    process may run on, adds `host_cpu_fraction` to the lines and the bottleneck report:
-    the process's CPU time over that many cores' wall time. `started_at`
+    writes every file but nothing to the console. `actors_share_an_accelerator`,
+    `deterministic_gpu_kernels` and `agent_keys` (the run's `agent` section's keys): see
+    `diagnose_bottleneck`. `host_cores`, the cores the process may run on, adds
+    `host_cpu_fraction` to the lines and the bottleneck report: the process's CPU time
+    over that many cores' wall time. `started_at`
     (`time.perf_counter()`) is when this run (segment) started, before its start-up and
     compiling, which its wall time and `sps_including_compile` count; default: now.
     `settings` (the resolved config as a dict) is written once to TensorBoard, as the
@@ -350,9 +363,11 @@ class MetricsLogger:
         host_cores: int | None = None,
         started_at: float | None = None,
         settings: Mapping[str, Any] | None = None,
+        agent_keys: Collection[str] = (),
     ):
         self.workdir = workdir
         self.host_cores = host_cores
+        self.agent_keys = tuple(agent_keys)
         self.actors_share_an_accelerator = actors_share_an_accelerator
         self.deterministic_gpu_kernels = deterministic_gpu_kernels
         self.sizes = sizes
@@ -529,6 +544,7 @@ class MetricsLogger:
             self.deterministic_gpu_kernels,
             cpu_s=self._steady_cpu_s if self.host_cores else None,
             cores=self.host_cores,
+            agent_keys=self.agent_keys,
         )
 
     def summary(self, global_step: int, updates: int, checksum: str, extra: dict) -> dict:
