@@ -798,6 +798,8 @@ def open_outputs(
         agent_keys=tuple(config.agent.keys()),
         started_at=started_at,
         settings=config.to_dict(),
+        # An off-policy agent's random-action phase would make the ETA minutes short.
+        learning_starts=config.agent.get("learning_starts", 0),
     )
 
 

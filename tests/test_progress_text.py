@@ -36,6 +36,29 @@ def test_the_console_starts_its_clock_at_the_first_update(monkeypatch):
     assert console.eta_s(3_000) == pytest.approx(7.0)
 
 
+def test_an_off_policy_eta_measures_the_learning_updates_not_the_random_actions(monkeypatch):
+    # DQN with learning_starts 10,000: ten updates of 1,000 random-action steps take 0.1 s
+    # each, then every learning update takes 1 s. A rate from update 1 would promise the
+    # 88,000 steps left in about 32 s; they take 88.
+    now = [0.0]
+    monkeypatch.setattr(progress.time, "perf_counter", lambda: now[0])
+    console = ConsoleProgress(
+        100_000, 100, mode="lines", stream=io.StringIO(), learning_starts=10_000
+    )
+    for update in range(1, 11):
+        if update == 9:
+            assert console.eta_text(9_000) == "? (measured once learning starts at step 10,000)"
+        now[0] += 0.1
+        console.on_update(update, update * 1_000)
+    for update in (11, 12):
+        now[0] += 1.0
+        console.on_update(update, update * 1_000)
+    assert console.eta_s(12_000) == pytest.approx(88.0)
+    assert console.eta_text(12_000) == "0:01:28"
+    line = progress_line(_line(global_step=9_000), 100_000, 100, "? (learning starts)")
+    assert " sps ETA ? (learning starts) return " in line
+
+
 def _line(**changes):
     line = {
         "global_step": 3_000,

@@ -333,7 +333,8 @@ class MetricsLogger:
     (`time.perf_counter()`) is when this run (segment) started, before its start-up and
     compiling, which its wall time and `sps_including_compile` count; default: now.
     `settings` (the resolved config as a dict) is written once to TensorBoard, as the
-    text "hyperparameters" at the segment's first step.
+    text "hyperparameters" at the segment's first step. `learning_starts`: an off-policy
+    agent's env steps before learning, from which the console's ETA measures its rate.
 
     Episodes are attributed to the tasks of `task_layout` by their global env index;
     multi-task lines carry per-task fields and summary.json always has `tasks`
@@ -364,6 +365,7 @@ class MetricsLogger:
         started_at: float | None = None,
         settings: Mapping[str, Any] | None = None,
         agent_keys: Collection[str] = (),
+        learning_starts: int = 0,
     ):
         self.workdir = workdir
         self.host_cores = host_cores
@@ -417,6 +419,7 @@ class MetricsLogger:
             # every line is printed).
             stall_notice_s=console_every_s or 5.0,
             first_update=first_update,
+            learning_starts=learning_starts,
         )
 
     def _window_reset(self, now: float, global_step: int) -> None:
@@ -530,7 +533,7 @@ class MetricsLogger:
                     line,
                     self.sizes.global_steps,
                     self.sizes.num_updates,
-                    self._console.eta_s(report.global_step),
+                    self._console.eta_text(report.global_step),
                 )
             )
 

@@ -58,15 +58,18 @@ def eta_seconds(
     return max(total_steps - global_step, 0) * elapsed / done
 
 
-def progress_line(line: dict[str, Any], total_steps: int, num_updates: int, eta_s: float) -> str:
-    """The one-line summary of a metrics line (see `MetricsLogger`); `eta_s`: see
-    `eta_seconds` (unknown: `?`)."""
+def progress_line(
+    line: dict[str, Any], total_steps: int, num_updates: int, eta: float | str
+) -> str:
+    """The one-line summary of a metrics line (see `MetricsLogger`); `eta`: seconds (see
+    `eta_seconds`; unknown: `?`) or a text that says why it is not known yet."""
     done, sps = line["global_step"], line["sps"]
+    eta_text = eta if isinstance(eta, str) else format_duration(eta)
     ret = line["episodic_return"]
     return (
         f"update {line['update']}/{num_updates} "
         f"step {done:,}/{total_steps:,} ({100 * done / total_steps:.0f}%) "
-        f"{sps:,.0f} sps ETA {format_duration(eta_s)} "
+        f"{sps:,.0f} sps ETA {eta_text} "
         f"return {'-' if ret is None else f'{ret:.1f}'} "
         f"versions actor={line['actor_policy_version']} "
         f"learner={line['learner_policy_version']} "
@@ -86,6 +89,10 @@ class ConsoleProgress:
       stall_notice_s: while an update has been running this long, say so every this
         many seconds (0: never).
       first_update: the update this process starts with (a resumed run's is later).
+      learning_starts: env steps before an off-policy agent's first gradient step
+        (`agent.learning_starts`). Until then its updates only act and store, many
+        times faster than the learning ones, so the ETA's rate is measured from the
+        end of the first update that reaches this step (0: from the first update).
     """
 
     def __init__(
@@ -96,6 +103,7 @@ class ConsoleProgress:
         stream: TextIO | None = None,
         stall_notice_s: float = 0.0,
         first_update: int = 1,
+        learning_starts: int = 0,
     ):
         if mode not in CONSOLE_MODES:
             raise ValueError(f"console mode {mode!r} is not one of {CONSOLE_MODES}")
@@ -104,6 +112,7 @@ class ConsoleProgress:
         is_terminal = getattr(self.stream, "isatty", lambda: False)()
         self.show_bar = mode == "bar" or (mode == "auto" and is_terminal)
         self._steady_from: tuple[float, int] | None = None
+        self.learning_starts = learning_starts
         self._bar_drawn = False
         # The stall notices come from a thread of their own: the learner thread that
         # calls on_update is the one blocked in the long update.
@@ -137,6 +146,12 @@ class ConsoleProgress:
         """Seconds left at the rate since this process's first update (`eta_seconds`)."""
         return eta_seconds(self.total_steps, global_step, self._steady_from, time.perf_counter())
 
+    def eta_text(self, global_step: int) -> str:
+        """The ETA as a progress line shows it; before learning starts, says so."""
+        if self._steady_from is None and global_step < self.learning_starts:
+            return f"? (measured once learning starts at step {self.learning_starts:,})"
+        return format_duration(self.eta_s(global_step))
+
     def write_line(self, text: str) -> None:
         """Prints a permanent line (above the bar, which is redrawn after it)."""
         with self._lock:
@@ -151,19 +166,21 @@ class ConsoleProgress:
     def _on_update(self, update: int, global_step: int) -> None:
         now = time.perf_counter()
         self._running_update, self._running_since, self._last_notice = update + 1, now, now
-        if self._steady_from is None:
+        if self._steady_from is None and global_step >= self.learning_starts:
             self._steady_from = (now, global_step)
         if not self.show_bar:
             return
-        eta_s = eta_seconds(self.total_steps, global_step, self._steady_from, now)
-        start_time, start_step = self._steady_from
-        sps = (global_step - start_step) / (now - start_time) if now > start_time else 0.0
+        eta = self.eta_text(global_step)
+        sps = 0.0
+        if self._steady_from is not None:
+            start_time, start_step = self._steady_from
+            sps = (global_step - start_step) / (now - start_time) if now > start_time else 0.0
         fraction = min(global_step / self.total_steps, 1.0)
         filled = int(round(fraction * _BAR_WIDTH))
         bar = "#" * filled + "-" * (_BAR_WIDTH - filled)
         self.stream.write(
             f"\r\x1b[K[{bar}] {100 * fraction:3.0f}% update {update}/{self.num_updates} "
-            f"{sps:,.0f} sps ETA {format_duration(eta_s)}"
+            f"{sps:,.0f} sps ETA {eta}"
         )
         self.stream.flush()
         self._bar_drawn = True
