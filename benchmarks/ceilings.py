@@ -22,7 +22,7 @@ Measures, in one process and one run, env steps per second of:
 * host/device copies of the handoff, per actor loop: a collected rollout handed to the
   learner devices as the actor threads hand it (the copy from where the loop leaves it:
   the host for step, the actor device for scan; nothing moves where that device is the
-  learner's) and its finiteness check.
+  learner's) and its check against the spec.
 * learner-only: the compiled learner update (`Pipeline.compile_update`) on one fixed
   rollout, back to back.
 * plain jit: `jax.jit(agent.update)` on one learner device, without the pipeline's
@@ -73,7 +73,7 @@ from config_spec import actor_and_learner_config, benchmark_parser  # noqa: E402
 
 from sebulba import envs as envs_lib  # noqa: E402
 from sebulba import random_streams, train
-from sebulba.actors import rollout_check, scan_actor
+from sebulba.actors import scan_actor
 from sebulba.actors.handoff import RunControl, StartGate  # noqa: E402
 from sebulba.config.sizes import derive_sizes  # noqa: E402
 from sebulba.environments import spaces  # noqa: E402
@@ -254,12 +254,13 @@ def actor_only_sps(setup, seconds: float, actor_loop: str):
 def handoff_sps(pipeline, collected_rollout, setup, seconds: float) -> float:
     """Steps/s of one actor thread's handoff alone: its collected rollout copied to the
     learner devices (`Pipeline._to_learner_devices`, as the actor thread does it) and
-    checked finite (`rollout_check`, which waits for the copies)."""
+    checked against its spec (`Pipeline.check_rollout`, which waits for the copies)."""
+    expected_env_ids = pipeline.piece_env_ids(0)
     count, start = 0, time.perf_counter()
     while count < 2 or time.perf_counter() - start < seconds:
         pieces = pipeline._to_learner_devices(collected_rollout)
-        if rollout_check.non_finite_fields(pieces) is not None:
-            raise RuntimeError("the measured rollout is not finite")
+        if pipeline.check_rollout(pieces, expected_env_ids) is not None:
+            raise RuntimeError("the measured rollout breaks its spec")
         count += 1
     steps = setup.sizes.num_steps * setup.sizes.envs_per_thread
     return count * steps / (time.perf_counter() - start)

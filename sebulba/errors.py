@@ -12,9 +12,12 @@ class TrainingDivergedError(FloatingPointError):
     """
 
 
-class NonFiniteRolloutError(FloatingPointError):
-    """An actor thread collected NaN or infinite values; the message names the thread, its
-    actor loop and device, the rollout and the fields with their first bad step.
+class InvalidRolloutError(Exception):
+    """An actor thread collected a value its spec does not allow (a NaN or infinity, an
+    action outside the action space, a flag byte other than 0 or 1, another thread's env
+    id), or, with `debug.consistency_checks`, a rollout its own records do not reproduce;
+    the message names the thread, its actor loop and device, the rollout, the policy
+    version and each bad field with its first bad step and env.
 
     Raised before the handoff, so the learner never updates from the rollout.
     """

@@ -47,6 +47,7 @@ import numpy as np
 from sebulba import envs as envs_lib
 from sebulba.actors import rollout_check, scan_actor
 from sebulba.actors.actor_step import actor_step
+from sebulba.actors.consistency_check import ConsistencyCheck
 from sebulba.actors.handoff import (
     ParamsStore,
     RunControl,
@@ -65,7 +66,7 @@ from sebulba.agents.api import (
 from sebulba.config.sizes import Sizes
 from sebulba.environments import spaces
 from sebulba.envs import EpisodeTracker, game_overs, learning_rewards
-from sebulba.errors import NonFiniteRolloutError
+from sebulba.errors import InvalidRolloutError
 from sebulba.lag_schedule import required_policy_version
 from sebulba.mesh import DeviceLayout
 from sebulba.preflight.memory import update_compiler_options
@@ -306,6 +307,8 @@ class Pipeline:
       learner_delay_s / actor_delay_s: injected delays (reproducibility tests).
       transfer_guard: JAX transfer guard level for steady state ("disallow" proves
         every host/device transfer in the loop is explicit).
+      consistency_checks: also re-derive every rollout from its records before the
+        handoff (`sebulba.actors.consistency_check`; `debug.consistency_checks`).
       actor_loop: "step" (Python enters every env step) or "scan" (each rollout is one
         XLA program, `sebulba.actors.scan_actor`; the caller has checked that the envs
         allow it). Both produce the same data.
@@ -325,6 +328,7 @@ class Pipeline:
         learner_delay_s: float = 0.0,
         actor_delay_s: float = 0.0,
         transfer_guard: str = "disallow",
+        consistency_checks: bool = False,
         actor_loop: str = "step",
     ):
         if actor_loop not in ("step", "scan"):
@@ -340,7 +344,9 @@ class Pipeline:
         self.learner_delay_s = learner_delay_s
         self.actor_delay_s = actor_delay_s
         self.transfer_guard = transfer_guard
+        self.consistency_checks = consistency_checks
         self.actor_loop = actor_loop
+        self._rollout_check = rollout_check.RolloutCheck(env_spec)
         self._actor_step = jax.jit(self._actor_step_fn)
         self._stack_outputs = jax.jit(self._stack_outputs_fn, static_argnums=1)
         self._split_carry = jax.jit(self._split_carry_fn, static_argnums=1)
@@ -393,6 +399,17 @@ class Pipeline:
         first = self.thread_env_offset(thread_index)
         return np.arange(first, first + self.sizes.envs_per_thread, dtype=np.int32)
 
+    def piece_env_ids(self, thread_index: int) -> list[jax.Array]:
+        """Per local learner device, the [b] int32 global env ids of the thread's piece, there."""
+        learner_devices = self.layout.local_learner_devices
+        slices = np.split(self.thread_env_ids(thread_index), len(learner_devices))
+        return [jax.device_put(ids, d) for ids, d in zip(slices, learner_devices, strict=True)]
+
+    def check_rollout(self, pieces: Sequence[Rollout], expected_env_ids) -> str | None:
+        """Where a thread's rollout pieces break the spec (`RolloutCheck.problems`); None if
+        they hold. `expected_env_ids` is the thread's `piece_env_ids`."""
+        return self._rollout_check.problems(pieces, expected_env_ids)
+
     def _actor_groups(self, thread_index: int, envs, device, first_update: int) -> list[_EnvGroup]:
         """The thread's env groups (fixed, in env order), reset, with their device state."""
         env_ids = self.thread_env_ids(thread_index)
@@ -432,6 +449,13 @@ class Pipeline:
             collect = self._scan_collector(groups, device)
             first_version = required_policy_version(first_update, self.policy_lag)
             collect.compile(store.get(first_version, device_index))
+        # Placed once: the rollout check reads them every rollout.
+        expected_env_ids = self.piece_env_ids(thread_index)
+        consistency = None
+        if self.consistency_checks:
+            consistency = ConsistencyCheck(
+                self.agent, self.seed, self.sizes.num_steps, to_device=copy_to_device
+            )
         gate.arrive_and_wait()
         for update in range(first_update, self.sizes.num_updates + 1):
             version = required_policy_version(update, self.policy_lag)
@@ -443,11 +467,13 @@ class Pipeline:
             with jax.transfer_guard(self.transfer_guard):
                 rollout = collect(params, device, control)
                 pieces = self._to_learner_devices(rollout)
-                problem = rollout_check.non_finite_fields(pieces)
+                problem = self.check_rollout(pieces, expected_env_ids)
+                if problem is None and consistency is not None:
+                    problem = consistency.problems(params, pieces, update, device)
             if problem is not None:
-                raise NonFiniteRolloutError(
+                raise InvalidRolloutError(
                     f"actor thread {thread_index} ({self.actor_loop} loop, {device.platform} "
-                    f"device {device.id}) collected a non-finite rollout {update} with policy "
+                    f"device {device.id}) collected a bad rollout {update} with policy "
                     f"version {version}: {problem}; the learner never saw it"
                 )
             put_or_stop(

@@ -6,7 +6,6 @@ import sys
 import numpy as np
 
 from sebulba import train
-from sebulba.actors import rollout_check
 from tests.helpers import load_config
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "benchmarks"))
@@ -43,7 +42,7 @@ def test_the_handoff_is_timed_on_the_rollout_the_actor_collected():
     finally:
         ceilings._close(setup)
     pieces = pipeline._to_learner_devices(collected)
-    assert rollout_check.non_finite_fields(pieces) is None
+    assert pipeline.check_rollout(pieces, pipeline.piece_env_ids(0)) is None
     assert {d.id for piece in pieces for d in piece.obs.devices()} == {2}
     assert pieces[0].obs.shape == rollouts[0].pieces[0].obs.shape
     assert np.asarray(pieces[0].obs).any()  # Real observations, not zeros.

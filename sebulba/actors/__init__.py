@@ -4,8 +4,12 @@
                  keys from the actor stream, the carry's reset
   scan_actor     `pipeline.actor_loop="scan"`: an actor thread's rollout as one XLA
                  program through envpool's XLA interface; which tasks and devices allow it
-  rollout_check  the check, on the actor's device, that a rollout is finite before the
-                 handoff
+  rollout_check  the check, where the rollout lies, that it holds only values its spec
+                 allows (finite floats, bounded integers, 0/1 flags, the thread's env
+                 ids) before the handoff
+  consistency_check
+                 `debug.consistency_checks`: each rollout re-derived from its records
+                 (policy outputs, actions, obs[0] against the last obs[T])
   handoff        thread coordination between actors and learner: stop flag and first
                  error, versioned parameter store, stop-aware queue waits, the gate that
                  starts actor threads together

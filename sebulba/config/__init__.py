@@ -91,6 +91,8 @@ def base_config(agent: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     config.debug.actor_delay_s = 0.0  # Sleep before each rollout (reproducibility tests).
     config.debug.transfer_guard = "disallow"  # jax.transfer_guard level in the loop.
     config.debug.skip_memory_check = False  # Train even if the update seems not to fit.
+    # Policy outputs recomputed, actions resampled, obs[0] against the last rollout's obs[T].
+    config.debug.consistency_checks = False  # Re-derive each rollout from its records (slower).
     # XLA's deterministic GPU kernels (docs/architecture.md); no-op on CPU/TPU. False: faster
     # kernels (PPO Atari's learner update 2.6x on one H200), but results vary between runs.
     config.debug.deterministic_gpu = True  # GPU: same seed, same checksum (False: faster, varies).

@@ -68,6 +68,11 @@ class ArraySpec:
     num_values: int | None = None
     components: tuple[int, ...] | None = None
 
+    @property
+    def value_bounds(self) -> tuple[int, int] | None:
+        """[low, high) of the values a discrete entry takes; None: any value of its dtype."""
+        return None if self.num_values is None else (0, self.num_values)
+
 
 @dataclasses.dataclass(frozen=True)
 class Discrete:
@@ -82,6 +87,11 @@ class Discrete:
     @property
     def dtype(self) -> str:
         return "int32"
+
+    @property
+    def value_bounds(self) -> tuple[int, int]:
+        """[low, high) of the action's values."""
+        return 0, self.num_actions
 
     def to_env(self, actions: np.ndarray) -> np.ndarray:
         return np.asarray(actions, np.int32)
@@ -98,6 +108,11 @@ class Box:
     @property
     def dtype(self) -> str:
         return "float32"
+
+    @property
+    def value_bounds(self) -> None:
+        """None: a Gaussian policy's sample may lie outside [low, high]; it must be finite."""
+        return None
 
     def to_env(self, actions: np.ndarray) -> np.ndarray:
         """Clips to the bounds: a Gaussian policy samples outside them, the env may not."""
@@ -119,6 +134,11 @@ class MultiDiscrete:
     @property
     def dtype(self) -> str:
         return "int32"
+
+    @property
+    def value_bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        """[low, high) of each component's values, [K] each."""
+        return np.zeros(len(self.nvec), np.int32), np.asarray(self.nvec, np.int32)
 
     def to_env(self, actions: np.ndarray) -> np.ndarray:
         return np.asarray(actions, np.int32)
