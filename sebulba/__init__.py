@@ -14,6 +14,14 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from sebulba.runtime import platforms as _platforms
+
+# Before any backend starts: library callers (`train.train`, `load_policy`, evaluation
+# from Python) reach JAX through this package, and on a machine without an accelerator
+# where libtpu is installed (the [test] extra) JAX would print libtpu's errors about the
+# TPU VM it cannot find. Wherever an accelerator may exist, nothing changes.
+_platforms.skip_absent_accelerators()
+
 # Public name -> (module, attribute; None: the module itself). Not `sebulba.evaluate`:
 # its command-line flags would clash with `sebulba.main`'s in one process.
 _EXPORTS = {

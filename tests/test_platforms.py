@@ -35,3 +35,24 @@ def test_a_run_and_an_evaluation_print_no_tpu_errors_on_a_cpu_machine(tmp_path):
         assert result.returncode == 0, result.stderr[-2000:]
         for noise in ("TPU_ACCELERATOR_TYPE", "TPU_WORKER_HOSTNAMES", "E0000"):
             assert noise not in result.stderr, result.stderr[-2000:]
+
+
+def test_library_callers_get_no_tpu_errors_on_a_cpu_machine():
+    # train.train, load_policy and evaluation from Python start JAX through `sebulba`,
+    # without the command lines' start-up: importing the package is what keeps it quiet.
+    if not platforms.only_cpu_present():
+        pytest.skip("an accelerator device is present: JAX is left to find its devices")
+    env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    for imported in ("from sebulba import train", "import sebulba.policy", "import sebulba"):
+        code = f"{imported}\nimport jax\nprint(jax.devices()[0].platform)"
+        result = run_python("-c", code, env=env, timeout=120)
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert result.stdout.strip() == "cpu"
+        for noise in ("TPU_ACCELERATOR_TYPE", "TPU_WORKER_HOSTNAMES", "E0000"):
+            assert noise not in result.stderr, (imported, result.stderr[-2000:])
+    # A choice made in code before importing sebulba stands.
+    code = "import jax\njax.config.update('jax_platforms', 'cpu')\nimport sebulba\nimport os\n"
+    code += "print(os.environ.get('JAX_PLATFORMS'))"
+    result = run_python("-c", code, env=env, timeout=120)
+    assert result.stdout.strip() == "None", result.stderr[-2000:]

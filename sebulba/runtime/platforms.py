@@ -5,7 +5,9 @@ installed JAX tries a TPU backend on every machine, where libtpu prints five lin
 errors about the TPU VM it cannot find. On a machine with no accelerator at all (no
 TPU on the PCI bus, no NVIDIA or AMD GPU device node) only the CPU backend can start, so
 `skip_absent_accelerators` asks JAX for it alone and the errors never appear. Wherever an
-accelerator may be present, or the user chose `JAX_PLATFORMS`, nothing changes.
+accelerator may be present, or the user chose `JAX_PLATFORMS` (or `jax_platforms` in
+code), nothing changes. `import sebulba` calls it, so that library callers are as quiet as
+the command lines.
 """
 
 from __future__ import annotations
@@ -39,12 +41,15 @@ def only_cpu_present() -> bool:
 def skip_absent_accelerators() -> None:
     """Sets `JAX_PLATFORMS=cpu` where libtpu is installed but no accelerator exists.
 
-    Call before JAX starts a backend; does nothing once `JAX_PLATFORMS` is set.
+    Call before JAX starts a backend; does nothing once `JAX_PLATFORMS` is set, or
+    `jax_platforms` in code.
     """
     if "JAX_PLATFORMS" in os.environ or importlib.util.find_spec("libtpu") is None:
         return
+    jax = sys.modules.get("jax")
+    if jax is not None and jax.config.jax_platforms:  # The caller chose in code.
+        return
     if only_cpu_present():
         os.environ["JAX_PLATFORMS"] = "cpu"
-        jax = sys.modules.get("jax")
         if jax is not None:  # Imported already: its config read the variable then.
             jax.config.update("jax_platforms", "cpu")
