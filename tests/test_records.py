@@ -105,6 +105,34 @@ def test_the_pqn_cartpole_run_gives_its_recorded_numbers():
         assert result["mean_return"] == recorded["mean_return"]
 
 
+def test_the_readme_says_why_its_transcript_and_results_give_seed_1_two_returns():
+    # The README shows the default run's closing line (a transcript) and its seeds'
+    # results, two records of the same command. Where seed 1 ends differently in them,
+    # the records must differ in what changes a run's rounding (CPU features, commit, a
+    # version), and the README must say so outside the rendered blocks.
+    import re
+
+    transcript, results = records.read("ppo_cartpole_transcript"), records.read("ppo_cartpole")
+    done = next(
+        line for line in transcript["values"]["output"].splitlines() if "sebulba: done" in line
+    )
+    shown = float(re.search(r"mean return of the last 100 episodes ([-\d.]+)", done).group(1))
+    recorded = results["values"]["seeds"]["1"]["mean_return"]
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        readme = render_docs.BLOCK.sub("", f.read())  # Only the hand-written prose.
+    if f"{recorded:.1f}" == f"{shown:.1f}":
+        assert "seed 1's final return differs between them" not in readme
+        return
+    differs = [
+        transcript["machine"]["cpu_features"] != results["machine"]["cpu_features"],
+        transcript["commit"] != results["commit"],
+        transcript["versions"] != results["versions"],
+    ]
+    assert any(differs), "same commit, machine and versions, yet two returns for seed 1"
+    assert "seed 1's final return differs between them" in readme
+    assert "instruction-set features" in readme or not differs[0]
+
+
 def test_every_recorded_seed_of_the_default_configs_learned():
     for config in ("ppo_cartpole", "impala_cartpole"):
         seeds = records.read(config)["values"]["seeds"]
