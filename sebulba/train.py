@@ -41,7 +41,7 @@ from sebulba.errors import ConfigError
 from sebulba.lag_schedule import required_policy_version
 from sebulba.mesh import DeviceLayout
 from sebulba.pipeline import Pipeline
-from sebulba.preflight import memory
+from sebulba.preflight import memory, update_estimate
 from sebulba.runtime import compile_progress, distributed, gpu_determinism
 from sebulba.runtime import workdir as workdir_lib
 from sebulba.runtime.metrics import MetricsLogger, params_checksum, truncate_metrics, write_json
@@ -347,7 +347,10 @@ def restore_or_init(
     if restored is None:
         return StartPoint(fresh_state() if fresh_state is not None else init_learner_state(setup))
     logging.info("resuming after update %d from %s", restored.step, restored.path)
-    state = restored.state
+    # Columns split along envs follow the saving layout's env order; this one's may differ.
+    state = ckpt_lib.reorder_envs(
+        restored.state, restored.meta.get("env_order"), setup.sizes.env_order(), restored.path
+    )
     if setup.agent.restart_envs is not None and restored.env_state is None:
         # Every env starts a new episode on resume; what follows live episodes starts too.
         shardings = setup.agent.state_shardings(shapes, layout.sharding)
@@ -461,6 +464,8 @@ class RunCheckpoints:
             "num_processes": sizes.num_processes,
             "num_envs": sizes.num_envs,
             "layout": self.setup.layout.describe(),
+            # Global env id of each column of state split along envs (a replay buffer).
+            "env_order": sizes.env_order().tolist(),
             "learner_policy_version": report.learner_policy_version,
             "actor_policy_version": required_policy_version(
                 report.update + 1, config.pipeline.policy_lag
@@ -611,6 +616,10 @@ def _train_phases(
         fresh_state = compile_init(setup)
         compiled = compiling.result()
         _log_compiled(compiled)
+        # On a CPU learner, how long an update will take: an accelerator's config can
+        # take minutes per update there, which the console says before it starts.
+        estimated = update_estimate.estimate(compiled, layout.local_learner_devices)
+        slow = estimated is not None and estimated.seconds >= update_estimate.SLOW_UPDATE_S
         if not config.debug.skip_memory_check:
             memory.check_update_fits(
                 compiled,
@@ -647,8 +656,20 @@ def _train_phases(
             sizes.steps_per_update,
         )
 
-        metrics = open_outputs(setup, workdir, start, started_at=started_at)
+        metrics = open_outputs(
+            setup,
+            workdir,
+            start,
+            started_at=started_at,
+            update_estimate_s=estimated.seconds if slow else None,
+        )
         metrics.print(describe_run(config, sizes, workdir))
+        if slow:
+            metrics.print(
+                update_estimate.describe(
+                    estimated, sizes.num_updates - start.first_update + 1, sizes.steps_per_update
+                )
+            )
         checkpoints = RunCheckpoints(
             setup,
             workdir,
@@ -757,6 +778,7 @@ def open_outputs(
     show_progress: bool = True,
     sinks: bool = True,
     started_at: float | None = None,
+    update_estimate_s: float | None = None,
 ) -> MetricsLogger:
     """Holds the workdir, writes config.json, cuts metrics.jsonl back to the start and
     opens the metrics.
@@ -765,7 +787,8 @@ def open_outputs(
     `show_progress` False keeps the run off the console (the seeds of a vmapped Anakin
     run other than the first); `sinks` False opens no TensorBoard or wandb run.
     `started_at` (`time.perf_counter()`): when the run started, before its start-up and
-    compiling, which its wall time counts (default: now).
+    compiling, which its wall time counts (default: now). `update_estimate_s`: a floor on
+    one update's time (`sebulba.preflight.update_estimate`) for the console's notices.
     """
     config, sizes = setup.config, setup.sizes
     is_main_process = jax.process_index() == 0
@@ -800,6 +823,7 @@ def open_outputs(
         settings=config.to_dict(),
         # An off-policy agent's random-action phase would make the ETA minutes short.
         learning_starts=config.agent.get("learning_starts", 0),
+        update_estimate_s=update_estimate_s,
     )
 
 

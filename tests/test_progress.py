@@ -394,3 +394,49 @@ def test_a_run_says_what_it_compiles_before_its_first_progress_line(tmp_path):
     first = next(i for i, line in enumerate(lines) if PROGRESS_LINE.match(line))
     assert started < compiled < first, lines
     assert re.fullmatch(r"sebulba: compiled the learner update in \d:\d\d:\d\d", lines[compiled])
+
+
+def test_a_long_update_is_noticed_less_often_as_it_goes_on_and_repeats_its_estimate():
+    stream = io.StringIO()
+    progress = ConsoleProgress(
+        400, 4, mode="lines", stream=stream, stall_notice_s=0.1, update_estimate_s=660.0
+    )
+    try:
+        time.sleep(1.3)
+    finally:
+        progress.close()
+    notices = stream.getvalue().splitlines()
+    # Every 0.1 s would be 13 lines; the gaps grow with the update's time instead.
+    assert 3 <= len(notices) <= 8, notices
+    assert notices[0] == (
+        "update 1/4 running for 0:00:00 (estimated before training: at least 0:11:00 per "
+        "update on this CPU)"
+    )
+
+
+def test_an_update_too_slow_for_the_cpu_is_estimated_before_training(tmp_path, monkeypatch, capsys):
+    import jax
+    import jax.numpy as jnp
+
+    from sebulba.preflight import update_estimate
+
+    # The floor: the compiled program's matrix FLOPs over the rate this CPU multiplies at.
+    x = jnp.ones((256, 256), jnp.float32)
+    compiled = jax.jit(lambda a, b: (a @ b) @ b).lower(x, x).compile()
+    monkeypatch.setattr(update_estimate, "MIN_FLOPS", 0.0)
+    found = update_estimate.estimate(compiled, jax.devices()[:1])
+    assert found.flops == 2 * (2 * 256**3)
+    assert found.seconds == found.flops / found.flops_per_s and found.flops_per_s > 1e8
+    # A run whose updates are estimated slow says so, with what to change, before update 1.
+    monkeypatch.setattr(update_estimate, "SLOW_UPDATE_S", 0.0)
+    train.train(agent_config(minimal_agent), str(tmp_path / "run"))
+    said = capsys.readouterr().out.splitlines()
+    (line,) = [i for i, text in enumerate(said) if text.startswith("sebulba: one learner update")]
+    assert re.fullmatch(
+        r"sebulba: one learner update is [\d.]+ TFLOP and this CPU multiplies at [\d,]+ "
+        r"GFLOP/s, so each update takes at least \d:\d\d:\d\d \(\d:\d\d:\d\d for 6 updates\); "
+        r"128 env steps per update is sized for a GPU or TPU: .*",
+        said[line],
+    )
+    first = next(i for i, text in enumerate(said) if PROGRESS_LINE.match(text))
+    assert line < first

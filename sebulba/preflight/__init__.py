@@ -7,6 +7,7 @@
   hlo_cost         FLOPs and bytes of a compiled program, from its HLO text
   hlo_text         parsing the HLO text of a compiled program
   program_pricing  a compiled program's predicted time on a target
+  update_estimate  on a CPU learner, a floor on one update's time, said before update 1
   check_report     `sebulba.check`'s report: tables, verdicts, `check.json`
 
 `python -m sebulba.check` (sebulba/check.py) runs it; docs/scaling.md describes it.

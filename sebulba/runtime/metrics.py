@@ -335,6 +335,8 @@ class MetricsLogger:
     `settings` (the resolved config as a dict) is written once to TensorBoard, as the
     text "hyperparameters" at the segment's first step. `learning_starts`: an off-policy
     agent's env steps before learning, from which the console's ETA measures its rate.
+    `update_estimate_s`: a floor on an update's time, repeated by the console's notices
+    while an update runs long.
 
     Episodes are attributed to the tasks of `task_layout` by their global env index;
     multi-task lines carry per-task fields and summary.json always has `tasks`
@@ -366,6 +368,7 @@ class MetricsLogger:
         settings: Mapping[str, Any] | None = None,
         agent_keys: Collection[str] = (),
         learning_starts: int = 0,
+        update_estimate_s: float | None = None,
     ):
         self.workdir = workdir
         self.host_cores = host_cores
@@ -420,6 +423,7 @@ class MetricsLogger:
             stall_notice_s=console_every_s or 5.0,
             first_update=first_update,
             learning_starts=learning_starts,
+            update_estimate_s=update_estimate_s,
         )
 
     def _window_reset(self, now: float, global_step: int) -> None:

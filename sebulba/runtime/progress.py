@@ -7,7 +7,9 @@ so the output stays greppable and free of carriage returns. Process 0 only.
 
 An update that takes long (the first compiles; a big learner on a CPU can take minutes)
 is never silent: while one runs, a line `update 1/488 running for 0:01:00` is printed
-every `stall_notice_s` seconds.
+after `stall_notice_s` seconds and again at growing intervals, never more than a minute
+apart; where the update's time was estimated before training
+(`sebulba.preflight.update_estimate`), the line repeats the estimate.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from typing import Any, TextIO
 
 CONSOLE_MODES = ("auto", "bar", "lines")
 _BAR_WIDTH = 24
+# The longest a running update goes without a notice once it has printed its first.
+_LONGEST_NOTICE_GAP_S = 60.0
 
 
 def format_duration(seconds: float) -> str:
@@ -89,6 +93,8 @@ class ConsoleProgress:
       stall_notice_s: while an update has been running this long, say so every this
         many seconds (0: never).
       first_update: the update this process starts with (a resumed run's is later).
+      update_estimate_s: a floor on one update's time, estimated before training (the
+        stall notices repeat it); None where there is none.
       learning_starts: env steps before an off-policy agent's first gradient step
         (`agent.learning_starts`). Until then its updates only act and store, many
         times faster than the learning ones, so the ETA's rate is measured from the
@@ -104,6 +110,7 @@ class ConsoleProgress:
         stall_notice_s: float = 0.0,
         first_update: int = 1,
         learning_starts: int = 0,
+        update_estimate_s: float | None = None,
     ):
         if mode not in CONSOLE_MODES:
             raise ValueError(f"console mode {mode!r} is not one of {CONSOLE_MODES}")
@@ -113,6 +120,7 @@ class ConsoleProgress:
         self.show_bar = mode == "bar" or (mode == "auto" and is_terminal)
         self._steady_from: tuple[float, int] | None = None
         self.learning_starts = learning_starts
+        self.update_estimate_s = update_estimate_s
         self._bar_drawn = False
         # The stall notices come from a thread of their own: the learner thread that
         # calls on_update is the one blocked in the long update.
@@ -135,12 +143,22 @@ class ConsoleProgress:
             with self._lock:
                 now = time.perf_counter()
                 running_s = now - self._running_since
-                if running_s >= every_s and now - self._last_notice >= every_s:
+                # Every `every_s` at first, then less often as the update goes on (an
+                # 11-minute update on a CPU would fill the screen), but at least once a
+                # minute: never silent for long.
+                interval = max(every_s, min(_LONGEST_NOTICE_GAP_S, running_s / 2))
+                if running_s >= every_s and now - self._last_notice >= interval:
                     self._last_notice = now
-                    self.write_line(
+                    line = (
                         f"update {self._running_update}/{self.num_updates} running for "
                         f"{format_duration(running_s)}"
                     )
+                    if self.update_estimate_s is not None:
+                        line += (
+                            f" (estimated before training: at least "
+                            f"{format_duration(self.update_estimate_s)} per update on this CPU)"
+                        )
+                    self.write_line(line)
 
     def eta_s(self, global_step: int) -> float:
         """Seconds left at the rate since this process's first update (`eta_seconds`)."""
