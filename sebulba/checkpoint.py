@@ -4,14 +4,16 @@ Implements docs/checkpointing.md on orbax's `CheckpointManager` (tensorstore bac
 and restoring are collective: every process calls them alike, orbax coordinates and
 process 0 writes the metadata. Checkpoint `checkpoints/<update>/` holds three or four items:
 
-  state            the learner state pytree (parameters, optimizer state, counters);
+  state            the learner state pytree (parameters, optimizer state, counters, a
+                   replay buffer split along envs);
   previous_params  policy_lag 1: the parameters the actors hold (version `update`),
                    so the resumed lag schedule continues exactly;
   env_state        Anakin runs only: the JAX envs' state, observations, episode
                    counters and recurrent carries (sharded along envs), so a resumed
                    run continues bit for bit;
-  meta             JSON: update, global step, schedule, episode statistics, and the
-                   SHA-256 checksum and leaf signature of the trees above.
+  meta             JSON: update, global step, schedule, episode statistics, the env
+                   order of state split along envs (`reorder_envs`), and the SHA-256
+                   checksum (`tree_checksum`) and leaf signature of the trees above.
 
 No RNG state is saved: every key derives from the seed and layout-free indices (update
 counter, step, global env index; `sebulba.random_streams`). envpool cannot snapshot
@@ -121,6 +123,66 @@ def tree_checksum(tree: Any) -> str | None:
                 leaf = jax.random.key_data(leaf)
         digest.update(np.ascontiguousarray(jax.device_get(leaf)).tobytes())
     return digest.hexdigest()
+
+
+def _env_axis(leaf: Any) -> int | None:
+    """The axis of `leaf` split along envs (its partition spec names `BATCH_AXIS`), or None."""
+    spec = getattr(leaf.sharding, "spec", None) if isinstance(leaf, jax.Array) else None
+    for axis, names in enumerate(spec or ()):
+        if names == BATCH_AXIS or (isinstance(names, tuple) and BATCH_AXIS in names):
+            return axis
+    return None
+
+
+def reorder_envs(state: Any, saved_order: list[int] | None, order: np.ndarray, path: str) -> Any:
+    """`state` with each leaf split along envs moved from the saved env order to `order`.
+
+    Column i of such a leaf (a replay buffer's) holds the history of global env
+    `saved_order[i]`, the layout that saved it having its rollout's env axis in that order
+    (`Sizes.env_order`); the current layout puts env `order[i]` there. The leaves are
+    gathered into the current order one at a time, each donated, so a restore onto another
+    layout holds at most one leaf twice. A leaf the learner state keeps replicated has no
+    env axis and is returned as restored.
+
+    Args:
+      state: the restored learner state, with the current layout's shardings.
+      saved_order: the checkpoint's recorded env order; None for a checkpoint written
+        before sebulba recorded it, taken to be in the current order.
+      order: [num_envs] the current layout's env order.
+      path: the checkpoint, for messages.
+    """
+    leaves = jax.tree.leaves(state)
+    if not any(_env_axis(leaf) is not None for leaf in leaves):
+        return state
+    if saved_order is None:
+        logging.warning(
+            "checkpoint %s records no env order (an older sebulba wrote it): its learner state "
+            "split along envs is taken to be in this layout's order, which holds only if "
+            "mesh.* and pipeline.num_actor_threads are those it was saved with",
+            path,
+        )
+        return state
+    saved = np.asarray(saved_order, np.int64)
+    if np.array_equal(saved, order):
+        return state
+    if sorted(saved.tolist()) != sorted(np.asarray(order).tolist()):
+        raise CheckpointMismatch(f"checkpoint {path} holds other global envs than this config")
+    column_of = np.empty(len(saved), np.int64)
+    column_of[saved] = np.arange(len(saved))
+    columns = column_of[np.asarray(order)]  # New column i <- saved column columns[i].
+
+    def move(leaf):
+        axis = _env_axis(leaf)
+        if axis is None:
+            return leaf
+        gather = jax.jit(
+            lambda x: jnp.take(x, columns, axis=axis),
+            out_shardings=leaf.sharding,
+            donate_argnums=0,
+        )
+        return gather(leaf)
+
+    return jax.tree.map(move, state)
 
 
 def abstract_replicated(tree: Any, sharding: jax.sharding.Sharding) -> Any:

@@ -377,6 +377,47 @@ def test_a_sebulba_run_on_one_and_two_learner_devices_agrees(tmp_path):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
+def _threads_config(threads, envs_per_thread, learners):
+    """configs/dqn_cartpole.py:smoke over 16 global envs: 4 updates of 16 x 10 steps, a
+    checkpoint every 2, a buffer that keeps every step, learning from update 2 on."""
+    config = load_config("dqn_cartpole", "smoke")
+    config.log.tensorboard = False
+    config.pipeline.num_actor_threads = threads
+    config.env.num_envs = envs_per_thread
+    config.mesh.learner_device_ids = learners
+    config.total_timesteps = config.agent.buffer_size = 16 * 10 * 4
+    config.agent.learning_starts = 16 * 10
+    config.ckpt.every_updates = 2
+    return config
+
+
+def test_a_buffer_resumed_on_another_thread_and_device_layout_keeps_each_envs_history(tmp_path):
+    # 2 threads x 8 envs on 2 learner devices hold env ids [0-3, 8-11, 4-7, 12-15] along
+    # the buffer's env axis, 1 thread x 16 on 1 device [0-15]: a resume from the first onto
+    # the second must move each env's column, or env 4's transitions join env 8's history.
+    two_threads = functools.partial(_threads_config, 2, 8, (1, 2))
+    one_thread = functools.partial(_threads_config, 1, 16, (1,))
+    train.train(two_threads(), str(tmp_path / "saved"))
+    results = {}
+    for name, make_config in (("same", two_threads), ("other", one_thread)):
+        config = make_config()
+        config.ckpt.resume_from = str(tmp_path / "saved" / "checkpoints" / "2")
+        state = train.train(config, str(tmp_path / name))
+        assert read_metrics(str(tmp_path / name))[0]["update"] == 3
+        assert float(read_metrics(str(tmp_path / name))[-1]["learning"]) == 1.0
+        env_order = derive_sizes(config).env_order()
+        in_id_order = jax.tree.map(
+            lambda x, order=env_order: np.asarray(x)[:, np.argsort(order)],
+            jax.device_get(state.buffer),
+        )
+        results[name] = jax.device_get((state.params, state.target_params)), in_id_order
+    ids = np.arange(16)
+    expected = np.concatenate([ids[0:4], ids[8:12], ids[4:8], ids[12:16]])
+    np.testing.assert_array_equal(derive_sizes(two_threads()).env_order(), expected)
+    for a, b in zip(*map(jax.tree.leaves, results.values()), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
 def test_sebulba_check_reports_the_atari_buffer_and_refuses_one_too_big():
     from sebulba import check
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 import ml_collections
+import numpy as np
 
 from sebulba.config.validation import FINITE_NON_NEGATIVE, check_range
 from sebulba.errors import ConfigError
@@ -46,6 +47,23 @@ class Sizes:
     def global_steps(self) -> int:
         """Env steps the run will have taken when it ends."""
         return self.num_updates * self.steps_per_update
+
+    def env_order(self) -> np.ndarray:
+        """[num_envs] int32: the global env id of each column of the rollout's env axis.
+
+        Actor thread h of process p steps the envs (p * threads + h) * env.num_envs + i and
+        sends each local learner device an equal, contiguous slice of them; the rollout's
+        env axis is laid out process by process, learner device by learner device, and on
+        each device thread by thread. So 2 threads x 4 envs on 2 learner devices give
+        [0, 1, 4, 5, 2, 3, 6, 7], and one thread (the Anakin runner's case) the id order.
+        Learner state split along envs (a replay buffer) follows this order: a checkpoint
+        records it, and a restore onto another layout moves the columns to the new one.
+        """
+        processes, threads = self.num_processes, self.num_actor_threads
+        devices = self.learner_devices_per_process
+        ids = np.arange(self.num_envs, dtype=np.int32)
+        ids = ids.reshape(processes, threads, devices, self.envs_per_thread // devices)
+        return ids.transpose(0, 2, 1, 3).reshape(-1)
 
 
 def _positive(value, name: str) -> int:
