@@ -107,10 +107,13 @@ def tree_signature(tree: Any) -> list[str]:
 def tree_checksum(tree: Any) -> str | None:
     """SHA-256 of every leaf's raw bytes (keys as key data); None if not at hand.
 
-    A fully replicated leaf is hashed from its local copy (the learner state always is
-    replicated); a sharded leaf (an Anakin run's env state) from the whole array when
-    this process holds all of it, which does not depend on the layout either. A tree
-    with a leaf spread over several processes has no checksum.
+    A fully replicated leaf (parameters, optimizer state, counters) is hashed from its
+    local copy. A leaf split over devices (a replay buffer along envs, an Anakin run's env
+    state) is hashed as the whole array when this process holds all of it: the same bytes
+    on one device or several, in the env order it was saved in (a restore checks it before
+    `reorder_envs`). A tree with a leaf spread over several processes has no checksum: it
+    is saved with none (null in the metadata), and a restore that spreads such a leaf over
+    processes cannot check the one a single process saved; both rely on orbax's reads alone.
     """
     digest = hashlib.sha256()
     for leaf in jax.tree.leaves(tree):
@@ -394,7 +397,9 @@ def restore(
             for name in items:
                 trees[name] = restored[name]
                 expected = meta["checksums"].get(name)
-                if expected is not None and tree_checksum(trees[name]) != expected:
+                # None where a leaf is spread over processes: nothing to compare here.
+                actual = None if expected is None else tree_checksum(trees[name])
+                if actual is not None and actual != expected:
                     problem = f"{name} does not match its checksum"
         except Exception as error:  # noqa: BLE001 - any read failure makes it unusable.
             problem = f"unreadable data ({type(error).__name__}: {error})"

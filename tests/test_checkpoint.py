@@ -378,6 +378,21 @@ def test_corrupt_checkpoint_is_skipped_with_a_warning(saved_run, tmp_path, caplo
     assert read_summary(workdir)["updates"] == 6
 
 
+def test_a_state_this_layout_cannot_checksum_restores_unchecked(saved_run, tmp_path, monkeypatch):
+    # One process saved the checksum of a replay buffer; restored over two processes, the
+    # buffer is spread and no process can hash it whole (`tree_checksum` gives None). That
+    # is no corruption: the checkpoint restores, unchecked, instead of being skipped.
+    workdir, saved_state = saved_run
+    monkeypatch.setattr(checkpoint, "tree_checksum", lambda tree: None)
+    config = agent_config(minimal_agent, ckpt__resume_from=workdir)
+    start = train.restore_or_init(train.prepare(config), str(tmp_path / "new"))
+    assert start.first_update == 7
+    for restored, saved in zip(
+        jax.tree.leaves(start.state), jax.tree.leaves(saved_state), strict=True
+    ):
+        np.testing.assert_array_equal(jax.device_get(restored), saved)
+
+
 def test_a_run_none_of_whose_checkpoints_reads_stops_and_changes_nothing(saved_run, tmp_path):
     # A cause that passes (host memory, an I/O error) fails every checkpoint alike:
     # moving them all aside and training from update 1 would discard the run.
