@@ -13,8 +13,11 @@ Deliberate differences from CleanRL's `dqn_jax.py`:
   with the squared error; `agent.loss=mse` is kept, as CleanRL's.
 * The Q-network is the shared MLP (separate 64-64 tanh torsos, the policy head's logits
   read as Q-values; CleanRL: one 120-84 ReLU MLP).
-* Time-limit truncations bootstrap (CleanRL treats them as terminal).
 * 200k env steps, learning after 10k (CleanRL: 500k steps, learning after 10k).
+
+As CleanRL, time-limit truncations bootstrap: its buffer stores the final observation of
+a truncated episode and ends bootstrapping at terminations only, as the replay's n-step
+sampler does.
 
 Seeds 1, 2, 3 end at 500.0, 253.4 and 243.4 (mean return of the last 100 episodes; about
 20 s of training each on a 2-core CPU; `python -m sebulba.main
