@@ -18,7 +18,9 @@ Deliberate differences from CleanRL:
   no-op starts, episodic life, minimal action set, FireResetEnv; its protocol is
   `"--config.env.kwargs={'episodic_life': True, 'noop_max': 30}"
   --config.env.full_action_space=False --config.env.repeat_action_probability=0.0`).
-* The Nature CNN of `networks.py` has a value head beside the Q head; it is unused.
+* The Nature CNN of `networks.py` has a value head beside the Q head; it is unused. The
+  Q head is its policy head, orthogonal with gain 0.01 (CleanRL: flax's default
+  lecun_normal), so the Q-values start near 0.
 * The buffer stores every transition's stacked frames (4 x 84 x 84 uint8, 28 KB): 1M
   transitions are about 28 GB of learner memory, split over the learner devices
   (CleanRL's host buffer holds the same stacks). The memory pre-check refuses a learner

@@ -12,7 +12,8 @@ Deliberate differences from CleanRL's `dqn_jax.py`:
   error's gradient at 1: seed 1 ended at a mean return of 34 after 200k steps against 500
   with the squared error; `agent.loss=mse` is kept, as CleanRL's.
 * The Q-network is the shared MLP (separate 64-64 tanh torsos, the policy head's logits
-  read as Q-values; CleanRL: one 120-84 ReLU MLP).
+  read as Q-values, so the Q head is initialised orthogonal with the policy head's gain
+  0.01; CleanRL: one 120-84 ReLU MLP, its Q head flax's default lecun_normal).
 * 200k env steps, learning after 10k (CleanRL: 500k steps, learning after 10k).
 
 As CleanRL, time-limit truncations bootstrap: its buffer stores the final observation of

@@ -19,7 +19,12 @@ steps; under the one-step lag the newest rollout was collected by the previous v
 and the buffer mixes older versions anyway (off-policy learning needs no correction).
 
 The Q-network is the actor-critic network of `networks.py` with its policy head's
-logits read as Q-values (its value head is unused).
+logits read as Q-values (its value head is unused). The Q head therefore starts as the
+policy head does, orthogonal with gain 0.01, so every Q-value is near 0 at initialisation
+and the first targets are about the rewards; CleanRL's Q-network ends in a flax Dense with
+its default lecun_normal init, and PQN's `q_head` has gain 1.
+Kept deliberately: the recorded DQN runs (docs/records/dqn_cartpole.json) were made
+with it, and another initialisation would change their numbers.
 
 Reads top to bottom: config -> state -> act -> loss -> update -> make.
 """
