@@ -78,6 +78,12 @@ def _wait_for(predicate, timeout=90.0):
         time.sleep(0.05)
 
 
+def _progress_lines(out):
+    """The console's progress lines: not the `sebulba: ...` lines around them (what
+    compiles, what trains, how it ended)."""
+    return [line for line in out.splitlines() if not line.startswith("sebulba: ")]
+
+
 def _metric_lines(workdir):
     path = os.path.join(workdir, "metrics.jsonl")
     return read_metrics(workdir) if os.path.exists(path) else []
@@ -110,7 +116,7 @@ def test_sigterm_saves_and_the_same_command_resumes_to_completion(tmp_path):
     second = _cli(workdir, *flags, *slow)
     out, err = second.communicate(timeout=90)
     assert second.returncode == 0, err[-2000:]
-    assert out.splitlines()[0].startswith(f"update {stopped + 1}/12 ")
+    assert _progress_lines(out)[0].startswith(f"update {stopped + 1}/12 ")
     _assert_continuous(read_metrics(workdir), 12)
     summary = read_summary(workdir)
     assert summary["updates"] == 12 and summary["global_step"] == 12 * STEPS_PER_UPDATE
@@ -341,7 +347,7 @@ def test_sigkill_during_a_save_leaves_the_previous_checkpoint(tmp_path):
     out, err = resumed.communicate(timeout=90)
     assert resumed.returncode == 0, err[-2000:]
     assert "skipping unfinished checkpoint" in err
-    assert out.splitlines()[0].startswith("update 3/6 ")
+    assert _progress_lines(out)[0].startswith("update 3/6 ")
     _assert_continuous(read_metrics(workdir), 6)  # Lines of the killed run were dropped.
     assert not checkpoint.interrupted_saves(directory)
     assert checkpoint.list_steps(directory) == [2, 4, 6]
