@@ -158,6 +158,51 @@ def episode_starts(valid: jax.Array) -> jax.Array:
 
 
 @dataclasses.dataclass(frozen=True)
+class UpdatePlan:
+    """One learner update cut into pieces, for the fused step to place between env steps.
+
+    Running `piece(carry, m, u)` for m = 0 .. num_steps - 1 and, within each, u = 0 ..
+    pieces_per_step - 1, in that order from `carry`, then `finish`, is the update: `run`
+    does exactly that, and an agent whose `plan_update` gives plans has its `update` run
+    them, so the two cannot differ. A piece is a few kernels of bounded size (for the
+    agents here: one micro-batch's gradient, the first also folding the minibatch into
+    the state, the last also applying the optimizer step), so that it fits beside one env
+    step; everything before the first piece (advantages, targets, shuffles) is traced
+    where the plan is made, and `finish` does what follows the last.
+
+    Attributes:
+      num_steps: N, the outer loop's length (optimizer steps).
+      pieces_per_step: k, pieces per outer step (micro-batches per minibatch).
+      unroll: whether the outer loop is unrolled (XLA:CPU's convolution gradients run
+        many times slower inside a loop's body; see `learner.unrolls_minibatch_loop`).
+      carry: the pytree the pieces thread, before the first one.
+      piece: `piece(carry, m, u) -> carry`; `m` an int32 scalar, traced in a rolled loop,
+        `u` a Python int.
+      finish: `finish(carry) -> (learner_state, metrics)` after the last piece.
+    """
+
+    num_steps: int
+    pieces_per_step: int
+    unroll: bool
+    carry: Any
+    piece: Callable[[Any, jax.Array, int], Any]
+    finish: Callable[[Any], tuple[LearnerState, dict[str, jax.Array]]]
+
+    def run(self) -> tuple[LearnerState, dict[str, jax.Array]]:
+        """The update: every piece in order (a `lax.scan` over the outer steps, unrolled
+        where `unroll`, each step's pieces written out), then `finish`."""
+
+        def step(carry, m):
+            for u in range(self.pieces_per_step):
+                carry = self.piece(carry, m, u)
+            return carry, None
+
+        steps = jnp.arange(self.num_steps, dtype=jnp.int32)
+        unroll = self.num_steps if self.unroll else 1
+        return self.finish(jax.lax.scan(step, self.carry, steps, unroll=unroll)[0])
+
+
+@dataclasses.dataclass(frozen=True)
 class Agent:
     """The four pure functions the pipeline calls, and optional greedy and recurrent parts.
 
@@ -194,6 +239,10 @@ class Agent:
         transitions of the envs whose rollout columns it holds. None: every leaf
         replicated. Every place that places the learner state (init, update, restore,
         `sebulba.check`, the Anakin runner) goes through `Agent.partition_specs`.
+      plan_update: `plan_update(learner_state, rollout) -> UpdatePlan`, the update cut
+        into pieces (`update(s, r)` must equal `plan_update(s, r).run()`; build `update`
+        with `Agent.update_from_plan`). The fused step (`pipeline.fused`) needs it; None:
+        the agent's update cannot be cut, and such runs are not fused.
     """
 
     init: Callable[[jax.Array], LearnerState]
@@ -204,6 +253,12 @@ class Agent:
     initial_carry: Callable[[int], Carry] | None = None
     restart_envs: Callable[[LearnerState], LearnerState] | None = None
     state_partition_specs: Callable[[LearnerState], Any] | None = None
+    plan_update: Callable[[LearnerState, Rollout], UpdatePlan] | None = None
+
+    @staticmethod
+    def update_from_plan(plan_update: Callable[[LearnerState, Rollout], UpdatePlan]) -> Callable:
+        """The `update` of an agent whose update is `plan_update`'s plans, run whole."""
+        return lambda state, rollout: plan_update(state, rollout).run()
 
     def partition_specs(self, state: LearnerState) -> Any:
         """The learner state's PartitionSpecs (a pytree like `state`; default replicated)."""
@@ -227,6 +282,7 @@ class Agent:
         initial_carry: Callable[[int], Carry],
         restart_envs: Callable[[LearnerState], LearnerState] | None = None,
         state_partition_specs: Callable[[LearnerState], Any] | None = None,
+        plan_update: Callable[[LearnerState, Rollout], UpdatePlan] | None = None,
     ) -> Agent:
         """An agent from recurrent-form functions; an empty carry gives a feed-forward one.
 
@@ -243,6 +299,7 @@ class Agent:
                 initial_carry,
                 restart_envs,
                 state_partition_specs,
+                plan_update,
             )
 
         def feed_forward_act(params, obs, keys):
@@ -262,6 +319,7 @@ class Agent:
             None,
             restart_envs,
             state_partition_specs,
+            plan_update,
         )
 
     @property

@@ -50,11 +50,13 @@ from sebulba.agents import (
     popart,
     recurrent,
     size_rules,
+    update_pieces,
 )
 from sebulba.agents.api import (
     Agent,
     EnvSpec,
     Rollout,
+    UpdatePlan,
     check_ranges,
     episode_starts,
 )
@@ -261,7 +263,7 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         }
         return loss, stats
 
-    def update(state: IMPALAState, rollout: Rollout):
+    def plan_update(state: IMPALAState, rollout: Rollout) -> UpdatePlan:
         stats = statistics(state)
         # As in PPO: rewards scaled before V-trace, observations normalised with this
         # version's statistics, which take in the rollout's moments after the steps.
@@ -288,11 +290,10 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
             split=minibatches.env_micro_batches,
             combine="sum",
         )
-        popart_state = None
         if value_normalization.enabled:
             # The targets depend on the learner's values, so each minibatch's targets
             # update the statistics (POP, then ART's rescaling) before its gradient step.
-            params, opt_state, metrics, popart_state = learner.stateful_minibatch_steps(
+            pieces = update_pieces.minibatch_pieces(
                 loss_fn,
                 optimizer,
                 state.params,
@@ -303,24 +304,31 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
                 before_step=popart_statistics_first,
                 **steps,
             )
-            metrics.update(value_normalization.metrics(popart_state))
         else:
-            params, opt_state, metrics = learner.minibatch_steps(
+            pieces = update_pieces.stateless_minibatch_pieces(
                 loss_fn, optimizer, state.params, state.opt_state, batches, unroll, **steps
             )
-        metrics["learning_rate"] = learning_rate(state.update_count * hp.num_minibatches)
-        stats = normalizer.observed(stats, jax.tree.map(lambda x: x[:-1], rollout.obs))
-        new_state = learner.train_state(
-            params, opt_state, state.update_count + 1, stats, popart_state
-        )
-        return new_state, metrics
+
+        def finish(params, opt_state, metrics, popart_state):
+            popart_state = popart_state if value_normalization.enabled else None
+            if value_normalization.enabled:
+                metrics.update(value_normalization.metrics(popart_state))
+            metrics["learning_rate"] = learning_rate(state.update_count * hp.num_minibatches)
+            observed = normalizer.observed(stats, jax.tree.map(lambda x: x[:-1], rollout.obs))
+            new_state = learner.train_state(
+                params, opt_state, state.update_count + 1, observed, popart_state
+            )
+            return new_state, metrics
+
+        return pieces.plan(finish)
 
     return Agent.with_carry(
         init=init,
         act=act,
-        update=update,
+        update=Agent.update_from_plan(plan_update),
         policy_params=lambda s: normalizer.policy_params(s.params, statistics(s)),
         act_greedy=act_greedy,
         initial_carry=model.initial_carry,
         restart_envs=learner.restart_envs,
+        plan_update=plan_update,
     )

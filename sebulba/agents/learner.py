@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from sebulba.agents import update_pieces
 from sebulba.errors import ConfigError
 
 MINIBATCH_LOOPS = ("auto", "scan", "unrolled")
@@ -205,22 +206,20 @@ def minibatch_steps(
       (params, opt_state, stats averaged over the N minibatches and their micro-batches).
     """
 
-    params, opt_state, stats, _ = stateful_minibatch_steps(
-        lambda params, batch, _: loss_fn(params, batch),
+    params, opt_state, stats, _ = update_pieces.stateless_minibatch_pieces(
+        loss_fn,
         optimizer,
         params,
         opt_state,
-        (),
         batches,
         unroll,
-        before_step=lambda params, batch, state: (params, state),
         accumulation_steps=accumulation_steps,
         split=split,
         combine=combine,
         stop_after_epoch=stop_after_epoch,
         minibatches_per_epoch=minibatches_per_epoch,
         last_step_stats=last_step_stats,
-    )
+    ).run()
     return params, opt_state, stats
 
 
@@ -243,6 +242,9 @@ def stateful_minibatch_steps(
 ):
     """`minibatch_steps` with a state that the loss reads and each minibatch updates first.
 
+    Runs `sebulba.agents.update_pieces.minibatch_pieces`, the same steps as pieces (which
+    an agent's `plan_update` hands to the fused step).
+
     For statistics learned from the minibatches themselves (PopArt's, from the value
     targets): before each minibatch's gradient, `before_step` folds the minibatch into the
     state (and may change the parameters, as PopArt's output-preserving rescaling does),
@@ -259,115 +261,19 @@ def stateful_minibatch_steps(
     Returns:
       (params, opt_state, stats averaged as in `minibatch_steps`, state).
     """
-    num_steps = jax.tree.leaves(batches)[0].shape[0]
-    gradient = jax.grad(loss_fn, has_aux=True)
-
-    def accumulated_gradient(params, batch, state):
-        micro_batches = split(batch, accumulation_steps)
-
-        def micro_step(total, micro_batch):
-            grads, stats = gradient(params, micro_batch, state)
-            return jax.tree.map(jnp.add, total, grads), stats
-
-        zeros = jax.tree.map(jnp.zeros_like, params)
-        if unroll:  # Straight-line code: no convolution inside a nested XLA computation.
-            total, all_stats = zeros, []
-            for i in range(accumulation_steps):
-                total, stats = micro_step(total, jax.tree.map(lambda x, i=i: x[i], micro_batches))
-                all_stats.append(stats)
-            stats = jax.tree.map(lambda *xs: jnp.stack(xs), *all_stats)
-        else:
-            total, stats = jax.lax.scan(micro_step, zeros, micro_batches)
-        if combine == "mean":
-            total = jax.tree.map(lambda g: g / accumulation_steps, total)
-        return total, jax.tree.map(jnp.mean, stats)
-
-    def step(carry, batch):
-        params, opt_state, state = carry
-        params, state = before_step(params, batch, state)
-        if accumulation_steps > 1:
-            grads, stats = accumulated_gradient(params, batch, state)
-        else:
-            grads, stats = gradient(params, batch, state)
-        updates, opt_state = optimizer.update(grads, opt_state, params)
-        return (optax.apply_updates(params, updates), opt_state, state), stats
-
-    if stop_after_epoch is not None:
-        (params, opt_state, state), stats = _early_stopping_steps(
-            step,
-            (params, opt_state, state),
-            batches,
-            unroll,
-            stop_after_epoch,
-            minibatches_per_epoch,
-            last_step_stats,
-        )
-        return params, opt_state, stats, state
-    (params, opt_state, state), stats = jax.lax.scan(
-        step, (params, opt_state, state), batches, unroll=num_steps if unroll else 1
-    )
-    return params, opt_state, jax.tree.map(jnp.mean, stats), state
-
-
-def _early_stopping_steps(
-    step: Callable,
-    carry,
-    batches,
-    unroll: bool,
-    stop_after_epoch: Callable,
-    minibatches_per_epoch,
-    last_step_stats: tuple[str, ...] = (),
-):
-    """The steps of `stateful_minibatch_steps` with early stopping between epochs.
-
-    A jitted program cannot leave its loop, so every step stays in it and a flag, raised
-    after an epoch whose last minibatch's stats satisfy `stop_after_epoch`, makes the
-    later steps keep the carry (params, optimizer state with its step count, PopArt
-    state). In a rolled scan a `lax.cond` skips their work. Unrolled, the steps are
-    computed and their results dropped by a select: unrolling exists for XLA:CPU's
-    convolution gradients, which run tens of times slower inside any nested computation,
-    a conditional's branches included.
-
-    Returns:
-      (carry, stats averaged over the steps that ran, with `epochs_run`; those named in
-      `last_step_stats` as the last step that ran computed them).
-    """
-    num_steps = jax.tree.leaves(batches)[0].shape[0]
-    if not minibatches_per_epoch or num_steps % minibatches_per_epoch:
-        raise ValueError(
-            f"minibatches_per_epoch ({minibatches_per_epoch}) must divide the steps ({num_steps})"
-        )
-    ends_epoch = jnp.arange(num_steps) % minibatches_per_epoch == minibatches_per_epoch - 1
-    stats_spec = jax.eval_shape(step, carry, jax.tree.map(lambda x: x[0], batches))[1]
-
-    def skipped(carry, batch):
-        return carry, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), stats_spec)
-
-    def step_unless_stopped(carry_and_stopped, batch_and_end):
-        carry, stopped = carry_and_stopped
-        batch, ends_an_epoch = batch_and_end
-        if unroll:
-            stepped, stats = step(carry, batch)
-            carry = jax.tree.map(lambda old, new: jnp.where(stopped, old, new), carry, stepped)
-        else:
-            carry, stats = jax.lax.cond(stopped, skipped, step, carry, batch)
-        ran = jnp.logical_not(stopped)
-        # The stats are global reductions over the minibatch (replicated on every
-        # learner device), so every device takes the same decision whatever the layout.
-        stopped = jnp.logical_or(stopped, jnp.logical_and(ends_an_epoch, stop_after_epoch(stats)))
-        return (carry, stopped), (stats, ran)
-
-    (carry, _), (stats, ran) = jax.lax.scan(
-        step_unless_stopped,
-        (carry, jnp.zeros((), bool)),
-        (batches, ends_epoch),
-        unroll=num_steps if unroll else 1,
-    )
-    weight = ran.astype(jnp.float32)
-    steps_run = jnp.sum(weight)  # At least one epoch's: the first epoch always runs.
-    # The steps that ran are a prefix: the last of them is the one that stopped the loop.
-    last_ran = {name: stats[name][jnp.sum(ran) - 1] for name in last_step_stats}
-    stats = jax.tree.map(lambda s: jnp.sum(s * weight) / steps_run, stats)
-    stats.update(last_ran)
-    stats["epochs_run"] = steps_run / minibatches_per_epoch
-    return carry, stats
+    return update_pieces.minibatch_pieces(
+        loss_fn,
+        optimizer,
+        params,
+        opt_state,
+        state,
+        batches,
+        unroll,
+        before_step=before_step,
+        accumulation_steps=accumulation_steps,
+        split=split,
+        combine=combine,
+        stop_after_epoch=stop_after_epoch,
+        minibatches_per_epoch=minibatches_per_epoch,
+        last_step_stats=last_step_stats,
+    ).run()

@@ -68,11 +68,13 @@ from sebulba.agents import (
     popart,
     recurrent,
     size_rules,
+    update_pieces,
 )
 from sebulba.agents.api import (
     Agent,
     EnvSpec,
     Rollout,
+    UpdatePlan,
     check_choice,
     check_ranges,
     episode_starts,
@@ -300,7 +302,7 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         }
         return loss, stats
 
-    def update(state: PPOState, rollout: Rollout):
+    def plan_update(state: PPOState, rollout: Rollout) -> UpdatePlan:
         stats = statistics(state)
         # Rewards are scaled before GAE; observations are normalised with this version's
         # statistics (the behaviour's at policy_lag 0, so the first ratio is 1) and only
@@ -399,7 +401,7 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
                 # Logged as CleanRL logs it: the last minibatch's, which stopped the epochs.
                 last_step_stats=("approx_kl",),
             )
-        params, opt_state, metrics = learner.minibatch_steps(
+        pieces = update_pieces.stateless_minibatch_pieces(
             gathered_loss,
             update_optimizer(state.update_count),
             params,
@@ -411,25 +413,30 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
             combine="mean",
             **early_stop,
         )
-        metrics["learning_rate"] = learning_rate(state.update_count * steps_per_update)
-        if hp.anneal_clip:
-            metrics["clip_coef"] = clip_coef
-        metrics["explained_variance"] = learner.explained_variance(
-            returns, behaviour_values[:-1], rollout.valid.astype(jnp.float32)
-        )
-        metrics.update(popart_metrics)
-        stats = normalizer.observed(stats, jax.tree.map(lambda x: x[:-1], raw_obs))
-        new_state = learner.train_state(
-            params, opt_state, state.update_count + 1, stats, popart_state
-        )
-        return new_state, metrics
+
+        def finish(params, opt_state, metrics, _):
+            metrics["learning_rate"] = learning_rate(state.update_count * steps_per_update)
+            if hp.anneal_clip:
+                metrics["clip_coef"] = clip_coef
+            metrics["explained_variance"] = learner.explained_variance(
+                returns, behaviour_values[:-1], rollout.valid.astype(jnp.float32)
+            )
+            metrics.update(popart_metrics)
+            observed = normalizer.observed(stats, jax.tree.map(lambda x: x[:-1], raw_obs))
+            new_state = learner.train_state(
+                params, opt_state, state.update_count + 1, observed, popart_state
+            )
+            return new_state, metrics
+
+        return pieces.plan(finish)
 
     return Agent.with_carry(
         init=init,
         act=act,
-        update=update,
+        update=Agent.update_from_plan(plan_update),
         policy_params=policy_params,
         act_greedy=act_greedy,
         initial_carry=model.initial_carry,
         restart_envs=learner.restart_envs,
+        plan_update=plan_update,
     )
