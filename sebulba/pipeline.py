@@ -290,6 +290,48 @@ class _ScanRollout:
     episode_env_ids: list[int] = dataclasses.field(default_factory=list)
 
 
+class ScanCollector:
+    """An actor thread's scan loop: its rollout program, its env groups' device state
+    (`states`, carried from rollout to rollout) and their episode bookkeeping.
+
+    Calling it, `collect(params, device, control) -> _ScanRollout`, runs one rollout.
+    """
+
+    def __init__(self, program, states: list, groups: list[_EnvGroup], num_steps: int):
+        self.program = program
+        self.states = states
+        self._groups = groups
+        self._num_steps = num_steps
+
+    def compile(self, params) -> None:
+        self.program.compile(params, self.states)
+
+    def __call__(self, params, device, control) -> _ScanRollout:
+        del device
+        control.raise_if_stopped()
+        self.states, episode_fields, pieces = self.program(params, self.states)
+        return self.collected(episode_fields, pieces)
+
+    def collected(self, episode_fields, pieces: list[Rollout]) -> _ScanRollout:
+        """The rollout of `pieces`, its episodes recorded from its `episode_fields`."""
+        raw_rewards, terminations, truncations, ended_games = jax.device_get(episode_fields)
+        rollout = _ScanRollout(pieces)
+        # The episodes, in the step loop's order (step by step, group by group).
+        for t in range(self._num_steps):
+            for group in self._groups:
+                columns = group.columns
+                group.tracker.step(
+                    raw_rewards[t, columns],
+                    terminations[t, columns],
+                    truncations[t, columns],
+                    rollout.episode_returns,
+                    rollout.episode_lengths,
+                    rollout.episode_env_ids,
+                    ended_games[t, columns],
+                )
+        return rollout
+
+
 class Pipeline:
     """Runs actor threads and the learner loop for one training run.
 
@@ -490,7 +532,7 @@ class Pipeline:
                 control,
             )
 
-    def _scan_collector(self, groups: list[_EnvGroup], device) -> Callable:
+    def _scan_collector(self, groups: list[_EnvGroup], device) -> ScanCollector:
         """`collect(params, device, control)` of the scan loop (`scan_actor`)."""
         program, handles = scan_actor.build_rollout_program(
             self._actor_step_fn,
@@ -512,33 +554,7 @@ class Pipeline:
             )
             for group, group_handles in zip(groups, handles, strict=True)
         ]
-
-        def compile_program(params) -> None:
-            program.compile(params, states)
-
-        def collect(params, device, control) -> _ScanRollout:
-            nonlocal states
-            control.raise_if_stopped()
-            states, episode_fields, pieces = program(params, states)
-            raw_rewards, terminations, truncations, ended_games = jax.device_get(episode_fields)
-            rollout = _ScanRollout(pieces)
-            # The episodes, in the step loop's order (step by step, group by group).
-            for t in range(self.sizes.num_steps):
-                for group in groups:
-                    columns = group.columns
-                    group.tracker.step(
-                        raw_rewards[t, columns],
-                        terminations[t, columns],
-                        truncations[t, columns],
-                        rollout.episode_returns,
-                        rollout.episode_lengths,
-                        rollout.episode_env_ids,
-                        ended_games[t, columns],
-                    )
-            return rollout
-
-        collect.compile = compile_program
-        return collect
+        return ScanCollector(program, states, groups, self.sizes.num_steps)
 
     def _collect(self, groups: list[_EnvGroup], env_ids, params, device, control) -> _HostRollout:
         """Steps every group T times with `params`; returns the thread's host rollout.

@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from sebulba import envs as envs_lib
-from sebulba.agents.api import EnvSpec, Rollout, rollout_env_axes
+from sebulba.agents.api import EnvSpec, Rollout, UpdatePlan, rollout_env_axes
 from sebulba.environments import spaces
 
 # Platforms for which envpool ships kernels of its XLA custom calls.
@@ -265,6 +265,73 @@ def split_envs(rollout: Rollout, num_slices: int) -> list[Rollout]:
     return [jax.tree.map(lambda axis, x, i=i: x[i], axes, parts) for i in range(num_slices)]
 
 
+@dataclasses.dataclass(frozen=True)
+class _Work:
+    """Device work to queue between an env step's sends and receives: `run(carry) -> carry`."""
+
+    carry: Any
+    run: Callable[[Any], Any]
+
+
+def _plain_steps(env_step: Callable, loop, count: int):
+    """`count` env steps with nothing between their sends and receives: (loop, the steps'
+    outputs [count, ...], or None when count is 0)."""
+    if count == 0:
+        return loop, None
+
+    def body(loop, _):
+        loop, per_group, _ = env_step(loop)
+        return loop, per_group
+
+    return jax.lax.scan(body, loop, None, length=count)
+
+
+def _joined_steps(*parts):
+    """Per-step outputs [n_i, ...] (None: no steps) joined along the step axis."""
+    parts = [part for part in parts if part is not None]
+    return jax.tree.map(lambda *xs: jnp.concatenate(xs), *parts)
+
+
+def _steps_with_plan(env_step: Callable, loop, num_steps: int, plan: UpdatePlan):
+    """The rollout's T env steps with the plan's pieces queued between sends and receives.
+
+    Slot m of the plan's N outer steps spans T // N env steps, the first k of which
+    (k = `pieces_per_step`, at most T // N: `fused_step.unsupported_reason`) each carry
+    piece (m, u); the T mod N env steps left over come first, with nothing between. Slots
+    are a `lax.scan`, or written out where the plan is unrolled (XLA:CPU's convolution
+    gradients).
+
+    Returns:
+      (loop, the steps' outputs [T, ...], the plan's carry after its last piece).
+    """
+    N, k = plan.num_steps, plan.pieces_per_step
+    per_slot = num_steps // N
+    loop, leading = _plain_steps(env_step, loop, num_steps - N * per_slot)
+
+    def slot(carry, m):
+        loop, plan_carry = carry
+        outputs = []
+        for u in range(k):
+            work = _Work(plan_carry, lambda c, u=u: plan.piece(c, m, u))
+            loop, per_group, plan_carry = env_step(loop, work)
+            outputs.append(jax.tree.map(lambda x: x[None], per_group))
+        loop, rest = _plain_steps(env_step, loop, per_slot - k)
+        return (loop, plan_carry), _joined_steps(*outputs, rest)
+
+    if plan.unroll:
+        carry, slots = (loop, plan.carry), []
+        for m in range(N):
+            carry, outputs = slot(carry, jnp.int32(m))
+            slots.append(outputs)
+        slots = _joined_steps(*slots)
+    else:
+        steps = jnp.arange(N, dtype=jnp.int32)
+        carry, slots = jax.lax.scan(slot, (loop, plan.carry), steps)
+        slots = jax.tree.map(lambda x: x.reshape(N * per_slot, *x.shape[2:]), slots)
+    loop, plan_carry = carry
+    return loop, _joined_steps(leading, slots), plan_carry
+
+
 def build_rollout_program(
     actor_step: Callable,
     env_spec: EnvSpec,
@@ -294,7 +361,7 @@ def build_rollout_program(
     pool_sizes = [[pool.config["num_envs"] for pool in pools_of(group)] for group in groups]
     action_spec = env_spec.action
 
-    def send_and_recv(states: list[GroupState], actions: list[jax.Array]):
+    def send(states: list[GroupState], actions: list[jax.Array]) -> list[tuple]:
         handles = []
         groups_in_order = zip(states, actions, xla_fns, pool_sizes, strict=True)
         for state, group_actions, fns, sizes in groups_in_order:
@@ -308,9 +375,9 @@ def build_rollout_program(
                     )
                 )
             )
-        # Every pool is sent its actions before any result is awaited, so all pools
-        # step at once (the step loop's order: all sends, then all receives).
-        handles = jax.lax.optimization_barrier(handles)
+        return handles
+
+    def recv(handles: list[tuple]):
         results = []
         for group_handles, fns in zip(handles, xla_fns, strict=True):
             receivers = [recv for _, recv, _, _ in fns]
@@ -325,12 +392,29 @@ def build_rollout_program(
             results.append((new_handles, obs, rewards, terminations, truncations, ended_games))
         return results
 
+    def send_and_recv(states: list[GroupState], actions: list[jax.Array], work):
+        """One env step of every group; `work` (a `_Work` or None) runs between the sends
+        and the receives, while the envs step on the host's threads."""
+        handles = send(states, actions)
+        # Every pool is sent its actions before any result is awaited, so all pools
+        # step at once (the step loop's order: all sends, then all receives). The work
+        # is ordered after the sends and before the receives by data dependence: its
+        # inputs pass a barrier with the sent handles, the receives' handles one with its
+        # outputs. (A send synchronises the device's stream, so work queued before it
+        # would hold the envs back; queued before a receive, it runs while they step.)
+        if work is None:
+            return recv(jax.lax.optimization_barrier(handles)), None
+        handles, carry = jax.lax.optimization_barrier((handles, work.carry))
+        carry = work.run(carry)
+        handles, carry = jax.lax.optimization_barrier((handles, carry))
+        return recv(handles), carry
+
     def policy(params, state: GroupState):
         return actor_step(
             params, state.carry, state.obs, state.starts, state.env_ids, state.step_index
         )
 
-    def rollout_program(params, states: list[GroupState]):
+    def rollout_program(params, states: list[GroupState], plan: UpdatePlan | None = None):
         first = [policy(params, state) for state in states]
         initial_carry = [carry_in for carry_in, *_ in first]
         # The loop carries, per group: its state (carry: the next carry), the actions
@@ -340,9 +424,12 @@ def build_rollout_program(
             for s, (carry_in, next_carry, actions, _, step_index) in zip(states, first, strict=True)
         ]
 
-        def body(loop, _):
+        def env_step(loop, work=None):
+            """One env step of every group, then the policy at what it returned."""
             group_states = [state for state, _, _ in loop]
-            received = send_and_recv(group_states, [actions for _, actions, _ in loop])
+            received, work_carry = send_and_recv(
+                group_states, [actions for _, actions, _ in loop], work
+            )
             new_loop, per_group = [], []
             for (state, actions, _), (handles, raw_obs, rewards, terms, truncs, ends) in zip(
                 loop, received, strict=True
@@ -367,9 +454,13 @@ def build_rollout_program(
                     )
                 )
                 per_group.append((obs, actions, rewards, terms, truncs, valid, outputs, ends))
-            return new_loop, per_group
+            return new_loop, per_group, work_carry
 
-        loop, steps = jax.lax.scan(body, loop, None, length=num_steps)
+        if plan is None:
+            loop, steps = _plain_steps(env_step, loop, num_steps)
+            plan_carry = None
+        else:
+            loop, steps, plan_carry = _steps_with_plan(env_step, loop, num_steps, plan)
         # obs[T] is processed again as obs[0] of the next rollout, from the same carry.
         next_states = [dataclasses.replace(state, carry=carry_in) for state, _, carry_in in loop]
 
@@ -404,10 +495,13 @@ def build_rollout_program(
             rollout.truncations,
             across_groups(7),  # envs.game_overs: which terminations end the scored episode.
         )
-        return next_states, episode_fields, split_envs(rollout, num_slices)
+        pieces = split_envs(rollout, num_slices)
+        if plan is None:
+            return next_states, episode_fields, pieces
+        return next_states, episode_fields, pieces, plan_carry
 
     handles = [tuple(handle for handle, *_ in fns) for fns in xla_fns]
-    return RolloutProgram(jax.jit(rollout_program)), handles
+    return RolloutProgram(rollout_program), handles
 
 
 class RolloutProgram:
@@ -415,10 +509,14 @@ class RolloutProgram:
 
     Calling it runs the compiled program (compiling first if `compile` was not called);
     the arguments keep their shapes from rollout to rollout, so it never recompiles.
+    `function(params, states, plan=None)` is the program's function, not jitted: with an
+    `UpdatePlan` it also runs the plan's pieces between the env steps and returns the
+    plan's carry last (the fused step's rollout).
     """
 
-    def __init__(self, jitted: Callable):
-        self._jitted = jitted
+    def __init__(self, function: Callable):
+        self.function = function
+        self._jitted = jax.jit(function)
         self._compiled = None
 
     def compile(self, params, states: list[GroupState]) -> None:
