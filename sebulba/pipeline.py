@@ -32,7 +32,6 @@ Any exception in any thread stops every thread and is re-raised by `Pipeline.run
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import queue
 import threading
@@ -56,6 +55,13 @@ from sebulba.actors.handoff import (
     get_or_stop,
     put_or_stop,
 )
+from sebulba.actors.rollouts import (
+    ActorRollout,
+    EnvGroup,
+    HostRollout,
+    ScanCollector,
+    ScanRollout,
+)
 from sebulba.agents.api import (
     Agent,
     EnvSpec,
@@ -65,7 +71,7 @@ from sebulba.agents.api import (
 )
 from sebulba.config.sizes import Sizes
 from sebulba.environments import spaces
-from sebulba.envs import EpisodeTracker, game_overs, learning_rewards
+from sebulba.envs import EpisodeTracker, learning_rewards
 from sebulba.errors import InvalidRolloutError
 from sebulba.lag_schedule import required_policy_version
 from sebulba.mesh import DeviceLayout
@@ -151,185 +157,6 @@ def lower_update(agent: Agent, layout: DeviceLayout, state, rollout: Rollout):
         donate_argnums=0,
     )
     return jitted.lower(state, rollout)
-
-
-@dataclasses.dataclass
-class ActorRollout:
-    """One actor thread's share of rollout `update`, already on the learner devices.
-
-    Attributes:
-      update: the rollout (and update) number, from 1.
-      policy_version: the parameter version that collected it.
-      pieces: one `Rollout` per local learner device, holding that device's env slice.
-      episode_returns: raw returns of episodes that ended during the rollout.
-      episode_lengths: their lengths in agent steps.
-      episode_env_ids: the global env index each of them ran in.
-      params_wait_s: time the actor waited for its parameters before collecting.
-    """
-
-    update: int
-    policy_version: int
-    pieces: list[Rollout]
-    episode_returns: list[float]
-    episode_lengths: list[int]
-    episode_env_ids: list[int]
-    params_wait_s: float
-
-
-@dataclasses.dataclass
-class _EnvGroup:
-    """A fixed group of consecutive envs of an actor thread, stepped as one pool.
-
-    Everything per env lives here, split by the same columns as the envs themselves.
-
-    Attributes:
-      pool: the group's envs, with `reset`, `send` and `recv` (`envs.step_groups`).
-      columns: the group's envs among the thread's envs.
-      env_ids: [n] int32 global env indices, on the actor device.
-      step_index: int32 scalar on the actor device, the next policy step's index.
-      tracker: the envs' running episode returns and reset flags.
-      obs: the envs' current observations on the host, each leaf [n, ...].
-      actions: [n] actions of the last dispatched policy step, on the actor device.
-      carry: the envs' recurrent carry (leaves [n, ...]) on the actor device; `()` for
-        feed-forward agents.
-      starts: [n] bool on the host, where `obs` starts an episode (reset the carry).
-      initial_carry: the carry obs[0] of the current rollout was processed with.
-    """
-
-    pool: Any
-    columns: slice
-    env_ids: jax.Array
-    step_index: jax.Array
-    tracker: EpisodeTracker
-    obs: Any
-    actions: jax.Array | None = None
-    carry: Any = ()
-    starts: np.ndarray | None = None
-    initial_carry: Any = ()
-
-
-@dataclasses.dataclass
-class _HostRollout:
-    """One actor thread's rollout on the host, time-major, filled in place step by step.
-
-    Fresh buffers every rollout: a device copy on a CPU backend may alias host memory.
-    """
-
-    obs: Any  # Leaves [T + 1, n, ...].
-    actions: np.ndarray  # [T, n, *action.shape]
-    rewards: np.ndarray  # [T, n] float32, raw until `learning_rewards`.
-    terminations: np.ndarray  # [T, n] bool
-    truncations: np.ndarray  # [T, n] bool
-    valid: np.ndarray  # [T, n] bool
-    env_ids: np.ndarray  # [n] int32
-    episode_returns: list[float] = dataclasses.field(default_factory=list)
-    episode_lengths: list[int] = dataclasses.field(default_factory=list)
-    episode_env_ids: list[int] = dataclasses.field(default_factory=list)
-    policy_outputs: list[Any] = dataclasses.field(default_factory=list)  # Per learner slice.
-    initial_carry: list[Any] = dataclasses.field(default_factory=list)  # Per learner slice.
-
-    @classmethod
-    def empty(cls, env_spec: EnvSpec, T: int, n: int, env_ids: np.ndarray) -> _HostRollout:
-        action = env_spec.action
-        return cls(
-            obs=spaces.map_observation(
-                lambda s: np.empty((T + 1, n, *s.shape), s.dtype), env_spec.observation
-            ),
-            actions=np.empty((T, n, *action.shape), np.dtype(action.dtype)),
-            rewards=np.empty((T, n), np.float32),
-            terminations=np.empty((T, n), bool),
-            truncations=np.empty((T, n), bool),
-            valid=np.empty((T, n), bool),
-            env_ids=env_ids,
-        )
-
-    def record_obs(self, t: int, group: _EnvGroup) -> None:
-        def write(buffer, x):
-            buffer[t, group.columns] = x
-
-        jax.tree.map(write, self.obs, group.obs)
-
-    def record_step(
-        self, t, group: _EnvGroup, raw_rewards, terminations, truncations, info
-    ) -> None:
-        columns = group.columns
-        self.valid[t, columns] = group.tracker.step(
-            raw_rewards,
-            terminations,
-            truncations,
-            self.episode_returns,
-            self.episode_lengths,
-            self.episode_env_ids,
-            game_overs(terminations, info),
-        )
-        self.rewards[t, columns] = raw_rewards
-        self.terminations[t, columns] = terminations
-        self.truncations[t, columns] = truncations
-
-    def piece(self, columns: slice, policy_outputs, initial_carry) -> Rollout:
-        return Rollout(
-            obs=jax.tree.map(lambda x: x[:, columns], self.obs),
-            actions=self.actions[:, columns],
-            rewards=self.rewards[:, columns],
-            terminations=self.terminations[:, columns],
-            truncations=self.truncations[:, columns],
-            valid=self.valid[:, columns],
-            policy_outputs=policy_outputs,
-            env_ids=self.env_ids[columns],
-            initial_carry=initial_carry,
-        )
-
-
-@dataclasses.dataclass
-class _ScanRollout:
-    """One actor thread's rollout from the scan loop: per learner slice, on the actor device."""
-
-    pieces: list[Rollout]
-    episode_returns: list[float] = dataclasses.field(default_factory=list)
-    episode_lengths: list[int] = dataclasses.field(default_factory=list)
-    episode_env_ids: list[int] = dataclasses.field(default_factory=list)
-
-
-class ScanCollector:
-    """An actor thread's scan loop: its rollout program, its env groups' device state
-    (`states`, carried from rollout to rollout) and their episode bookkeeping.
-
-    Calling it, `collect(params, device, control) -> _ScanRollout`, runs one rollout.
-    """
-
-    def __init__(self, program, states: list, groups: list[_EnvGroup], num_steps: int):
-        self.program = program
-        self.states = states
-        self._groups = groups
-        self._num_steps = num_steps
-
-    def compile(self, params) -> None:
-        self.program.compile(params, self.states)
-
-    def __call__(self, params, device, control) -> _ScanRollout:
-        del device
-        control.raise_if_stopped()
-        self.states, episode_fields, pieces = self.program(params, self.states)
-        return self.collected(episode_fields, pieces)
-
-    def collected(self, episode_fields, pieces: list[Rollout]) -> _ScanRollout:
-        """The rollout of `pieces`, its episodes recorded from its `episode_fields`."""
-        raw_rewards, terminations, truncations, ended_games = jax.device_get(episode_fields)
-        rollout = _ScanRollout(pieces)
-        # The episodes, in the step loop's order (step by step, group by group).
-        for t in range(self._num_steps):
-            for group in self._groups:
-                columns = group.columns
-                group.tracker.step(
-                    raw_rewards[t, columns],
-                    terminations[t, columns],
-                    truncations[t, columns],
-                    rollout.episode_returns,
-                    rollout.episode_lengths,
-                    rollout.episode_env_ids,
-                    ended_games[t, columns],
-                )
-        return rollout
 
 
 class Pipeline:
@@ -452,7 +279,7 @@ class Pipeline:
         they hold. `expected_env_ids` is the thread's `piece_env_ids`."""
         return self._rollout_check.problems(pieces, expected_env_ids)
 
-    def _actor_groups(self, thread_index: int, envs, device, first_update: int) -> list[_EnvGroup]:
+    def _actor_groups(self, thread_index: int, envs, device, first_update: int) -> list[EnvGroup]:
         """The thread's env groups (fixed, in env order), reset, with their device state."""
         env_ids = self.thread_env_ids(thread_index)
         # Step (update - 1) * (T + 1) + t of the run draws the keys of step t of rollout
@@ -464,7 +291,7 @@ class Pipeline:
             size = len(jax.tree.leaves(obs)[0])
             columns = slice(start, start + size)
             groups.append(
-                _EnvGroup(
+                EnvGroup(
                     pool=pool,
                     columns=columns,
                     env_ids=jax.device_put(env_ids[columns], device),
@@ -532,7 +359,7 @@ class Pipeline:
                 control,
             )
 
-    def _scan_collector(self, groups: list[_EnvGroup], device) -> ScanCollector:
+    def _scan_collector(self, groups: list[EnvGroup], device) -> ScanCollector:
         """`collect(params, device, control)` of the scan loop (`scan_actor`)."""
         program, handles = scan_actor.build_rollout_program(
             self._actor_step_fn,
@@ -556,7 +383,7 @@ class Pipeline:
         ]
         return ScanCollector(program, states, groups, self.sizes.num_steps)
 
-    def _collect(self, groups: list[_EnvGroup], env_ids, params, device, control) -> _HostRollout:
+    def _collect(self, groups: list[EnvGroup], env_ids, params, device, control) -> HostRollout:
         """Steps every group T times with `params`; returns the thread's host rollout.
 
         Groups take turns: while one group's envs step (envpool's threads, GIL released),
@@ -567,7 +394,7 @@ class Pipeline:
         T, n = self.sizes.num_steps, self.sizes.envs_per_thread
         action_spec = self.env_spec.action
         action_dtype = np.dtype(action_spec.dtype)
-        rollout = _HostRollout.empty(self.env_spec, T, n, env_ids)
+        rollout = HostRollout.empty(self.env_spec, T, n, env_ids)
         outputs = [[] for _ in groups]
 
         def dispatch(g: int, t: int) -> None:
@@ -611,10 +438,10 @@ class Pipeline:
         rollout.initial_carry = self._split_carry([g.initial_carry for g in groups], num_slices)
         return rollout
 
-    def _to_learner_devices(self, rollout: _HostRollout | _ScanRollout) -> list[Rollout]:
+    def _to_learner_devices(self, rollout: HostRollout | ScanRollout) -> list[Rollout]:
         """One `Rollout` per local learner device: its slice of the thread's envs."""
         learner_devices = self.layout.local_learner_devices
-        if isinstance(rollout, _ScanRollout):
+        if isinstance(rollout, ScanRollout):
             return [
                 copy_to_device(piece, device)
                 for piece, device in zip(rollout.pieces, learner_devices, strict=True)

@@ -10,6 +10,8 @@
   consistency_check
                  `debug.consistency_checks`: each rollout re-derived from its records
                  (policy outputs, actions, obs[0] against the last obs[T])
+  rollouts       what a thread collects: its env groups, the step loop's host rollout,
+                 the scan loop's collector, the pieces handed to the learner
   handoff        thread coordination between actors and learner: stop flag and first
                  error, versioned parameter store, stop-aware queue waits, the gate that
                  starts actor threads together
