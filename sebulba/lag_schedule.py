@@ -10,7 +10,16 @@ act with it; the checkpoints and metrics record it.
 
 from __future__ import annotations
 
+import jax
+import jax.numpy as jnp
+
 
 def required_policy_version(update: int, policy_lag: int) -> int:
     """Parameter version that must collect rollout `update` (both count from 1)."""
     return max(1, update - policy_lag)
+
+
+def behaviour_version(update: jax.Array, policy_lag: int) -> jax.Array:
+    """`required_policy_version` inside jit: an update's int32 number (from 1) -> the
+    version that collected its rollout, for an agent that reports its behaviour's values."""
+    return jnp.maximum(update - policy_lag, 1)

@@ -170,7 +170,8 @@ def test_nothing_is_learned_before_learning_starts():
     )
 
 
-def test_epsilon_travels_with_the_parameters_and_decays_linearly():
+@pytest.mark.parametrize("policy_lag", [0, 1])
+def test_epsilon_travels_with_the_parameters_and_decays_linearly(policy_lag):
     config = small_update_config(
         dqn,
         T,
@@ -183,14 +184,20 @@ def test_epsilon_travels_with_the_parameters_and_decays_linearly():
         start_e=1.0,
         end_e=0.2,
     )
+    config.pipeline.policy_lag = policy_lag
     agent = dqn.make(config, CARTPOLE, derive_sizes(config))  # 10 updates; decay over 5.
     state = agent.init(jax.random.key(0))
-    epsilons = [float(agent.policy_params(state)["epsilon"])]
+    epsilons = [float(agent.policy_params(state)["epsilon"])]  # Version v's at [v - 1].
+    logged = []
     update = jax.jit(agent.update)
     for k in range(6):
-        state, _ = update(state, random_rollout(k))
+        state, metrics = update(state, random_rollout(k))
         epsilons.append(float(agent.policy_params(state)["epsilon"]))
+        logged.append(float(metrics["behaviour_epsilon"]))
     np.testing.assert_allclose(epsilons, [1.0, 0.84, 0.68, 0.52, 0.36, 0.2, 0.2], atol=1e-6)
+    # Update k logs the epsilon of the version that collected rollout k, max(1, k - lag).
+    behaviour = [epsilons[max(1, k - policy_lag) - 1] for k in range(1, 7)]
+    np.testing.assert_allclose(logged, behaviour, atol=1e-7)
     # epsilon 0: greedy; epsilon 1: about half the CartPole actions differ from greedy.
     params = agent.policy_params(state)
     obs = jnp.asarray(np.random.default_rng(0).normal(size=(512, 4)), jnp.float32)

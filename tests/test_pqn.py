@@ -64,13 +64,16 @@ def test_epsilon_decays_per_update_and_travels_with_the_parameters():
     agent = make_agent(epsilon_start=1.0, epsilon_finish=0.1, exploration_fraction=0.5)
     state = agent.init(jax.random.key(0))
     update = jax.jit(agent.update)
-    seen = [float(agent.policy_params(state)["epsilon"])]
+    seen = [float(agent.policy_params(state)["epsilon"])]  # Version v's at [v - 1].
+    logged = []
     for u in range(7):
         state, metrics = update(state, random_rollout(u).replace(policy_outputs={}))
-        assert set(metrics) >= {"loss", "q_mean", "epsilon", "learning_rate"}
+        assert set(metrics) >= {"loss", "q_mean", "behaviour_epsilon", "learning_rate"}
         seen.append(float(agent.policy_params(state)["epsilon"]))
-        assert float(metrics["epsilon"]) == pytest.approx(seen[-1])
+        logged.append(float(metrics["behaviour_epsilon"]))
     np.testing.assert_allclose(seen, [1.0, 0.82, 0.64, 0.46, 0.28, 0.1, 0.1, 0.1], atol=1e-6)
+    # Update k logs the epsilon of the version that collected rollout k: max(1, k - 1).
+    np.testing.assert_allclose(logged, [seen[max(1, k - 1) - 1] for k in range(1, 8)], atol=1e-7)
     assert float(state.epsilon) == pytest.approx(0.1)  # Learner state, checkpointed with it.
 
 
@@ -240,7 +243,7 @@ def test_same_seed_same_checksum_under_delays_and_the_lag_is_logged(tmp_path):
     lines = read_metrics(str(tmp_path / "a"))
     versions = [line["learner_policy_version"] - line["actor_policy_version"] for line in lines]
     assert versions == [1, 2, 2, 2]
-    for name in ("loss", "q_mean", "target_mean", "epsilon", "learning_rate"):
+    for name in ("loss", "q_mean", "target_mean", "behaviour_epsilon", "learning_rate"):
         assert all(np.isfinite(line[name]) for line in lines)
 
 
@@ -301,5 +304,6 @@ def test_an_interrupted_anakin_run_resumes_with_its_epsilon_bit_identically(tmp_
     assert (
         summary["params_checksum"] == read_summary(str(tmp_path / "reference"))["params_checksum"]
     )
-    epsilons = [line["epsilon"] for line in read_metrics(workdir)]
-    np.testing.assert_allclose(epsilons, [5 / 6, 4 / 6, 3 / 6, 2 / 6, 1 / 6, 0.0], atol=1e-6)
+    # Each line logs the epsilon of the version that collected its rollout, max(1, k - 1).
+    epsilons = [line["behaviour_epsilon"] for line in read_metrics(workdir)]
+    np.testing.assert_allclose(epsilons, [1.0, 1.0, 5 / 6, 4 / 6, 3 / 6, 2 / 6], atol=1e-6)

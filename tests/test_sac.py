@@ -117,15 +117,17 @@ def test_uniform_exploration_travels_with_the_parameters_until_learning_starts()
     agent = shared_agent()
     state = agent.init(jax.random.key(0))
     flags, learning, behaviour = [bool(agent.policy_params(state)["explore_uniformly"])], [], []
-    for k in range(3):
+    for k in range(4):
         state, metrics = jitted(agent.update)(state, random_rollout(k))
         flags.append(bool(agent.policy_params(state)["explore_uniformly"]))
         learning.append(float(metrics["learning"]))
-        behaviour.append(float(metrics["explore_uniformly"]))
+        behaviour.append(float(metrics["behaviour_explore_uniformly"]))
     # Versions 1 and 2 (before 2 * B * T env steps were consumed) explore uniformly; the
     # version of the first learning update acts with the actor.
-    assert flags == [True, True, False, False] and learning == [0.0, 1.0, 1.0]
-    assert behaviour == [1.0, 1.0, 0.0]  # Each update logs the version it consumed.
+    assert flags == [True, True, False, False, False] and learning == [0.0, 1.0, 1.0, 1.0]
+    # Update k logs the flag of the version that collected rollout k, max(1, k - 1) under
+    # the one-step lag: version 3, the first to act with the actor, collected rollout 4.
+    assert behaviour == [1.0, 1.0, 1.0, 0.0]
     params = agent.policy_params(state)
     obs = jnp.asarray(np.random.default_rng(0).normal(size=(4096, 3)), jnp.float32)
     keys = jax.random.split(jax.random.key(3), 4096)

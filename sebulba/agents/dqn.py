@@ -52,6 +52,7 @@ from sebulba.agents.api import (
 from sebulba.agents.networks import check_network_fits, make_network
 from sebulba.config.sizes import Sizes
 from sebulba.errors import ConfigError
+from sebulba.lag_schedule import behaviour_version
 
 HYPERPARAMETER_RANGES = defaults.DQN_RANGES
 LOSSES = ("huber", "mse")
@@ -70,7 +71,8 @@ class DQNState:
       count: int32, steps per env written to the buffer so far.
       update_count: int32, updates done (the version is update_count + 1).
       gradient_steps: int32, gradient steps taken so far (the target copy's clock).
-      epsilon: float32, the exploration rate of this version's behaviour.
+      epsilon: float32, the exploration rate of this version's behaviour (the metrics
+        report `behaviour_epsilon`, the one that collected the rollout each update consumes).
     """
 
     params: dict
@@ -122,6 +124,13 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
     optimizer = optax.adam(hp.learning_rate)
     exploration_steps = hp.exploration_fraction * config.total_timesteps
     key = random_streams.learner_key(config.seed)
+    policy_lag = config.pipeline.policy_lag
+
+    def epsilon_of(version: jax.Array) -> jax.Array:
+        """The epsilon of policy version `version` (int32, from 1): the schedule at the env
+        steps its `version - 1` updates consumed (`hp.start_e` for version 1)."""
+        env_steps = replay.env_steps_after(version - 2, sizes.steps_per_update)
+        return linear_schedule(hp.start_e, hp.end_e, exploration_steps, env_steps)
 
     def q_values(params, obs):
         logits, _ = network.apply(params, obs)
@@ -230,9 +239,11 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         (params, target_params, opt_state, steps), metrics = jax.lax.cond(
             learning, train, wait, carry
         )
-        env_steps = replay.env_steps_after(state.update_count, sizes.steps_per_update)
-        epsilon = linear_schedule(hp.start_e, hp.end_e, exploration_steps, env_steps)
-        metrics["epsilon"] = state.epsilon  # The behaviour's, of the version just consumed.
+        epsilon = epsilon_of(state.update_count + 2)  # Of version k + 1, which update k makes.
+        # Rollout k was collected by version max(1, k - policy_lag): its epsilon, not the
+        # learner's version k's (one version newer under the one-step lag).
+        update_number = state.update_count + 1
+        metrics["behaviour_epsilon"] = epsilon_of(behaviour_version(update_number, policy_lag))
         metrics["learning"] = learning.astype(jnp.float32)
         metrics["gradient_steps"] = steps.astype(jnp.float32)
         new_state = DQNState(

@@ -50,6 +50,7 @@ from sebulba.agents.api import (
 from sebulba.agents.networks import check_network_fits, has_convolutions, make_network
 from sebulba.config.sizes import Sizes
 from sebulba.errors import ConfigError
+from sebulba.lag_schedule import behaviour_version
 
 # The networks with a Q head and a norm option (`networks.make_network`).
 Q_NETWORKS = ("mlp", "nature_cnn", "impala_resnet", "minatar")
@@ -179,6 +180,7 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
     optimizer = optax.chain(optax.clip_by_global_norm(hp.max_grad_norm), optax.radam(learning_rate))
     epsilon = epsilon_schedule(hp, sizes.num_updates)
     key = random_streams.learner_key(config.seed)
+    policy_lag = config.pipeline.policy_lag
 
     def q_network(params, obs):
         """obs [N, ...] -> Q-values [N, A]."""
@@ -248,7 +250,9 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         )
         weight = rollout.valid.astype(jnp.float32)
         metrics["target_mean"] = learner.masked_mean(targets, weight)
-        metrics["epsilon"] = new_state.epsilon  # The next version's.
+        # Version v holds epsilon(v - 1); rollout k was collected by v = max(1, k - lag).
+        behaviour = behaviour_version(state.update_count + 1, policy_lag)
+        metrics["behaviour_epsilon"] = jnp.asarray(epsilon(behaviour - 1), jnp.float32)
         metrics["learning_rate"] = learning_rate(state.update_count * steps_per_update)
         return new_state, metrics
 

@@ -60,6 +60,7 @@ from sebulba.agents.api import (
 from sebulba.agents.networks import check_network_fits, describe_observation
 from sebulba.config.sizes import Sizes
 from sebulba.errors import ConfigError
+from sebulba.lag_schedule import behaviour_version
 
 HYPERPARAMETER_RANGES = defaults.SAC_RANGES
 NETWORKS = ("mlp",)
@@ -253,6 +254,7 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
     q_optimizer = optax.adam(hp.q_learning_rate)
     alpha_optimizer = optax.adam(hp.alpha_learning_rate)
     key = random_streams.learner_key(config.seed)
+    policy_lag = config.pipeline.policy_lag
 
     def flat(actions: jax.Array) -> jax.Array:
         """Actions [..., *action.shape] -> [..., A]."""
@@ -474,8 +476,12 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
 
         learning, metrics = jax.lax.cond(learning_now, train, wait, learning)
         metrics["alpha"] = jnp.exp(learning.log_alpha)
-        # The behaviour's, of the version just consumed (1.0: uniform random actions).
-        metrics["explore_uniformly"] = state.explore_uniformly.astype(jnp.float32)
+        # Rollout k was collected by version v = max(1, k - policy_lag), which explores
+        # uniformly while its v - 1 updates are short of the first learning update (as
+        # `init` and this update set the flag); 1.0: uniform random actions.
+        behaviour = behaviour_version(updates_done, policy_lag)
+        behaviour_explores = behaviour - 1 < first_learning_update
+        metrics["behaviour_explore_uniformly"] = behaviour_explores.astype(jnp.float32)
         metrics["learning"] = learning_now.astype(jnp.float32)
         metrics["gradient_steps"] = learning.gradient_steps.astype(jnp.float32)
         new_state = SACState(
