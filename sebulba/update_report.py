@@ -36,6 +36,11 @@ class UpdateReport:
     # an Anakin block (`pipeline.updates_per_call`), whose updates all report once it
     # returns. The metrics' steady state starts after the first call.
     last_update_of_call: int | None = None
+    # `time.perf_counter()` when that call returned, where the caller records several
+    # runs' reports of one call in turn (`--seeds`): each run's steady-state time is then
+    # the program's, without the time spent recording and saving the others. None: the
+    # time the report is recorded.
+    call_returned_at: float | None = None
 
     @property
     def call_ends_here(self) -> bool:

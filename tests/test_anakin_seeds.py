@@ -6,11 +6,13 @@ import pytest
 
 from sebulba import plot
 from sebulba.policy import PolicyError, load_run_config
+from tests.helpers import read_summary
 from tests.test_anakin import _cli
 
 
 def test_each_seeds_final_line_names_its_seed_and_workdir(tmp_path):
-    result = _cli(tmp_path / "runs", "--seeds=1,2")
+    # Blocks of 2 updates: a steady state after the first call.
+    result = _cli(tmp_path / "runs", "--seeds=1,2", "pipeline.updates_per_call=2")
     assert result.returncode == 0, result.stderr[-2000:]
     done = [line for line in result.stdout.splitlines() if line.startswith("sebulba: done")]
     assert [line.split(",")[0] for line in done] == [
@@ -20,6 +22,16 @@ def test_each_seeds_final_line_names_its_seed_and_workdir(tmp_path):
     for seed, line in zip((1, 2), done, strict=True):
         assert os.path.join(str(tmp_path / "runs"), f"seed={seed}") in line
         assert os.path.exists(tmp_path / "runs" / f"seed={seed}" / "summary.json")
+    # One program ran every seed's updates: each seed's steady rate is that program's
+    # (recording and saving seed 1 is not counted as seed 2's time), and its whole-run
+    # rate counts the command's start-up and compiling, so it is the lower.
+    summaries = [read_summary(str(tmp_path / "runs" / f"seed={seed}")) for seed in (1, 2)]
+    assert summaries[0]["sps"] == summaries[1]["sps"]
+    for summary in summaries:
+        assert summary["sps_including_compile"] < summary["sps"]
+        assert summary["sps_including_compile"] == pytest.approx(
+            summary["global_step"] / summary["wall_time_s"]
+        )
     # The parent directory: plot draws its seeds as one curve; a tool that needs one run
     # names the runs inside.
     out = tmp_path / "curves.png"

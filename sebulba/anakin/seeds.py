@@ -314,6 +314,7 @@ def _train_seeds(
                 current.update(behaviours=behaviours, actings=actings)
                 # [updates in the block, seeds, ...]
                 metrics, episodes = jax.device_get((metrics, episodes))
+                returned = time.perf_counter()  # Every seed's updates are timed by it.
                 per_seed = [
                     list(block_reports(first, count, sizes, policy_lag, metrics, episodes, seed=i))
                     for i in range(len(seeds))
@@ -321,6 +322,7 @@ def _train_seeds(
                 for index in range(count):
                     for i, saver in enumerate(checkpoints):
                         report = per_seed[i][index]
+                        report.call_returned_at = returned
                         state = None  # Inside the block: see `RunCheckpoints.on_update`.
                         if index == count - 1:
                             state = lambda i=i, states=states: _take(states, i)  # noqa: E731

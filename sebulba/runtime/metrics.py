@@ -445,7 +445,9 @@ class MetricsLogger:
             written first, so the metrics show where it happened).
         """
         del state
-        now = time.perf_counter()
+        now = report.call_returned_at
+        if now is None:
+            now = time.perf_counter()
         cpu_now = time.process_time()
         if self._first_call_done:
             self._steady_s += now - self._last_record_time
