@@ -44,6 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from sebulba import envs as envs_lib
+from sebulba import fused_step
 from sebulba.actors import rollout_check, scan_actor
 from sebulba.actors.actor_step import actor_step
 from sebulba.actors.consistency_check import ConsistencyCheck
@@ -61,6 +62,7 @@ from sebulba.actors.rollouts import (
     HostRollout,
     ScanCollector,
     ScanRollout,
+    in_env_order,
 )
 from sebulba.agents.api import (
     Agent,
@@ -78,22 +80,6 @@ from sebulba.mesh import DeviceLayout
 from sebulba.preflight.memory import update_compiler_options
 from sebulba.runtime.distributed import EpisodeGatherer
 from sebulba.update_report import UpdateReport
-
-
-def in_env_order(
-    returns: Sequence[float], lengths: Sequence[int], env_ids: Sequence[int]
-) -> tuple[list[float], list[int], list[int]]:
-    """Episodes (three parallel lists) sorted by global env index, stably.
-
-    Each env's episodes keep the order in which they ended; the result is the same
-    whichever threads, env groups or processes the episodes were collected by.
-    """
-    order = np.argsort(np.asarray(env_ids, np.int64), kind="stable")
-    return (
-        [returns[i] for i in order],
-        [lengths[i] for i in order],
-        [env_ids[i] for i in order],
-    )
 
 
 def copy_to_device(tree, device: jax.Device, *, may_alias: bool | None = None):
@@ -178,6 +164,8 @@ class Pipeline:
         every host/device transfer in the loop is explicit).
       consistency_checks: also re-derive every rollout from its records before the
         handoff (`sebulba.actors.consistency_check`; `debug.consistency_checks`).
+      fused: run each update with the next rollout as one program (`sebulba.fused_step`;
+        the caller has checked that the run allows it).
       actor_loop: "step" (Python enters every env step) or "scan" (each rollout is one
         XLA program, `sebulba.actors.scan_actor`; the caller has checked that the envs
         allow it). Both produce the same data.
@@ -199,6 +187,7 @@ class Pipeline:
         transfer_guard: str = "disallow",
         consistency_checks: bool = False,
         actor_loop: str = "step",
+        fused: bool = False,
     ):
         if actor_loop not in ("step", "scan"):
             raise ValueError(f"actor_loop must be 'step' or 'scan', got {actor_loop!r}")
@@ -215,6 +204,7 @@ class Pipeline:
         self.transfer_guard = transfer_guard
         self.consistency_checks = consistency_checks
         self.actor_loop = actor_loop
+        self.fused = fused
         self._rollout_check = rollout_check.RolloutCheck(env_spec)
         self._actor_step = jax.jit(self._actor_step_fn)
         self._stack_outputs = jax.jit(self._stack_outputs_fn, static_argnums=1)
@@ -510,6 +500,13 @@ class Pipeline:
         Copies are forced (`may_alias=False`) because the next update donates the
         learner state, and an actor device may be a learner device.
         """
+        copies = [self.actor_copy(params, device) for device in self.layout.actor_devices]
+        jax.block_until_ready(copies)
+        store.publish(version, copies)
+
+    def actor_copy(self, params, device: jax.Device):
+        """A copy of policy parameters (replicated on the learner mesh) on actor `device`,
+        from the local learner device's replica; never an alias of the learner's."""
         learner_device = self.layout.local_learner_devices[0]
 
         def local_copy(x):
@@ -518,12 +515,7 @@ class Pipeline:
                     return shard.data
             raise RuntimeError("parameters are not replicated on the local learner device")
 
-        local = jax.tree.map(local_copy, params)
-        copies = [
-            copy_to_device(local, device, may_alias=False) for device in self.layout.actor_devices
-        ]
-        jax.block_until_ready(copies)
-        store.publish(version, copies)
+        return copy_to_device(jax.tree.map(local_copy, params), device, may_alias=False)
 
     def run(
         self,
@@ -553,6 +545,14 @@ class Pipeline:
         del ends_block
         if self._compiled_update is None:
             self.compile_update(state)
+        if self.fused:
+            return fused_step.FusedLoop(self).run(
+                state,
+                first_update=first_update,
+                previous_params=previous_params,
+                on_update=on_update,
+                should_stop=should_stop,
+            )
         control = RunControl()
         # Episodes end on every process; the metrics need all of them, in env order.
         gather_episodes = None

@@ -27,7 +27,7 @@ from jax.experimental import multihost_utils
 
 from sebulba import checkpoint as ckpt_lib
 from sebulba import envs as envs_lib
-from sebulba import random_streams
+from sebulba import fused_step, random_streams
 from sebulba.actors import scan_actor
 from sebulba.agents.api import Agent, EnvSpec
 from sebulba.anakin import runner as anakin_runner
@@ -40,7 +40,7 @@ from sebulba.environments import tasks
 from sebulba.errors import ConfigError
 from sebulba.lag_schedule import required_policy_version
 from sebulba.mesh import DeviceLayout
-from sebulba.pipeline import Pipeline
+from sebulba.pipeline import Pipeline, rollout_struct
 from sebulba.preflight import memory, update_estimate
 from sebulba.runtime import compile_progress, distributed, gpu_determinism
 from sebulba.runtime import workdir as workdir_lib
@@ -64,6 +64,9 @@ class RunSetup:
     actor_loop_reason: str  # Why that loop, for the log.
     # An Anakin run's env (a joint run's: one per task); None for envpool (Sebulba).
     jax_env: BatchOfEnvs | None = None
+    # `pipeline.fused` resolved: update k and rollout k + 1 as one program, and why.
+    fused: bool = False
+    fused_reason: str = "an Anakin run acts and learns in one program already"
 
     @functools.cached_property
     def learner_state_shapes(self):
@@ -94,7 +97,31 @@ def prepare(config: ml_collections.ConfigDict, run: RunPlan | None = None) -> Ru
         return RunSetup(config, sizes, layout, [], env_spec, run.agent, "anakin", why, jax_env)
     envs_per_thread = make_env_pools(config, sizes, first_update=1)
     actor_loop, why = choose_actor_loop(config, sizes, layout, envs_per_thread, env_spec)
-    return RunSetup(config, sizes, layout, envs_per_thread, env_spec, run.agent, actor_loop, why)
+    setup = RunSetup(config, sizes, layout, envs_per_thread, env_spec, run.agent, actor_loop, why)
+    setup.fused, setup.fused_reason = choose_fused(setup)
+    return setup
+
+
+def choose_fused(setup: RunSetup) -> tuple[bool, str]:
+    """`pipeline.fused` resolved for the run's devices, loop and agent, and why.
+
+    Raises:
+      ConfigError: "on" was asked for where it cannot run.
+    """
+    config, state_shapes = setup.config, setup.learner_state_shapes
+    reason = fused_step.unsupported_reason(
+        setup.agent,
+        setup.layout,
+        setup.sizes,
+        policy_lag=config.pipeline.policy_lag,
+        actor_loop=setup.actor_loop,
+        state_shapes=state_shapes,
+        rollout_shapes=rollout_struct(
+            setup.agent, setup.env_spec, setup.sizes, setup.layout, state_shapes
+        ),
+    )
+    platform = setup.layout.actor_devices[0].platform
+    return fused_step.choose_fused(config.pipeline.fused, reason, platform)
 
 
 def make_jax_env(config: ml_collections.ConfigDict, sizes: Sizes, env_spec: EnvSpec):
@@ -137,6 +164,7 @@ def make_pipeline(setup: RunSetup, **options) -> Pipeline:
         "transfer_guard": config.debug.transfer_guard,
         "consistency_checks": config.debug.consistency_checks,
         "actor_loop": setup.actor_loop,
+        "fused": setup.fused,
         **options,
     }
     return Pipeline(
@@ -479,7 +507,7 @@ class RunCheckpoints:
         }
 
 
-def _summary_extra(config, layout, actor_loop: str) -> dict[str, Any]:
+def _summary_extra(config, layout, actor_loop: str, fused: bool = False) -> dict[str, Any]:
     extra = {}
     if actor_loop == "anakin":
         # Nothing waits in one program; the pipeline's wait-time diagnosis does not apply.
@@ -490,12 +518,22 @@ def _summary_extra(config, layout, actor_loop: str) -> dict[str, Any]:
             "detail": "Anakin acts, steps the envs and learns in one program, so nothing "
             "waits; benchmarks/anakin.py measures the share of the env-only ceiling",
         }
+    if fused:
+        extra["bottleneck"] = {
+            "limited_by": "one program",
+            "learner_wait_fraction": 0.0,
+            "actor_wait_fraction": 0.0,
+            "detail": "the fused step runs each update with the next rollout as one program "
+            "(pipeline.fused), so nothing waits; benchmarks/fused_step.py compares it with "
+            "acting and learning in their own programs",
+        }
     return {
         **extra,
         "architecture": "anakin" if actor_loop == "anakin" else "sebulba",
         "policy_lag": config.pipeline.policy_lag,
         "schedule": anakin_runner.describe_schedule(config.pipeline.policy_lag),
         "actor_loop": actor_loop,
+        "fused": fused,
         "layout": layout.describe(),
         "jax_version": jax.__version__,
         "backend": jax.default_backend(),
@@ -591,6 +629,13 @@ def _train_phases(
             config.pipeline.actor_loop,
             setup.actor_loop_reason,
         )
+        if setup.jax_env is None:
+            logging.info(
+                "fused step: %s (pipeline.fused=%s: %s)",
+                "on" if setup.fused else "off",
+                config.pipeline.fused,
+                setup.fused_reason,
+            )
         if sizes.global_steps != config.total_timesteps:
             logging.info(
                 "total_timesteps %s is %s updates of %s env steps: the run trains %s steps "
@@ -746,7 +791,7 @@ def write_missing_summary(setup: RunSetup, workdir: str, start: StartPoint) -> N
         global_step=sizes.num_updates * sizes.steps_per_update,
         updates=sizes.num_updates,
         checksum=params_checksum(setup.agent.policy_params(start.state)),
-        extra=_summary_extra(config, setup.layout, setup.actor_loop),
+        extra=_summary_extra(config, setup.layout, setup.actor_loop, setup.fused),
     )
     if jax.process_index() != 0:
         return
@@ -876,7 +921,7 @@ def finish_run(
         global_step=sizes.num_updates * sizes.steps_per_update,
         updates=sizes.num_updates,
         checksum=params_checksum(setup.agent.policy_params(state)),
-        extra=_summary_extra(config, layout, setup.actor_loop),
+        extra=_summary_extra(config, layout, setup.actor_loop, setup.fused),
     )
     if is_main_process:
         write_json(os.path.join(workdir, "summary.json"), summary)

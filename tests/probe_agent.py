@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from sebulba.agents.api import Agent, EnvSpec, Rollout
+from sebulba.agents.api import Agent, EnvSpec, Rollout, UpdatePlan
 from sebulba.config.sizes import Sizes
 
 # Counts Python traces of act and update: steady state must not add any.
@@ -75,4 +75,6 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         update=update,
         policy_params=lambda s: s.params,
         act_greedy=act_greedy,
+        # Its whole update as one piece: the fused step's lag schedule is checked with it.
+        plan_update=lambda state, rollout: UpdatePlan.whole(update, state, rollout),
     )

@@ -10,6 +10,7 @@ per env; the step loop fills a `HostRollout` on the host step by step, the scan 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -195,3 +196,19 @@ class ScanCollector:
                     ended_games[t, columns],
                 )
         return rollout
+
+
+def in_env_order(
+    returns: Sequence[float], lengths: Sequence[int], env_ids: Sequence[int]
+) -> tuple[list[float], list[int], list[int]]:
+    """Episodes (three parallel lists) sorted by global env index, stably.
+
+    Each env's episodes keep the order in which they ended; the result is the same
+    whichever threads, env groups or processes the episodes were collected by.
+    """
+    order = np.argsort(np.asarray(env_ids, np.int64), kind="stable")
+    return (
+        [returns[i] for i in order],
+        [lengths[i] for i in order],
+        [env_ids[i] for i in order],
+    )

@@ -295,39 +295,55 @@ def _joined_steps(*parts):
 def _steps_with_plan(env_step: Callable, loop, num_steps: int, plan: UpdatePlan):
     """The rollout's T env steps with the plan's pieces queued between sends and receives.
 
-    Slot m of the plan's N outer steps spans T // N env steps, the first k of which
-    (k = `pieces_per_step`, at most T // N: `fused_step.unsupported_reason`) each carry
-    piece (m, u); the T mod N env steps left over come first, with nothing between. Slots
-    are a `lax.scan`, or written out where the plan is unrolled (XLA:CPU's convolution
-    gradients).
+    With N outer steps of k pieces: where N <= T, slot m of N spans T // N env steps, the
+    first k of which (k <= T // N) each carry piece (m, u), and the T mod N env steps left
+    over come first, with nothing between; where N > T (N a multiple of T), env step t
+    carries the N / T outer steps from t N / T on, whole, as a loop of `UpdatePlan.step`
+    (one body per step, compiled as `UpdatePlan.run` compiles it). `fused_step.unsupported_reason`
+    checks that one of the two holds. Slots are a `lax.scan`, or written out where the
+    plan is unrolled (XLA:CPU's convolution gradients).
 
     Returns:
       (loop, the steps' outputs [T, ...], the plan's carry after its last piece).
     """
     N, k = plan.num_steps, plan.pieces_per_step
-    per_slot = num_steps // N
-    loop, leading = _plain_steps(env_step, loop, num_steps - N * per_slot)
+    if N > num_steps:
+        per_env_step = N // num_steps
 
-    def slot(carry, m):
-        loop, plan_carry = carry
-        outputs = []
-        for u in range(k):
-            work = _Work(plan_carry, lambda c, u=u: plan.piece(c, m, u))
-            loop, per_group, plan_carry = env_step(loop, work)
-            outputs.append(jax.tree.map(lambda x: x[None], per_group))
-        loop, rest = _plain_steps(env_step, loop, per_slot - k)
-        return (loop, plan_carry), _joined_steps(*outputs, rest)
+        def slot(carry, t):
+            def pieces(plan_carry):
+                return plan.steps(plan_carry, t * per_env_step, per_env_step)
 
+            loop, plan_carry = carry
+            loop, per_group, plan_carry = env_step(loop, _Work(plan_carry, pieces))
+            return (loop, plan_carry), jax.tree.map(lambda x: x[None], per_group)
+
+        num_slots, per_slot, leading = num_steps, 1, None
+    else:
+        per_slot = num_steps // N
+
+        def slot(carry, m):
+            loop, plan_carry = carry
+            outputs = []
+            for u in range(k):
+                work = _Work(plan_carry, lambda c, u=u: plan.piece(c, m, u))
+                loop, per_group, plan_carry = env_step(loop, work)
+                outputs.append(jax.tree.map(lambda x: x[None], per_group))
+            loop, rest = _plain_steps(env_step, loop, per_slot - k)
+            return (loop, plan_carry), _joined_steps(*outputs, rest)
+
+        num_slots = N
+        loop, leading = _plain_steps(env_step, loop, num_steps - N * per_slot)
     if plan.unroll:
         carry, slots = (loop, plan.carry), []
-        for m in range(N):
-            carry, outputs = slot(carry, jnp.int32(m))
+        for index in range(num_slots):
+            carry, outputs = slot(carry, jnp.int32(index))
             slots.append(outputs)
         slots = _joined_steps(*slots)
     else:
-        steps = jnp.arange(N, dtype=jnp.int32)
-        carry, slots = jax.lax.scan(slot, (loop, plan.carry), steps)
-        slots = jax.tree.map(lambda x: x.reshape(N * per_slot, *x.shape[2:]), slots)
+        indices = jnp.arange(num_slots, dtype=jnp.int32)
+        carry, slots = jax.lax.scan(slot, (loop, plan.carry), indices)
+        slots = jax.tree.map(lambda x: x.reshape(num_slots * per_slot, *x.shape[2:]), slots)
     loop, plan_carry = carry
     return loop, _joined_steps(leading, slots), plan_carry
 

@@ -188,18 +188,46 @@ class UpdatePlan:
     piece: Callable[[Any, jax.Array, int], Any]
     finish: Callable[[Any], tuple[LearnerState, dict[str, jax.Array]]]
 
+    @classmethod
+    def whole(cls, update: Callable, state: LearnerState, rollout: Rollout) -> UpdatePlan:
+        """`update(state, rollout)` as a plan of one piece, for an agent whose update is
+        not cut finer: fused, it runs whole between one env step's send and receive."""
+        metrics = jax.eval_shape(update, state, rollout)[1]
+        zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), metrics)
+        return cls(
+            num_steps=1,
+            pieces_per_step=1,
+            unroll=False,
+            carry=(state, zeros),
+            piece=lambda carry, m, u: update(carry[0], rollout),
+            finish=lambda carry: carry,
+        )
+
+    def step(self, carry, m: jax.Array):
+        """Outer step `m`: its pieces in order."""
+        for u in range(self.pieces_per_step):
+            if u:
+                # Each piece compiled apart from the one before, as in the fused step,
+                # where an env step separates them: left adjacent, XLA fuses across them
+                # differently and rounds differently (ppo_atari.py:smoke with 2
+                # micro-batches on CPU; tests/test_fused.py).
+                carry = jax.lax.optimization_barrier(carry)
+            carry = self.piece(carry, m, u)
+        return carry
+
+    def steps(self, carry, first: jax.Array, count: int):
+        """Outer steps `first` .. `first + count - 1` in order, a loop of `step` (unrolled
+        where `unroll`): one body per step, so each compiles as in `run`."""
+
+        def body(carry, m):
+            return self.step(carry, m), None
+
+        indices = first + jnp.arange(count, dtype=jnp.int32)
+        return jax.lax.scan(body, carry, indices, unroll=count if self.unroll else 1)[0]
+
     def run(self) -> tuple[LearnerState, dict[str, jax.Array]]:
-        """The update: every piece in order (a `lax.scan` over the outer steps, unrolled
-        where `unroll`, each step's pieces written out), then `finish`."""
-
-        def step(carry, m):
-            for u in range(self.pieces_per_step):
-                carry = self.piece(carry, m, u)
-            return carry, None
-
-        steps = jnp.arange(self.num_steps, dtype=jnp.int32)
-        unroll = self.num_steps if self.unroll else 1
-        return self.finish(jax.lax.scan(step, self.carry, steps, unroll=unroll)[0])
+        """The update: every step in order, then `finish`."""
+        return self.finish(self.steps(self.carry, jnp.int32(0), self.num_steps))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -36,12 +36,13 @@ import optax
 import rlax
 
 from sebulba import random_streams
-from sebulba.agents import defaults, learner, minibatches, size_rules
+from sebulba.agents import defaults, learner, minibatches, size_rules, update_pieces
 from sebulba.agents.api import (
     Agent,
     Discrete,
     EnvSpec,
     Rollout,
+    UpdatePlan,
     check_choice,
     check_decays,
     check_ranges,
@@ -213,7 +214,7 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         loss = 0.5 * learner.masked_mean((q_taken - flat["targets"]) ** 2, weight)
         return loss, {"loss": loss, "q_mean": learner.masked_mean(q_taken, weight)}
 
-    def update(state: PQNState, rollout: Rollout):
+    def plan_update(state: PQNState, rollout: Rollout) -> UpdatePlan:
         # The targets come from the learner's current network, once per rollout, and stay
         # fixed over the epochs (purejaxql); the behaviour version is not needed.
         obs_q = jax.vmap(q_network, in_axes=(None, 1), out_axes=1)(state.params, rollout.obs)
@@ -241,25 +242,30 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         def gathered_loss(params, batch_time_index):
             return loss_fn(params, minibatches.take_time_steps(samples, batch_time_index))
 
-        params, opt_state, metrics = learner.minibatch_steps(
+        pieces = update_pieces.stateless_minibatch_pieces(
             gathered_loss, optimizer, state.params, state.opt_state, batches, unroll
         )
-        update_count = state.update_count + 1
-        new_state = PQNState(
-            params, opt_state, update_count, jnp.asarray(epsilon(update_count), jnp.float32)
-        )
-        weight = rollout.valid.astype(jnp.float32)
-        metrics["target_mean"] = learner.masked_mean(targets, weight)
-        # Version v holds epsilon(v - 1); rollout k was collected by v = max(1, k - lag).
-        behaviour = behaviour_version(state.update_count + 1, policy_lag)
-        metrics["behaviour_epsilon"] = jnp.asarray(epsilon(behaviour - 1), jnp.float32)
-        metrics["learning_rate"] = learning_rate(state.update_count * steps_per_update)
-        return new_state, metrics
+
+        def finish(params, opt_state, metrics, _):
+            update_count = state.update_count + 1
+            new_state = PQNState(
+                params, opt_state, update_count, jnp.asarray(epsilon(update_count), jnp.float32)
+            )
+            weight = rollout.valid.astype(jnp.float32)
+            metrics["target_mean"] = learner.masked_mean(targets, weight)
+            # Version v holds epsilon(v - 1); rollout k was collected by v = max(1, k - lag).
+            behaviour = behaviour_version(state.update_count + 1, policy_lag)
+            metrics["behaviour_epsilon"] = jnp.asarray(epsilon(behaviour - 1), jnp.float32)
+            metrics["learning_rate"] = learning_rate(state.update_count * steps_per_update)
+            return new_state, metrics
+
+        return pieces.plan(finish)
 
     return Agent(
         init=init,
         act=act,
-        update=update,
+        update=Agent.update_from_plan(plan_update),
         policy_params=policy_params,
         act_greedy=act_greedy,
+        plan_update=plan_update,
     )

@@ -29,6 +29,7 @@ from sebulba.runtime.progress import CONSOLE_MODES
 
 _TRANSFER_GUARD_LEVELS = ("allow", "log", "disallow", "log_explicit", "disallow_explicit")
 ACTOR_LOOPS = ("auto", "scan", "step")
+FUSED_CHOICES = ("auto", "on", "off")  # pipeline.fused (sebulba.fused_step)
 
 # The interval of every numeric run-level key that no other check covers (sizes.py checks
 # the sizes and divisibility, train.py the log and checkpoint keys).
@@ -68,6 +69,8 @@ def base_config(agent: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     config.pipeline.overlap_env_steps = False  # Two env halves: one steps while the other infers.
     # Same data either way; auto takes scan where the actor devices and task allow it.
     config.pipeline.actor_loop = "auto"  # auto | scan (a rollout: one XLA program) | step.
+    # One device both acting and learning: update k and rollout k + 1 as one program.
+    config.pipeline.fused = "auto"  # auto (one GPU, scan loop) | on | off.
     # Anakin only: the host reads the block's episodes and metrics back once per call.
     config.pipeline.updates_per_call = 1  # Anakin updates per program call (1: one each).
 
@@ -168,6 +171,10 @@ def check_run_config(config: ml_collections.ConfigDict) -> None:
         raise ConfigError(
             f"pipeline.actor_loop {config.pipeline.actor_loop!r} must be one of "
             f"{', '.join(ACTOR_LOOPS)}"
+        )
+    if config.pipeline.fused not in FUSED_CHOICES:
+        raise ConfigError(
+            f"pipeline.fused {config.pipeline.fused!r} must be one of {', '.join(FUSED_CHOICES)}"
         )
     if config.pipeline.overlap_env_steps not in (True, False):
         raise ConfigError(

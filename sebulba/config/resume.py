@@ -41,6 +41,7 @@ MAY_CHANGE_ON_RESUME: dict[str, str] = {
     "pipeline.actor_loop": "envs stepped from Python or inside one XLA program: same data "
     "(on a GPU up to float rounding)",
     "pipeline.updates_per_call": "how many Anakin updates one program call runs: same updates",
+    "pipeline.fused": "update and next rollout as one program or two: same data and updates",
 }
 
 

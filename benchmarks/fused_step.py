@@ -1,0 +1,100 @@
+"""The fused step against acting and learning in their own programs, end to end, in one run.
+
+    python benchmarks/fused_step.py [--configs=configs/ppo_cartpole.py,...] [--updates=150]
+        [--repeats=2] [--set KEY=VALUE ...]
+
+For each config, with actor and learner on one device (the first), the same run (seed,
+sizes, scan loop) twice per repeat, `pipeline.fused="off"` then `"on"`: steady-state
+env steps/s from metrics.jsonl (after update 1, which compiles), the final
+`params_checksum` of each (they must be equal: the fused step is an execution choice),
+and the ratio fused / threaded of the repeats' medians. Runs alternate so that the
+machine's load falls on both alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import jax  # noqa: E402
+from config_spec import apply_overrides, load_config  # noqa: E402
+
+from sebulba import train  # noqa: E402
+from sebulba.config.sizes import derive_sizes  # noqa: E402
+from sebulba.runtime import platforms  # noqa: E402
+
+# libtpu's errors about a TPU it cannot find never show where no accelerator exists.
+platforms.skip_absent_accelerators()
+
+
+def one_run(config, fused: str, updates: int) -> tuple[float, str]:
+    """(steady-state env steps/s, params_checksum) of `updates` updates of `config`."""
+    config = config.copy_and_resolve_references()
+    config.pipeline.fused = fused
+    config.pipeline.actor_loop = "scan"
+    config.mesh.actor_device_ids = (0,)
+    config.mesh.learner_device_ids = (0,)
+    config.pipeline.num_actor_threads = 1
+    config.total_timesteps = 10**12  # Only to derive the update size.
+    sizes = derive_sizes(config, num_processes=jax.process_count())
+    config.total_timesteps = sizes.steps_per_update * updates
+    config.log.every_updates = 1
+    config.log.tensorboard = False
+    config.log.console = "lines"
+    config.log.console_every_s = 1e9
+    config.ckpt.every_updates = 0
+    with tempfile.TemporaryDirectory() as workdir:
+        train.train(config, workdir)
+        with open(os.path.join(workdir, "metrics.jsonl"), encoding="utf-8") as f:
+            lines = [json.loads(line) for line in f]
+        with open(os.path.join(workdir, "summary.json"), encoding="utf-8") as f:
+            checksum = json.load(f)["params_checksum"]
+    first, last = lines[0], lines[-1]
+    sps = (last["global_step"] - first["global_step"]) / (
+        last["wall_time_s"] - first["wall_time_s"]
+    )
+    return sps, checksum
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--configs",
+        default="configs/ppo_cartpole.py,configs/impala_cartpole.py,configs/pqn_cartpole.py",
+    )
+    parser.add_argument("--updates", type=int, default=150, help="per run")
+    parser.add_argument("--repeats", type=int, default=2, help="runs of each mode")
+    parser.add_argument("--set", action="append", default=[], help="KEY=VALUE override")
+    args = parser.parse_args()
+    print(f"jax {jax.__version__}, {jax.devices()[0].device_kind}, {os.cpu_count()} cores\n")
+    print(
+        "| config | threaded (env steps/s) | fused (env steps/s) | fused / threaded | checksums |"
+    )
+    print("| --- | ---: | ---: | ---: | --- |")
+    for spec in args.configs.split(","):
+        config = load_config(spec)
+        apply_overrides(config, args.set)
+        rates = {"off": [], "on": []}
+        checksums = set()
+        for _ in range(args.repeats):
+            for fused in ("off", "on"):
+                sps, checksum = one_run(config, fused, args.updates)
+                rates[fused].append(sps)
+                checksums.add(checksum)
+        threaded, fused = (statistics.median(rates[mode]) for mode in ("off", "on"))
+        same = "equal" if len(checksums) == 1 else "DIFFER"
+        print(
+            f"| `{spec}` | {threaded:,.0f} | {fused:,.0f} | {fused / threaded:.2f} | {same} |",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()
