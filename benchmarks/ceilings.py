@@ -382,6 +382,13 @@ def end_to_end_sps(config, policy_lag: int, updates: int, actor_loop: str = "aut
     config = config.copy_and_resolve_references()
     config.pipeline.policy_lag = policy_lag
     config.pipeline.actor_loop = actor_loop
+    return end_to_end(config, updates)[0]
+
+
+def end_to_end(config, updates: int) -> tuple[float, dict]:
+    """(steady-state steps/s, summary.json) of `updates` updates of `config`, run by
+    `train.train` without checkpoints or TensorBoard; steps/s from metrics.jsonl."""
+    config = config.copy_and_resolve_references()
     config.total_timesteps = 10**12  # Only to derive the update size.
     sizes = derive_sizes(config, num_processes=jax.process_count())
     config.total_timesteps = sizes.steps_per_update * updates
@@ -394,10 +401,13 @@ def end_to_end_sps(config, policy_lag: int, updates: int, actor_loop: str = "aut
         train.train(config, workdir)
         with open(os.path.join(workdir, "metrics.jsonl"), encoding="utf-8") as f:
             lines = [json.loads(line) for line in f]
+        with open(os.path.join(workdir, "summary.json"), encoding="utf-8") as f:
+            summary = json.load(f)
     first, last = lines[0], lines[-1]  # Update 1 compiles; steady state starts after it.
-    return (last["global_step"] - first["global_step"]) / (
+    sps = (last["global_step"] - first["global_step"]) / (
         last["wall_time_s"] - first["wall_time_s"]
     )
+    return sps, summary
 
 
 MEASUREMENTS = ("raw", "actor", "learner", "end_to_end")

@@ -14,20 +14,17 @@ machine's load falls on both alike.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import ceilings  # noqa: E402
 import jax  # noqa: E402
 from config_spec import apply_overrides, load_config  # noqa: E402
 
-from sebulba import train  # noqa: E402
-from sebulba.config.sizes import derive_sizes  # noqa: E402
 from sebulba.runtime import platforms  # noqa: E402
 
 # libtpu's errors about a TPU it cannot find never show where no accelerator exists.
@@ -42,25 +39,8 @@ def one_run(config, fused: str, updates: int) -> tuple[float, str]:
     config.mesh.actor_device_ids = (0,)
     config.mesh.learner_device_ids = (0,)
     config.pipeline.num_actor_threads = 1
-    config.total_timesteps = 10**12  # Only to derive the update size.
-    sizes = derive_sizes(config, num_processes=jax.process_count())
-    config.total_timesteps = sizes.steps_per_update * updates
-    config.log.every_updates = 1
-    config.log.tensorboard = False
-    config.log.console = "lines"
-    config.log.console_every_s = 1e9
-    config.ckpt.every_updates = 0
-    with tempfile.TemporaryDirectory() as workdir:
-        train.train(config, workdir)
-        with open(os.path.join(workdir, "metrics.jsonl"), encoding="utf-8") as f:
-            lines = [json.loads(line) for line in f]
-        with open(os.path.join(workdir, "summary.json"), encoding="utf-8") as f:
-            checksum = json.load(f)["params_checksum"]
-    first, last = lines[0], lines[-1]
-    sps = (last["global_step"] - first["global_step"]) / (
-        last["wall_time_s"] - first["wall_time_s"]
-    )
-    return sps, checksum
+    sps, summary = ceilings.end_to_end(config, updates)
+    return sps, summary["params_checksum"]
 
 
 def main() -> None:

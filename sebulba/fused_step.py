@@ -38,7 +38,7 @@ from sebulba.actors.rollouts import ActorRollout, in_env_order
 from sebulba.agents.api import Agent, Rollout
 from sebulba.config import FUSED_CHOICES
 from sebulba.config.sizes import Sizes
-from sebulba.errors import ConfigError, InvalidRolloutError
+from sebulba.errors import ConfigError
 from sebulba.lag_schedule import required_policy_version
 from sebulba.mesh import DeviceLayout
 from sebulba.preflight.memory import update_compiler_options
@@ -194,23 +194,15 @@ class FusedLoop:
             fused = lowered.compile(compiler_options=options)
 
         def checked(rollout, update: int, version: int, params) -> ActorRollout:
-            pieces = p._to_learner_devices(rollout)
-            problem = p.check_rollout(pieces, expected_env_ids)
-            if problem is None and consistency is not None:
-                problem = consistency.problems(params, pieces, update, device)
-            if problem is not None:
-                raise InvalidRolloutError(
-                    f"the fused step ({device.platform} device {device.id}) collected a bad "
-                    f"rollout {update} with policy version {version}: {problem}; the learner "
-                    "never saw it"
-                )
-            return ActorRollout(
+            return p.hand_over(
+                rollout,
                 update=update,
-                policy_version=version,
-                pieces=pieces,
-                episode_returns=rollout.episode_returns,
-                episode_lengths=rollout.episode_lengths,
-                episode_env_ids=rollout.episode_env_ids,
+                version=version,
+                params=params,
+                device=device,
+                who=f"the fused step ({device.platform} device {device.id})",
+                expected_env_ids=expected_env_ids,
+                consistency=consistency,
                 params_wait_s=0.0,
             )
 

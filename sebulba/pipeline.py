@@ -269,6 +269,44 @@ class Pipeline:
         they hold. `expected_env_ids` is the thread's `piece_env_ids`."""
         return self._rollout_check.problems(pieces, expected_env_ids)
 
+    def hand_over(
+        self,
+        rollout: HostRollout | ScanRollout,
+        *,
+        update: int,
+        version: int,
+        params,
+        device: jax.Device,
+        who: str,
+        expected_env_ids,
+        consistency: ConsistencyCheck | None,
+        params_wait_s: float,
+    ) -> ActorRollout:
+        """A collected rollout on the learner devices, checked, as the learner receives it.
+
+        Raises:
+          InvalidRolloutError: a value breaks the spec (or, with `consistency`, the records
+            do not reproduce); the message starts with `who` collected it.
+        """
+        pieces = self._to_learner_devices(rollout)
+        problem = self.check_rollout(pieces, expected_env_ids)
+        if problem is None and consistency is not None:
+            problem = consistency.problems(params, pieces, update, device)
+        if problem is not None:
+            raise InvalidRolloutError(
+                f"{who} collected a bad rollout {update} with policy version {version}: "
+                f"{problem}; the learner never saw it"
+            )
+        return ActorRollout(
+            update=update,
+            policy_version=version,
+            pieces=pieces,
+            episode_returns=rollout.episode_returns,
+            episode_lengths=rollout.episode_lengths,
+            episode_env_ids=rollout.episode_env_ids,
+            params_wait_s=params_wait_s,
+        )
+
     def _actor_groups(self, thread_index: int, envs, device, first_update: int) -> list[EnvGroup]:
         """The thread's env groups (fixed, in env order), reset, with their device state."""
         env_ids = self.thread_env_ids(thread_index)
@@ -323,29 +361,26 @@ class Pipeline:
             params_wait_s = time.perf_counter() - wait_start
             if self.actor_delay_s:
                 time.sleep(self.actor_delay_s)
+            who = (
+                f"actor thread {thread_index} ({self.actor_loop} loop, {device.platform} "
+                f"device {device.id})"
+            )
             with jax.transfer_guard(self.transfer_guard):
                 rollout = collect(params, device, control)
-                pieces = self._to_learner_devices(rollout)
-                problem = self.check_rollout(pieces, expected_env_ids)
-                if problem is None and consistency is not None:
-                    problem = consistency.problems(params, pieces, update, device)
-            if problem is not None:
-                raise InvalidRolloutError(
-                    f"actor thread {thread_index} ({self.actor_loop} loop, {device.platform} "
-                    f"device {device.id}) collected a bad rollout {update} with policy "
-                    f"version {version}: {problem}; the learner never saw it"
+                handed = self.hand_over(
+                    rollout,
+                    update=update,
+                    version=version,
+                    params=params,
+                    device=device,
+                    who=who,
+                    expected_env_ids=expected_env_ids,
+                    consistency=consistency,
+                    params_wait_s=params_wait_s,
                 )
             put_or_stop(
                 handoff,
-                ActorRollout(
-                    update=update,
-                    policy_version=version,
-                    pieces=pieces,
-                    episode_returns=rollout.episode_returns,
-                    episode_lengths=rollout.episode_lengths,
-                    episode_env_ids=rollout.episode_env_ids,
-                    params_wait_s=params_wait_s,
-                ),
+                handed,
                 control,
             )
 
