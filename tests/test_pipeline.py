@@ -277,7 +277,9 @@ def test_compiling_on_its_own_thread_hands_back_the_program_or_the_error_it_rais
         return {"w": jax.numpy.zeros((3, 2)), "key": key}
 
     agent = SimpleNamespace(init=init)
-    setup = SimpleNamespace(agent=agent, learner_state_shapes=train.state_shapes(agent, 4))
+    setup = SimpleNamespace(
+        agent=agent, learner_state_shapes=train.state_shapes(agent, 4), jax_env=None
+    )
 
     class Compiles:
         def compile_update(self, shapes):
