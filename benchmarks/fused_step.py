@@ -14,6 +14,7 @@ machine's load falls on both alike.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
@@ -39,7 +40,9 @@ def one_run(config, fused: str, updates: int) -> tuple[float, str]:
     config.mesh.actor_device_ids = (0,)
     config.mesh.learner_device_ids = (0,)
     config.pipeline.num_actor_threads = 1
-    sps, summary = ceilings.end_to_end(config, updates)
+    # The runs' console goes to stderr: stdout holds the table alone (the record's output).
+    with contextlib.redirect_stdout(sys.stderr):
+        sps, summary = ceilings.end_to_end(config, updates)
     return sps, summary["params_checksum"]
 
 

@@ -230,6 +230,7 @@ def check(config, topology: str) -> dict[str, Any]:
     learner_bytes = needed.total if needed is not None else 0
     actor = None
     if runner is None:
+        report["fused"] = _fused_choice(config, run, state, rollout, chip, report["processes"])
         actor = _actor_report(config, run, state, chip)
         shared = set(layout.actor_devices) & set(layout.local_learner_devices)
         actor_bytes = actor["hbm_needed_bytes"] if shared else 0
@@ -317,6 +318,30 @@ def _actor_report(config, run, state, chip: accelerators.Chip) -> dict[str, Any]
         "rollout_bytes_per_thread": rollout_bytes,
         "hbm_needed_bytes": step_bytes + threads_per_device * rollout_bytes,
     }
+
+
+def _fused_choice(config, run, state, rollout, chip, num_processes: int) -> dict[str, Any]:
+    """Whether the launch would run update and next rollout as one program (`pipeline.fused`),
+    and why. Its pieces are the update's own, priced above; what it saves, the update's time
+    hidden behind the envs' steps, is the hosts' share, which the check does not model."""
+    from sebulba import fused_step
+
+    reason = fused_step.unsupported_reason(
+        run.agent,
+        run.layout,
+        run.sizes,
+        policy_lag=config.pipeline.policy_lag,
+        actor_loop=actor_loop(config, chip),
+        state_shapes=state,
+        rollout_shapes=rollout,
+        num_processes=num_processes,
+    )
+    platform = "gpu" if chip.is_gpu else "tpu"
+    try:
+        fused, why = fused_step.choose_fused(config.pipeline.fused, reason, platform)
+    except ConfigError as error:  # "on" where it cannot run: the launch would refuse it.
+        raise ConfigError(str(error)) from None
+    return {"fused": fused, "why": why}
 
 
 def _assumptions(chip: accelerators.Chip, config) -> dict[str, Any]:

@@ -55,8 +55,12 @@ def unsupported_reason(
     actor_loop: str,
     state_shapes: Any,
     rollout_shapes: Rollout,
+    num_processes: int | None = None,
 ) -> str | None:
-    """Why this run's update and next rollout cannot be one program; None if they can."""
+    """Why this run's update and next rollout cannot be one program; None if they can.
+
+    `num_processes`: the run's processes (default `jax.process_count()`; `sebulba.check`
+    passes the target slice's hosts)."""
     if policy_lag != 1:
         return (
             f"pipeline.policy_lag={policy_lag}: only the one-step lag lets update k and "
@@ -64,7 +68,7 @@ def unsupported_reason(
         )
     if agent.plan_update is None:
         return "the agent's update cannot be cut into pieces (its Agent has no plan_update)"
-    if jax.process_count() > 1:
+    if (jax.process_count() if num_processes is None else num_processes) > 1:
         return "several processes: their learner mesh spans hosts"
     one_device = (
         sizes.num_actor_threads == 1

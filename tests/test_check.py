@@ -272,6 +272,23 @@ def test_the_gpu_proxy_reports_a_run_that_fits():
     assert fast["predicted_update_s"] == report["predicted_update_s"]
 
 
+def test_the_check_says_whether_the_launch_fuses_update_and_rollout():
+    # One GPU both acting and learning: auto fuses there, and the report says so.
+    one = {"mesh.learner_device_ids": (0,), "pipeline.actor_loop": "scan"}
+    report = check.check(_proxy_config(**one), "h100:1")
+    assert report["fused"] == {
+        "fused": True,
+        "why": "actor and learner share one GPU: the update's pieces run while the envs step",
+    }
+    assert "fused step: on: the update and the next rollout as one program" in (
+        check.format_report(report, "configs/ppo_cartpole.py")
+    )
+    # Learners of their own: nothing to fuse, and the reason is the launch's.
+    apart = check.check(_proxy_config(), "h100:4")
+    assert apart["fused"]["fused"] is False
+    assert apart["fused"]["why"].startswith("actor and learner devices do not coincide")
+
+
 def test_auto_choices_resolve_as_the_pricing_was_calibrated():
     # The check compiles on CPU devices, where "auto" would take the CPU's choices.
     config = load_config("ppo_atari", "smoke")

@@ -87,6 +87,10 @@ def format_report(report: dict[str, Any], config_name: str) -> str:
         )
     if report["memory_advice"]:
         lines.append(f"  {report['memory_advice']}")
+    if report.get("fused") is not None:
+        fused = report["fused"]
+        state = "on: the update and the next rollout as one program" if fused["fused"] else "off"
+        lines.append(f"fused step: {state} ({fused['why']})")
     if learner is not None:
         lines += _learner_lines(report, learner, anakin)
     if actor is not None:
