@@ -127,8 +127,8 @@ def choose_fused(requested: str, reason: str | None, platform: str) -> tuple[boo
         return True, "requested"
     if platform != "gpu":
         return False, (
-            f"a {platform} device runs programs in parallel on its cores, where the threaded "
-            "pipeline measured faster (docs/benchmarks.md); pipeline.fused='on' fuses anyway"
+            f"on a {platform} device the threaded pipeline measured faster for the default "
+            "config (docs/benchmarks.md, 'The fused step'); pipeline.fused='on' fuses anyway"
         )
     return True, "actor and learner share one GPU: the update's pieces run while the envs step"
 
