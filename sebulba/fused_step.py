@@ -176,9 +176,15 @@ class FusedLoop:
         if p.consistency_checks:
             consistency = ConsistencyCheck(p.agent, p.seed, sizes.num_steps)
         first_version = required_policy_version(first_update, lag)
-        first_params = previous_params if first_version < first_update else None
-        if first_params is None:
+        if first_version == first_update:
             first_params = p.agent.policy_params(state)
+        elif previous_params is not None:
+            first_params = previous_params
+        else:
+            raise ValueError(
+                f"resuming at update {first_update} with policy_lag {lag} needs the "
+                f"parameters of version {first_version}"
+            )
         first_params = p.actor_copy(first_params, device)
         rollout_shapes = p.rollout_struct(state)
         shown = jax.process_index() == 0
