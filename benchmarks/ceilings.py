@@ -76,6 +76,7 @@ from sebulba import random_streams, train
 from sebulba.actors import scan_actor
 from sebulba.actors.handoff import RunControl, StartGate  # noqa: E402
 from sebulba.config.sizes import derive_sizes  # noqa: E402
+from sebulba.environments import episodes as episodes_lib
 from sebulba.environments import spaces  # noqa: E402
 from sebulba.runtime import platforms  # noqa: E402
 
@@ -343,7 +344,7 @@ def episode_bookkeeping_sps(actor_rollouts, setup, seconds: float) -> float:
     num_steps, num_envs = rewards.shape
     count, start = 0, time.perf_counter()
     while count < 2 or time.perf_counter() - start < seconds:
-        tracker = envs_lib.EpisodeTracker(np.arange(num_envs))
+        tracker = episodes_lib.EpisodeTracker(np.arange(num_envs))
         returns, lengths, env_ids = [], [], []
         for t in range(num_steps):
             tracker.step(rewards[t], terminations[t], truncations[t], returns, lengths, env_ids)

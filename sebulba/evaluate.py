@@ -72,6 +72,7 @@ from sebulba import random_streams
 from sebulba.anakin import episodes as anakin_episodes
 from sebulba.anakin import suites as anakin_suites
 from sebulba.config import flag_errors
+from sebulba.environments import episodes as episodes_lib
 from sebulba.environments import tasks
 from sebulba.environments.env_config import env_kwargs
 from sebulba.errors import ConfigError
@@ -179,7 +180,7 @@ def run_episodes(
             returns[ids] += np.where(running, rewards, 0.0)
             lengths[ids] += running
             starts = np.logical_or(terminations, truncations)
-            running &= ~np.logical_or(envs_lib.game_overs(terminations, info), truncations)
+            running &= ~np.logical_or(episodes_lib.game_overs(terminations, info), truncations)
             step += 1
             if step == max_steps:
                 running[:] = False

@@ -73,7 +73,7 @@ from sebulba.agents.api import (
 )
 from sebulba.config.sizes import Sizes
 from sebulba.environments import spaces
-from sebulba.envs import EpisodeTracker, learning_rewards
+from sebulba.environments.episodes import EpisodeTracker, learning_rewards
 from sebulba.errors import InvalidRolloutError
 from sebulba.lag_schedule import required_policy_version
 from sebulba.mesh import DeviceLayout

@@ -7,6 +7,7 @@ import pytest
 
 from configs import impala_atari, ppo_atari, ppo_cartpole
 from sebulba import envs
+from sebulba.environments import episodes as episodes_lib
 from sebulba.errors import ConfigError
 
 
@@ -60,14 +61,14 @@ def test_a_lost_life_terminates_but_the_scored_episode_is_the_whole_game():
     # Random Breakout with episodic_life: lives end long before the game does.
     pool = envs.make_envs(cleanrl_atari_env_config(), 2, seed=3)
     pool.reset()
-    tracker = envs.EpisodeTracker([10, 11])
+    tracker = episodes_lib.EpisodeTracker([10, 11])
     returns, lengths, env_ids = [], [], []
     rng = np.random.default_rng(0)
     terminations_seen = game_overs_seen = 0
     reset_steps_after_a_life = 0
     for _ in range(1500):
         _, rewards, terminations, truncations, info = pool.step(rng.integers(0, 4, 2))
-        over = envs.game_overs(terminations, info)
+        over = episodes_lib.game_overs(terminations, info)
         resetting = tracker.resetting.copy()
         valid = tracker.step(rewards, terminations, truncations, returns, lengths, env_ids, over)
         assert np.array_equal(valid, ~resetting)  # Every reset step is invalid, lives too.
@@ -87,8 +88,8 @@ def test_a_lost_life_terminates_but_the_scored_episode_is_the_whole_game():
 def test_without_episodic_life_game_overs_are_the_terminations():
     terminations = np.array([True, False, True])
     info = {"terminated": np.array([1, 0, 1], np.int32), "lives": np.zeros(3, np.int32)}
-    assert np.array_equal(envs.game_overs(terminations, info), terminations)
-    assert envs.game_overs(terminations, {}) is terminations  # Tasks without the flag.
+    assert np.array_equal(episodes_lib.game_overs(terminations, info), terminations)
+    assert episodes_lib.game_overs(terminations, {}) is terminations  # Tasks without the flag.
 
 
 def test_envpool_workers_share_the_process_cores_among_its_pools(monkeypatch):

@@ -18,7 +18,7 @@ import numpy as np
 
 from sebulba.agents.api import EnvSpec, Rollout
 from sebulba.environments import spaces
-from sebulba.envs import EpisodeTracker, game_overs
+from sebulba.environments.episodes import EpisodeTracker, game_overs
 
 
 @dataclasses.dataclass

@@ -34,6 +34,7 @@ import numpy as np
 
 from sebulba import envs as envs_lib
 from sebulba.agents.api import EnvSpec, Rollout, UpdatePlan, rollout_env_axes
+from sebulba.environments import episodes as episodes_lib
 from sebulba.environments import spaces
 
 # Platforms for which envpool ships kernels of its XLA custom calls.
@@ -404,7 +405,9 @@ def build_rollout_program(
             rewards, terminations, truncations = (
                 jnp.concatenate([p[i] for p in parts], axis=0) for i in (1, 2, 3)
             )
-            ended_games = jnp.concatenate([envs_lib.game_overs(p[2], p[4]) for p in parts], axis=0)
+            ended_games = jnp.concatenate(
+                [episodes_lib.game_overs(p[2], p[4]) for p in parts], axis=0
+            )
             results.append((new_handles, obs, rewards, terminations, truncations, ended_games))
         return results
 
