@@ -71,13 +71,12 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from config_spec import actor_and_learner_config, benchmark_parser  # noqa: E402
 
-from sebulba import envs as envs_lib  # noqa: E402
 from sebulba import random_streams, train
 from sebulba.actors import scan_actor
 from sebulba.actors.handoff import RunControl, StartGate  # noqa: E402
 from sebulba.config.sizes import derive_sizes  # noqa: E402
-from sebulba.environments import episodes as episodes_lib
-from sebulba.environments import spaces  # noqa: E402
+from sebulba.environments import episodes as episodes_lib  # noqa: E402
+from sebulba.environments import spaces, thread_envs  # noqa: E402
 from sebulba.runtime import platforms  # noqa: E402
 
 # libtpu's errors about a TPU it cannot find never show where no accelerator exists.
@@ -173,7 +172,7 @@ def raw_envpool_scan_sps(setup, seconds: float, num_steps: int = 128) -> float:
     num_envs = setup.sizes.envs_per_thread
 
     def step_pools(i, envs, counts, stop):
-        pools = [p for g in envs_lib.step_groups(envs) for p in scan_actor.pools_of(g)]
+        pools = [p for g in thread_envs.step_groups(envs) for p in scan_actor.pools_of(g)]
         for pool in pools:
             pool.reset()
         rng = np.random.default_rng(i)

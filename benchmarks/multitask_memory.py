@@ -170,14 +170,14 @@ def child_pools(spec: dict) -> dict:
     """RSS the run's envpool pools take on their own: built, reset and stepped."""
     import ml_collections
 
-    from sebulba import envs as envs_lib
+    from sebulba.environments import thread_envs
     from sebulba.environments.tasks import TaskLayout
 
     env_config = ml_collections.ConfigDict(
         {"id": spec["tasks"][0], "ids": tuple(spec["tasks"]), "num_threads": 0}
     )
     before = _memory_sample()
-    pools = envs_lib.make_thread_envs(
+    pools = thread_envs.make_thread_envs(
         env_config, TaskLayout(tuple(spec["tasks"]), spec["envs"]), 0, spec["envs"], 1, split=False
     )
     pools.reset()

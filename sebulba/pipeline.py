@@ -43,7 +43,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sebulba import envs as envs_lib
 from sebulba import fused_step
 from sebulba.actors import rollout_check, scan_actor
 from sebulba.actors.actor_step import actor_step
@@ -72,7 +71,7 @@ from sebulba.agents.api import (
     rollout_partition_specs,
 )
 from sebulba.config.sizes import Sizes
-from sebulba.environments import spaces
+from sebulba.environments import spaces, thread_envs
 from sebulba.environments.episodes import EpisodeTracker, learning_rewards
 from sebulba.errors import InvalidRolloutError
 from sebulba.lag_schedule import required_policy_version
@@ -314,7 +313,7 @@ class Pipeline:
         # `update`; each rollout advances the counter by its T + 1 policy steps.
         first_step = np.int32((first_update - 1) * (self.sizes.num_steps + 1))
         groups, start = [], 0
-        for pool in envs_lib.step_groups(envs):
+        for pool in thread_envs.step_groups(envs):
             obs = spaces.host_observation(self.env_spec.observation, pool.reset()[0])
             size = len(jax.tree.leaves(obs)[0])
             columns = slice(start, start + size)

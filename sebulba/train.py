@@ -26,7 +26,6 @@ from absl import logging
 from jax.experimental import multihost_utils
 
 from sebulba import checkpoint as ckpt_lib
-from sebulba import envs as envs_lib
 from sebulba import fused_step, random_streams
 from sebulba.actors import scan_actor
 from sebulba.agents.api import Agent, EnvSpec
@@ -36,7 +35,7 @@ from sebulba.anakin.env_api import BatchOfEnvs
 from sebulba.config import resume as resume_config
 from sebulba.config.run_plan import RunPlan, plan
 from sebulba.config.sizes import Sizes
-from sebulba.environments import tasks
+from sebulba.environments import tasks, thread_envs
 from sebulba.errors import ConfigError
 from sebulba.lag_schedule import required_policy_version
 from sebulba.mesh import DeviceLayout
@@ -108,20 +107,24 @@ def choose_fused(setup: RunSetup) -> tuple[bool, str]:
     Raises:
       ConfigError: "on" was asked for where it cannot run.
     """
-    config, state_shapes = setup.config, setup.learner_state_shapes
-    reason = fused_step.unsupported_reason(
-        setup.agent,
-        setup.layout,
-        setup.sizes,
-        policy_lag=config.pipeline.policy_lag,
-        actor_loop=setup.actor_loop,
-        state_shapes=state_shapes,
-        rollout_shapes=rollout_struct(
-            setup.agent, setup.env_spec, setup.sizes, setup.layout, state_shapes
-        ),
-    )
+    config = setup.config
+
+    def unsupported() -> str | None:
+        state_shapes = setup.learner_state_shapes
+        return fused_step.unsupported_reason(
+            setup.agent,
+            setup.layout,
+            setup.sizes,
+            policy_lag=config.pipeline.policy_lag,
+            actor_loop=setup.actor_loop,
+            state_shapes=state_shapes,
+            rollout_shapes=rollout_struct(
+                setup.agent, setup.env_spec, setup.sizes, setup.layout, state_shapes
+            ),
+        )
+
     platform = setup.layout.actor_devices[0].platform
-    return fused_step.choose_fused(config.pipeline.fused, reason, platform)
+    return fused_step.choose_fused(config.pipeline.fused, unsupported, platform)
 
 
 def make_jax_env(config: ml_collections.ConfigDict, sizes: Sizes, env_spec: EnvSpec):
@@ -189,7 +192,7 @@ def choose_actor_loop(
     devices = [
         layout.actor_devices[i % len(layout.actor_devices)] for i in range(sizes.num_actor_threads)
     ]
-    groups = [envs_lib.step_groups(envs) for envs in envs_per_thread]
+    groups = [thread_envs.step_groups(envs) for envs in envs_per_thread]
     try:
         return scan_actor.choose_actor_loop(
             config.pipeline.actor_loop, groups, devices, env_spec.action
@@ -202,7 +205,7 @@ def make_env_pools(config: ml_collections.ConfigDict, sizes: Sizes, first_update
     """The envs of each actor thread of this process; env g is seeded `base + g`.
 
     One envpool pool per thread and task block (`sebulba.environments.tasks`), joined into one set
-    of envs, or two halves of them (`envs_lib.SplitPool`) with
+    of envs, or two halves of them (`thread_envs.SplitPool`) with
     `pipeline.overlap_env_steps`. `base` is the seed for a fresh run and is re-derived for
     a resumed one (`random_streams.env_seed_base`), since envpool cannot restore env state.
     """
@@ -216,16 +219,16 @@ def make_env_pools(config: ml_collections.ConfigDict, sizes: Sizes, first_update
     pool_sizes = [
         size
         for first in first_envs
-        for size in envs_lib.thread_pool_sizes(
+        for size in thread_envs.thread_pool_sizes(
             layout_of_tasks, first, sizes.envs_per_thread, split=split
         )
     ]
-    workers, why = envs_lib.worker_threads(config.env.num_threads, pool_sizes)
+    workers, why = thread_envs.worker_threads(config.env.num_threads, pool_sizes)
     logging.info(
         "envpool: %d pool(s), %d worker thread(s) each (%s)", len(pool_sizes), workers, why
     )
     return [
-        envs_lib.make_thread_envs(
+        thread_envs.make_thread_envs(
             config.env,
             layout_of_tasks,
             first,
@@ -862,7 +865,7 @@ def open_outputs(
         actors_share_an_accelerator=setup.layout.actors_share_an_accelerator,
         deterministic_gpu_kernels=config.debug.deterministic_gpu
         and any(device.platform == "gpu" for device in setup.layout.local_learner_devices),
-        host_cores=envs_lib.available_cores(),
+        host_cores=thread_envs.available_cores(),
         agent_keys=tuple(config.agent.keys()),
         started_at=started_at,
         settings=config.to_dict(),

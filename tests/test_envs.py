@@ -8,6 +8,7 @@ import pytest
 from configs import impala_atari, ppo_atari, ppo_cartpole
 from sebulba import envs
 from sebulba.environments import episodes as episodes_lib
+from sebulba.environments import thread_envs
 from sebulba.errors import ConfigError
 
 
@@ -97,20 +98,23 @@ def test_envpool_workers_share_the_process_cores_among_its_pools(monkeypatch):
 
     # Pools as make_thread_envs builds them: one per task block a thread overlaps, per half.
     layout = TaskLayout(("A", "B"), 12)  # Blocks [0, 6) and [6, 12).
-    assert envs.thread_pool_sizes(layout, 0, 12, split=False) == [6, 6]
-    assert envs.thread_pool_sizes(layout, 4, 4, split=False) == [2, 2]
-    assert envs.thread_pool_sizes(layout, 0, 6, split=True) == [3, 3]
+    assert thread_envs.thread_pool_sizes(layout, 0, 12, split=False) == [6, 6]
+    assert thread_envs.thread_pool_sizes(layout, 4, 4, split=False) == [2, 2]
+    assert thread_envs.thread_pool_sizes(layout, 0, 6, split=True) == [3, 3]
     # A 16-core node (or a SLURM job's 16 CPUs of a larger one): two actor threads' pools
     # get 8 workers each, where envpool's own default would start 16 in each.
-    monkeypatch.setattr(envs, "available_cores", lambda: 16)
-    assert envs.worker_threads(0, [64, 64]) == (8, "env.num_threads=0: 16 cores for 2 pool(s)")
-    assert envs.worker_threads(0, [128])[0] == 16
-    assert envs.worker_threads(0, [4, 4])[0] == 4  # No more workers than envs.
-    assert envs.worker_threads(0, [8] * 32)[0] == 1  # At least one.
-    assert envs.worker_threads(3, [64, 64]) == (3, "env.num_threads=3")  # Set: as set.
-    assert envs.worker_threads(16, [8, 8])[0] == 16  # Idle workers, but no more than cores.
+    monkeypatch.setattr(thread_envs, "available_cores", lambda: 16)
+    assert thread_envs.worker_threads(0, [64, 64]) == (
+        8,
+        "env.num_threads=0: 16 cores for 2 pool(s)",
+    )
+    assert thread_envs.worker_threads(0, [128])[0] == 16
+    assert thread_envs.worker_threads(0, [4, 4])[0] == 4  # No more workers than envs.
+    assert thread_envs.worker_threads(0, [8] * 32)[0] == 1  # At least one.
+    assert thread_envs.worker_threads(3, [64, 64]) == (3, "env.num_threads=3")  # Set: as set.
+    assert thread_envs.worker_threads(16, [8, 8])[0] == 16  # Idle workers, but no more than cores.
     with pytest.raises(ConfigError, match=r"env.num_threads \(100000\) is more than both"):
-        envs.worker_threads(100_000, [64, 64])  # envpool aborts the process starting them.
+        thread_envs.worker_threads(100_000, [64, 64])  # envpool aborts the process starting them.
     # The process's CPU set, not the machine's core count.
     monkeypatch.undo()
-    assert 1 <= envs.available_cores() <= (os.cpu_count() or 1)
+    assert 1 <= thread_envs.available_cores() <= (os.cpu_count() or 1)

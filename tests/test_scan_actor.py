@@ -12,10 +12,10 @@ import jax
 import numpy as np
 import pytest
 
-from sebulba import envs, train
+from sebulba import train
 from sebulba.actors import scan_actor
 from sebulba.agents import impala, ppo
-from sebulba.environments import spaces
+from sebulba.environments import spaces, thread_envs
 from sebulba.errors import ConfigError
 from tests import minimal_agent
 from tests.helpers import (
@@ -132,7 +132,7 @@ def test_float64_tasks_fall_back_to_step_with_the_reason(task, network):
     setup = train.prepare(agent_config(ppo, **overrides))
     try:
         assert setup.actor_loop == "step"
-        groups = envs.step_groups(setup.envs_per_thread[0])
+        groups = thread_envs.step_groups(setup.envs_per_thread[0])
         reason = scan_actor.unsupported_reason(groups, jax.devices()[0], setup.env_spec.action)
         assert "float64" in reason and "jax_enable_x64" in reason
     finally:

@@ -17,7 +17,7 @@ from sebulba.agents.api import Discrete
 from sebulba.agents.networks import has_convolutions, make_network
 from sebulba.config import base_config
 from sebulba.config.sizes import derive_sizes
-from sebulba.environments import tasks
+from sebulba.environments import tasks, thread_envs
 from sebulba.environments.spaces import ArraySpec
 from sebulba.errors import ConfigError
 from sebulba.runtime import compile_cache
@@ -122,10 +122,10 @@ def test_each_actor_step_moves_observations_and_actions_once(overlap, monkeypatc
 def test_split_pool_steps_the_same_envs_as_one_pool():
     config = base_config(minimal_agent.get_config())
     whole = envs_lib.make_envs(config.env, 7, seed=11)
-    split = envs_lib.make_thread_envs(
+    split = thread_envs.make_thread_envs(
         config.env, tasks.TaskLayout((config.env.id,), 7), 0, 7, 11, split=True
     )
-    assert [g.config["num_envs"] for g in envs_lib.step_groups(split)] == [3, 4]
+    assert [g.config["num_envs"] for g in thread_envs.step_groups(split)] == [3, 4]
     np.testing.assert_array_equal(whole.reset()[0], split.reset()[0])
     rng = np.random.default_rng(0)
     for _ in range(300):  # Several episodes each, auto-resets included.

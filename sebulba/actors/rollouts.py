@@ -51,7 +51,7 @@ class EnvGroup:
     Everything per env lives here, split by the same columns as the envs themselves.
 
     Attributes:
-      pool: the group's envs, with `reset`, `send` and `recv` (`envs.step_groups`).
+      pool: the group's envs, with `reset`, `send` and `recv` (`thread_envs.step_groups`).
       columns: the group's envs among the thread's envs.
       env_ids: [n] int32 global env indices, on the actor device.
       step_index: int32 scalar on the actor device, the next policy step's index.

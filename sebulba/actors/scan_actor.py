@@ -32,10 +32,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sebulba import envs as envs_lib
 from sebulba.agents.api import EnvSpec, Rollout, UpdatePlan, rollout_env_axes
 from sebulba.environments import episodes as episodes_lib
-from sebulba.environments import spaces
+from sebulba.environments import spaces, thread_envs
 
 # Platforms for which envpool ships kernels of its XLA custom calls.
 _XLA_PLATFORMS = {"cpu": 0, "gpu": 1, "cuda": 1}
@@ -61,9 +60,9 @@ def _not_persistently_cached() -> contextlib.AbstractContextManager:
 
 
 def pools_of(group: Any) -> list[Any]:
-    """The envpool pools behind one env group of `envs.step_groups`, in env order."""
-    inner = group.pool if isinstance(group, envs_lib.SteppedWhole) else group
-    return list(inner.pools) if isinstance(inner, envs_lib.JointPool) else [inner]
+    """The envpool pools behind one env group of `thread_envs.step_groups`, in env order."""
+    inner = group.pool if isinstance(group, thread_envs.SteppedWhole) else group
+    return list(inner.pools) if isinstance(inner, thread_envs.JointPool) else [inner]
 
 
 def _task_name(pool: Any) -> str:

@@ -10,9 +10,10 @@ sizes differ by at most one env (`N % K` of them are one env larger); every task
 least one env, so N >= K.
 
 An actor thread steps its envs as one envpool pool per task block it overlaps
-(`sebulba.envs.make_thread_envs`); the pipeline sees one set of envs either way. Agents
-that treat tasks differently (PopArt) map `Rollout.env_ids` to tasks with
-`TaskLayout.task_of_env`; metrics attribute each finished episode through its env index.
+(`sebulba.environments.thread_envs.make_thread_envs`); the pipeline sees one set of envs
+either way. Agents that treat tasks differently (PopArt) map `Rollout.env_ids` to tasks
+with `TaskLayout.task_of_env`; metrics attribute each finished episode through its env
+index.
 """
 
 from __future__ import annotations
