@@ -10,9 +10,9 @@ envs rather than steps shortens each rollout's scan 64-fold. Brax's episodes las
 steps (truncated; `sebulba.anakin.suites.brax`). 1M env steps.
 
 `:inverted_pendulum` (the default: it learns in minutes on a CPU) or any other Brax task
-(`:hopper`, `:halfcheetah`, `:ant`; `python -m sebulba.envs brax`) selects the task; the
-locomotion tasks step 10-100x slower than the pendulum on a CPU (docs/anakin.md). `:smoke`
-is a seconds-long run.
+(`:hopper`, `:halfcheetah`, `:ant`; `python -m sebulba.environments.env_catalog brax`)
+selects the task; the locomotion tasks step 10-100x slower than the pendulum on a CPU
+(docs/anakin.md). `:smoke` is a seconds-long run.
 """
 
 from sebulba.config import BRAX_TASKS, brax_variant, sibling_config, smoke_run

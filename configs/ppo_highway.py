@@ -16,7 +16,7 @@ clip 0.2, entropy 0.01), untuned; 200k env steps.
 
 `:HighwayFast-v0` (the default), `:Merge-v0`, `:Roundabout-v0`, `:Parking-v0` or any other
 envpool highway-env task id selects the task (the lower-case aliases too). Refused: the
-multi-agent intersections (`python -m sebulba.envs highway` says why;
+multi-agent intersections (`python -m sebulba.environments.env_catalog highway` says why;
 docs/environments.md). `:smoke` is a seconds-long run used by the tests (with a task:
 `:Parking-v0,smoke`).
 """

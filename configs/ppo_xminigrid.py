@@ -9,7 +9,8 @@ entropy 0.01, gamma 0.99) with 64 envs instead of 16, since JAX envs cost little
 and on-policy (`pipeline.policy_lag=0`, docs/anakin.md). 1M env steps.
 
 `:MiniGrid-DoorKey-5x5` (the default) or any other MiniGrid task of the suite
-(`python -m sebulba.envs xminigrid`) selects the task; `:smoke` is a seconds-long run.
+(`python -m sebulba.environments.env_catalog xminigrid`) selects the task; `:smoke` is a
+seconds-long run.
 """
 
 from sebulba.agents import defaults

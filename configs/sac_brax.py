@@ -11,9 +11,10 @@ steps (one per env step, about 90 a second on a 2-core CPU), not the env steps. 
 learning record of this config exists yet; configs/sac_mujoco.py:Pendulum-v1 has one.
 
 `:inverted_pendulum` (the default) or any other Brax task (`:hopper`, `:halfcheetah`,
-`:ant`; `python -m sebulba.envs brax`) selects the task; the locomotion tasks want
-sac_mujoco's 1M steps (`--config.total_timesteps=1000000`). `:smoke` is a seconds-long
-run (its first update compiles Brax's physics: about a minute on 2 CPU cores).
+`:ant`; `python -m sebulba.environments.env_catalog brax`) selects the task; the
+locomotion tasks want sac_mujoco's 1M steps (`--config.total_timesteps=1000000`).
+`:smoke` is a seconds-long run (its first update compiles Brax's physics: about a minute
+on 2 CPU cores).
 """
 
 from sebulba.config import BRAX_TASKS, brax_variant, sibling_config

@@ -346,7 +346,7 @@ def check_env_id(env_id: str, field: str = "env.id") -> None:
     advice = (
         f"did you mean {' or '.join(map(repr, close))}?"
         if close
-        else "python -m sebulba.envs lists every family's tasks"
+        else "python -m sebulba.environments.env_catalog lists every family's tasks"
     )
     raise ConfigError(f"{field} {env_id!r} is not an envpool task: {advice}")
 
@@ -685,8 +685,8 @@ def registry_env_spec(env_config: ml_collections.ConfigDict) -> spaces.EnvSpec:
 
     The spaces are those `make_envs` gives the task under the same settings (the
     family's, `env.kwargs`), and every refusal a run makes before its envs is made here
-    too, so `python -m sebulba.envs` and tests/test_env_registry.py can walk the whole
-    registry in seconds.
+    too, so `python -m sebulba.environments.env_catalog` and tests/test_env_registry.py can
+    walk the whole registry in seconds.
 
     Raises:
       ConfigError: in one line, as a run would, for a task no run can train.
@@ -735,11 +735,3 @@ def env_spec_of(env_config: ml_collections.ConfigDict, envs) -> spaces.EnvSpec:
         is_atari=is_atari(env_config.id),
         observation_indices=tuple(env_config.observation_indices),
     )
-
-
-if __name__ == "__main__":
-    import sys
-
-    from sebulba.environments.env_catalog import main
-
-    sys.exit(main(sys.argv[1:]))

@@ -1,4 +1,4 @@
-"""`python -m sebulba.envs [FAMILY]`: the tasks env.id accepts, by family."""
+"""`python -m sebulba.environments.env_catalog [FAMILY]`: the tasks env.id accepts, by family."""
 
 import os
 import re
@@ -13,7 +13,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def run_listing(*args):
-    return run_python("-m", "sebulba.envs", *args, env=dict(os.environ, PYTHONPATH=ROOT))
+    return run_python(
+        "-m", "sebulba.environments.env_catalog", *args, env=dict(os.environ, PYTHONPATH=ROOT)
+    )
 
 
 def test_without_argument_it_lists_every_family_with_its_count():

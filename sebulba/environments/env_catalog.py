@@ -1,9 +1,9 @@
 """The tasks `env.id` accepts, listed on the command line.
 
-    python -m sebulba.envs            # each family and its number of tasks
-    python -m sebulba.envs mujoco     # a family's task ids with their spaces
-    python -m sebulba.envs gymnax     # a JAX suite's `SUITE:TASK` ids (Anakin)
-    python -m sebulba.envs envpool.pgx    # envpool's pgx (`pgx` alone is the JAX suite)
+    python -m sebulba.environments.env_catalog              # each family and its task count
+    python -m sebulba.environments.env_catalog mujoco       # a family's task ids and spaces
+    python -m sebulba.environments.env_catalog gymnax       # a JAX suite's `SUITE:TASK` ids
+    python -m sebulba.environments.env_catalog envpool.pgx  # envpool's pgx (`pgx`: JAX suite)
 
 The list is envpool's registry, restricted to the families `sebulba.envs` supports; the
 spaces are envpool's under the settings a run uses (Atari's under the Machado et al.
@@ -92,7 +92,7 @@ def main(argv: list[str]) -> int:
     """Prints the families (no argument) or one family's tasks; returns the exit status."""
     try:
         return _print_tasks(argv)
-    except BrokenPipeError:  # `python -m sebulba.envs atari | head`: the reader left.
+    except BrokenPipeError:  # `... env_catalog atari | head`: the reader left.
         sys.stdout = None
         return 0
 
@@ -105,7 +105,10 @@ def _print_tasks(argv: list[str]) -> int:
         width = max(map(len, by_family))
         for family, ids in by_family.items():
             print(f"  {family:<{width}}  {len(ids):>4}  e.g. {', '.join(ids[:3])}")
-        print("List a family's tasks with their spaces: python -m sebulba.envs FAMILY")
+        print(
+            "List a family's tasks with their spaces: "
+            "python -m sebulba.environments.env_catalog FAMILY"
+        )
         _print_suites()
         return 0
     if len(argv) == 1 and argv[0] in suites.SUITES:
@@ -116,7 +119,8 @@ def _print_tasks(argv: list[str]) -> int:
         close = difflib.get_close_matches(argv[0], [*by_family, *suites.SUITES], n=1)
         hint = f" (did you mean {close[0]!r}?)" if len(argv) == 1 and close else ""
         print(
-            f"sebulba.envs: usage: python -m sebulba.envs [FAMILY or JAX SUITE], one of "
+            "sebulba.environments.env_catalog: usage: "
+            "python -m sebulba.environments.env_catalog [FAMILY or JAX SUITE], one of "
             f"{names}{hint}",
             file=sys.stderr,
         )
@@ -138,7 +142,9 @@ def _print_suites() -> None:
             continue
         examples = ", ".join(f"{suite}:{task}" for task in ids[:2])
         print(f"  {suite:<{width}}  {len(ids):>4}  e.g. {examples}")
-    print("List a suite's tasks with their spaces: python -m sebulba.envs SUITE")
+    print(
+        "List a suite's tasks with their spaces: python -m sebulba.environments.env_catalog SUITE"
+    )
 
 
 def jax_task_line(env_id: str) -> str:
@@ -158,9 +164,13 @@ def _print_suite(suite: str) -> int:
     try:
         ids = suites.task_ids(suite)
     except ConfigError as error:
-        print(f"sebulba.envs: {error}", file=sys.stderr)
+        print(f"sebulba.environments.env_catalog: {error}", file=sys.stderr)
         return 2
     print(f"{suite}: {len(ids)} tasks")
     for task in ids:
         print(f"  {jax_task_line(f'{suite}{suites.SEPARATOR}{task}')}", flush=True)
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

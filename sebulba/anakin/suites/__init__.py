@@ -96,7 +96,7 @@ def check_env_id(env_id: str, field: str = "env.id") -> None:
     advice = (
         f"did you mean {' or '.join(repr(f'{suite}{SEPARATOR}{c}') for c in close)}?"
         if close
-        else f"`python -m sebulba.envs {suite}` lists its tasks"
+        else f"`python -m sebulba.environments.env_catalog {suite}` lists its tasks"
     )
     del module
     raise ConfigError(f"{field} {env_id!r} is not a task of {suite}: {advice}")
