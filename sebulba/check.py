@@ -326,21 +326,21 @@ def _fused_choice(config, run, state, rollout, chip, num_processes: int) -> dict
     hidden behind the envs' steps, is the hosts' share, which the check does not model."""
     from sebulba import fused_step
 
-    reason = fused_step.unsupported_reason(
-        run.agent,
-        run.layout,
-        run.sizes,
-        policy_lag=config.pipeline.policy_lag,
-        actor_loop=actor_loop(config, chip),
-        state_shapes=state,
-        rollout_shapes=rollout,
-        num_processes=num_processes,
-    )
+    def unsupported() -> str | None:
+        return fused_step.unsupported_reason(
+            run.agent,
+            run.layout,
+            run.sizes,
+            policy_lag=config.pipeline.policy_lag,
+            actor_loop=actor_loop(config, chip),
+            state_shapes=state,
+            rollout_shapes=rollout,
+            num_processes=num_processes,
+        )
+
     platform = "gpu" if chip.is_gpu else "tpu"
-    try:
-        fused, why = fused_step.choose_fused(config.pipeline.fused, reason, platform)
-    except ConfigError as error:  # "on" where it cannot run: the launch would refuse it.
-        raise ConfigError(str(error)) from None
+    # "on" where it cannot run raises the launch's own ConfigError.
+    fused, why = fused_step.choose_fused(config.pipeline.fused, unsupported, platform)
     return {"fused": fused, "why": why}
 
 

@@ -109,8 +109,13 @@ def plan_size(agent: Agent, state_shapes: Any, rollout_shapes: Rollout) -> tuple
     return found["size"]
 
 
-def choose_fused(requested: str, reason: str | None, platform: str) -> tuple[bool, str]:
+def choose_fused(
+    requested: str, unsupported: Callable[[], str | None], platform: str
+) -> tuple[bool, str]:
     """Whether the run fuses its update and next rollout, and why (for the log).
+
+    `unsupported()` is `unsupported_reason` of the run, called only where the choice needs
+    it (it traces the agent's update plan): never for "off", nor for "auto" off a GPU.
 
     Raises:
       ConfigError: "on" was asked for where it cannot run, or an unknown value.
@@ -119,17 +124,20 @@ def choose_fused(requested: str, reason: str | None, platform: str) -> tuple[boo
         raise ConfigError(f"pipeline.fused {requested!r} must be one of {', '.join(FUSED_CHOICES)}")
     if requested == "off":
         return False, "acting and learning in their own programs"
+    if requested == "auto" and platform == "cpu":
+        return False, (
+            "on a cpu device the threaded pipeline measured faster for the default config "
+            "(docs/benchmarks.md, 'The fused step'); pipeline.fused='on' fuses anyway"
+        )
+    if requested == "auto" and platform != "gpu":
+        return False, f"envpool has no {platform} kernels to step envs inside a program"
+    reason = unsupported()
     if reason is not None:
         if requested == "on":
             raise ConfigError(f"pipeline.fused='on' cannot run here: {reason}")
         return False, reason
     if requested == "on":
         return True, "requested"
-    if platform != "gpu":
-        return False, (
-            f"on a {platform} device the threaded pipeline measured faster for the default "
-            "config (docs/benchmarks.md, 'The fused step'); pipeline.fused='on' fuses anyway"
-        )
     return True, "actor and learner share one GPU: the update's pieces run while the envs step"
 
 

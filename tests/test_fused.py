@@ -178,13 +178,19 @@ def test_an_agent_without_a_plan_and_an_update_too_fine_for_the_rollout_are_refu
 
 
 def test_auto_fuses_only_where_a_gpu_both_acts_and_learns():
-    assert fused_step.choose_fused("auto", None, "gpu")[0] is True
-    fused, why = fused_step.choose_fused("auto", "several processes", "gpu")
+    def never():
+        raise AssertionError("the plan is traced only where the choice needs it")
+
+    assert fused_step.choose_fused("auto", lambda: None, "gpu")[0] is True
+    fused, why = fused_step.choose_fused("auto", lambda: "several processes", "gpu")
     assert not fused and why == "several processes"
-    assert fused_step.choose_fused("off", None, "gpu") == (
+    # Off a GPU, auto keeps the threaded pipeline without tracing the update's plan.
+    fused, why = fused_step.choose_fused("auto", never, "cpu")
+    assert not fused and "the threaded pipeline measured faster" in why
+    assert fused_step.choose_fused("off", never, "gpu") == (
         False,
         "acting and learning in their own programs",
     )
     with pytest.raises(ConfigError, match="pipeline.fused 'yes' must be one of auto, on, off"):
-        fused_step.choose_fused("yes", None, "gpu")
+        fused_step.choose_fused("yes", never, "gpu")
     assert jax.default_backend() == "cpu"
