@@ -46,9 +46,10 @@ def get_config(arg: str | None = None):
     config.env.id = variant.task or "Breakout-v5"
     if not atari_game(config.env.id):
         from sebulba import envs
+        from sebulba.environments import envpool_registry
 
         frames = envs.task_spaces(config.env.id)[0].shape[0]  # env.frame_stack's screens.
-        if envs.family_name(config.env.id) == "ViZDoom" and frames > _MAX_CHANNELS:
+        if envpool_registry.family_name(config.env.id) == "ViZDoom" and frames > _MAX_CHANNELS:
             config.env.frame_stack = 1  # A colour scenario: one RGB screen [3, H, W].
     config.env.num_envs = 128
     config.env.clip_rewards = True

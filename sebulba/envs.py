@@ -47,7 +47,6 @@ driver; `check_rendering` tries a task in a child process first.
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import difflib
 import functools
@@ -55,17 +54,30 @@ import os
 import subprocess
 import sys
 import tempfile
-import warnings
 
 import ml_collections
 import numpy as np
 
-from sebulba.environments import spaces
+from sebulba.environments import envpool_registry, spaces
 from sebulba.environments.env_config import (
     SEBULBA_ENV_KWARGS,
     check_env_kwargs_form,
     env_kwargs,
     env_section,
+)
+from sebulba.environments.envpool_registry import (
+    _ATARI_FAMILY,
+    _EGL_LIBRARY,
+    _VIZDOOM_FAMILY,
+    EGL_APT_PACKAGES,
+    SUPPORTED_FAMILIES,
+    _family_name,
+    envpool_families,
+    family_name,
+    import_envpool,
+    is_atari,
+    is_jax_env,
+    supported_env_ids,
 )
 from sebulba.errors import ConfigError
 
@@ -85,9 +97,6 @@ _EGL_FAMILIES = (
 )
 # Families whose envpool tasks draw nothing ("render not implemented for this environment").
 _UNRENDERED_FAMILIES = ("envpool.toy_text", "envpool.gfootball")
-_EGL_LIBRARY = "libEGL.so.1"
-# The Debian/Ubuntu packages of EGL and Mesa's software renderer (llvmpipe).
-EGL_APT_PACKAGES = "libegl1 libegl-mesa0 libgl1-mesa-dri"
 # envpool's Procgen links against the system's Qt 5 Core and Gui libraries, which pip
 # cannot install: without them envpool raises an ImportError when the family is first used.
 _QT_FAMILIES = ("envpool.procgen",)
@@ -95,62 +104,6 @@ _QT_FAMILIES = ("envpool.procgen",)
 QT_APT_PACKAGES = "libqt5core5a libqt5gui5"
 
 
-def _preload_egl() -> str | None:
-    """Loads the system's libEGL globally, before envpool; None, or why it could not."""
-    if "envpool" in sys.modules:
-        return "envpool was imported before sebulba loaded it (let sebulba.envs import it)"
-    try:
-        ctypes.CDLL(_EGL_LIBRARY, mode=ctypes.RTLD_GLOBAL)
-    except OSError:
-        return f"{_EGL_LIBRARY} is not installed (apt-get install -y {EGL_APT_PACKAGES})"
-    return None
-
-
-# Why rendering through EGL cannot work, once `import_envpool` has run (None: it can).
-_egl_missing: str | None = None
-
-
-@functools.cache
-def import_envpool():
-    """The envpool module, imported on first use, after the system's libEGL.
-
-    Deferred so that runs that never step an envpool env (Anakin's JAX envs) do not pay
-    its import, a large share of their start-up.
-    """
-    global _egl_missing
-    _egl_missing = _preload_egl()
-    import envpool
-
-    return envpool
-
-
-# envpool's classic-control spaces are float64 boxes that gymnasium casts with a warning
-# on every access; the cast is harmless.
-warnings.filterwarnings("ignore", message=".*precision lowered by casting.*")
-
-# envpool's registry module of each supported family -> its name in messages, in the
-# order of README.md's table: every family of envpool's registry.
-SUPPORTED_FAMILIES = {
-    "envpool.classic_control": "classic control",
-    "envpool.box2d": "Box2D",
-    "envpool.toy_text": "toy text",
-    "envpool.mujoco.gym": "MuJoCo",
-    "envpool.mujoco.dmc": "dm_control",
-    "envpool.mujoco.robotics": "Gymnasium Robotics",
-    "envpool.mujoco.metaworld": "MetaWorld",
-    "envpool.mujoco.myosuite": "MyoSuite",
-    "envpool.mujoco.playground": "MuJoCo Playground",
-    "envpool.minigrid": "MiniGrid/BabyAI",
-    "envpool.jumanji": "Jumanji",
-    "envpool.pgx": "pgx",
-    "envpool.highway": "highway-env",
-    "envpool.atari": "Atari",
-    "envpool.vizdoom": "ViZDoom",
-    "envpool.gfootball": "Google Research Football",
-    "envpool.procgen": "Procgen",
-}
-_ATARI_FAMILY = "envpool.atari"
-_VIZDOOM_FAMILY = "envpool.vizdoom"
 _VIZDOOM_CUSTOM = "VizdoomCustom-v1"  # Plays the scenario env.kwargs.cfg_path names.
 # ViZDoom scenarios made for several players: envpool cannot make them alone (its
 # process crashes unless game_args host a game), and there are no other players to meet.
@@ -214,31 +167,6 @@ sys.exit(0 if pool.render(env_ids=[0]).any() else "rendered an all-black screen"
 
 class RenderingError(Exception):
     """A task cannot be rendered on this machine; the message says why in one line."""
-
-
-@functools.cache
-def envpool_families() -> dict[str, str]:
-    """Every envpool task id -> the registry module of its family, e.g. "envpool.atari"."""
-    envpool = import_envpool()
-    from envpool.registration import registry
-
-    return {env_id: registry.specs[env_id][0] for env_id in envpool.list_all_envs()}
-
-
-@functools.cache
-def supported_env_ids() -> tuple[str, ...]:
-    """The task ids `env.id` accepts, in envpool's registry order."""
-    return tuple(i for i, family in envpool_families().items() if family in SUPPORTED_FAMILIES)
-
-
-def is_atari(env_id: str) -> bool:
-    """Whether `env_id` is one of envpool's Atari tasks (which follow Machado et al.)."""
-    return envpool_families().get(env_id) == _ATARI_FAMILY
-
-
-def family_name(env_id: str) -> str | None:
-    """The supported family of `env_id` as README.md names it ("MuJoCo"), else None."""
-    return SUPPORTED_FAMILIES.get(envpool_families().get(env_id))
 
 
 def task_spaces(env_id: str, env_kwargs: dict | None = None):
@@ -383,13 +311,6 @@ def refusal(env_id: str) -> str | None:
                 f"does not ship (looked under {root})"
             )
     return None
-
-
-def is_jax_env(env_id: str) -> bool:
-    """Whether `env_id` names a JAX-native env (`SUITE:TASK`), which Anakin runs."""
-    from sebulba.anakin import suites
-
-    return suites.is_jax_env_id(env_id)
 
 
 def make_envs(
@@ -648,15 +569,11 @@ def _check_drawn(env_id: str) -> None:
 def _check_egl(env_id: str) -> None:
     """Raises RenderingError unless the system's libEGL was loaded before envpool."""
     import_envpool()
-    if _egl_missing is not None:
+    if envpool_registry._egl_missing is not None:
         raise RenderingError(
             f"cannot render {env_id}: {_family_name(env_id)} tasks render headless through "
-            f"EGL, and {_egl_missing}"
+            f"EGL, and {envpool_registry._egl_missing}"
         )
-
-
-def _family_name(env_id: str) -> str:
-    return SUPPORTED_FAMILIES.get(envpool_families().get(env_id), "envpool")
 
 
 def task_env_specs(env_config: ml_collections.ConfigDict, ids) -> dict[str, spaces.EnvSpec]:

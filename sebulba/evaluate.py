@@ -72,8 +72,8 @@ from sebulba import random_streams
 from sebulba.anakin import episodes as anakin_episodes
 from sebulba.anakin import suites as anakin_suites
 from sebulba.config import flag_errors
+from sebulba.environments import envpool_registry, tasks
 from sebulba.environments import episodes as episodes_lib
-from sebulba.environments import tasks
 from sebulba.environments.env_config import env_kwargs
 from sebulba.errors import ConfigError
 from sebulba.experiments.atari_scores import RANDOM_AND_HUMAN_SCORES, human_normalized_score
@@ -233,7 +233,7 @@ def evaluate(
         if animation is not None:
             _check_animation_target(animation)
             for task_id in tasks.task_ids(load_run_config(workdir).env):
-                if envs_lib.is_jax_env(task_id):
+                if envpool_registry.is_jax_env(task_id):
                     raise EvaluationError(_jax_animation_refusal(task_id))
                 envs_lib.check_rendering(task_id)
         policy = load_policy(workdir, checkpoint, greedy, seed=seed)
@@ -369,7 +369,7 @@ def level_env_config(
       EvaluationError: the task is not Procgen, or the run left no level untrained.
     """
     task_id = env_config.id
-    if envs_lib.is_jax_env(task_id) or envs_lib.family_name(task_id) != "Procgen":
+    if envpool_registry.is_jax_env(task_id) or envpool_registry.family_name(task_id) != "Procgen":
         raise EvaluationError(
             f"--levels: {task_id} is not a Procgen task; level sets are Procgen's "
             "(env.kwargs num_levels and start_level)"

@@ -49,7 +49,7 @@ from sebulba.anakin.env_api import JaxEnv
 from sebulba.anakin.host_envs import HostJaxEnvs
 from sebulba.config import base_config
 from sebulba.config.run_plan import plan
-from sebulba.environments import spaces, tasks
+from sebulba.environments import envpool_registry, spaces, tasks
 from sebulba.errors import ConfigError
 from sebulba.random_streams import inference_keys
 from sebulba.runtime import workdir as workdir_lib
@@ -192,7 +192,7 @@ class Policy:
                 f"task {task!r} is not one this run trained on: {', '.join(self.task_ids)}"
             )
         env_config = tasks.task_env_config(self.config.env, task or self.task_ids[0])
-        if envs_lib.is_jax_env(env_config.id):
+        if envpool_registry.is_jax_env(env_config.id):
             if render:
                 raise PolicyError(
                     f"{env_config.id} is a JAX env: render=True draws envpool envs only"
@@ -339,7 +339,7 @@ def _describe(spec) -> str:
 def _settings_hint(env_config: ml_collections.ConfigDict) -> str:
     """The env settings of the run that shape its spaces, for a mismatch message."""
     ids = tasks.task_ids(env_config)
-    if not envs_lib.is_atari(ids[0]):
+    if not envpool_registry.is_atari(ids[0]):
         return f"the run trained on {', '.join(ids)}"
     return (
         f"the run trained on {', '.join(ids)} with env.full_action_space="
@@ -453,7 +453,7 @@ def _env_observation(env_config: ml_collections.ConfigDict) -> tuple[Any, JaxEnv
     The spec the agent sees may differ (`env.observation_indices`, an action mask): a
     JAX env describes itself; an envpool task is probed with a one-env pool.
     """
-    if envs_lib.is_jax_env(env_config.id):
+    if envpool_registry.is_jax_env(env_config.id):
         jax_env = anakin_suites.make_env(env_config.id)
         return jax_env.spec.observation, jax_env
     probe = envs_lib.make_envs(env_config, 1, seed=0)

@@ -40,7 +40,7 @@ jax.config.update("jax_compilation_cache_dir", TEST_COMPILATION_CACHE)
 
 # Test modules import envpool themselves; it must load after the system's libEGL for the
 # rendering tests, as sebulba loads it.
-from sebulba.envs import import_envpool  # noqa: E402
+from sebulba.environments.envpool_registry import import_envpool  # noqa: E402
 
 import_envpool()
 

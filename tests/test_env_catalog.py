@@ -5,8 +5,7 @@ import re
 
 import pytest
 
-from sebulba import envs
-from sebulba.environments import env_catalog
+from sebulba.environments import env_catalog, envpool_registry
 from tests.helpers import run_python
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -22,14 +21,14 @@ def test_without_argument_it_lists_every_family_with_its_count():
     result = run_listing()
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    total = len(envs.supported_env_ids())
-    families = len(envs.SUPPORTED_FAMILIES)
+    total = len(envpool_registry.supported_env_ids())
+    families = len(envpool_registry.SUPPORTED_FAMILIES)
     assert families >= 16  # Every family of envpool's registry (Procgen is added apart).
     assert lines[0] == f"env.id accepts {total} envpool tasks in {families} families:"
     rows = [re.fullmatch(r"  (.+?) +(\d+)  e\.g\. .+", line) for line in lines[1 : families + 1]]
     counts = {row.group(1): int(row.group(2)) for row in rows}
-    assert set(counts) == set(envs.SUPPORTED_FAMILIES.values())
-    assert sum(counts.values()) == total == len(envs.envpool_families())
+    assert set(counts) == set(envpool_registry.SUPPORTED_FAMILIES.values())
+    assert sum(counts.values()) == total == len(envpool_registry.envpool_families())
     assert counts["Box2D"] == 8 and counts["MuJoCo"] == 33
     assert counts["toy text"] == 11 and counts["MyoSuite"] == 796 and counts["Jumanji"] == 52
     assert counts["ViZDoom"] == 21 and counts["pgx"] == 19 and counts["highway-env"] == 36

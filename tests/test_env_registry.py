@@ -21,6 +21,7 @@ import pytest
 from sebulba import envs, evaluate, train
 from sebulba.agents.networks import check_network_fits
 from sebulba.config import base_config
+from sebulba.environments import envpool_registry
 from sebulba.errors import ConfigError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -72,7 +73,7 @@ def _env_config(env_id):
 
 
 def _outcome(env_id, modules) -> Outcome:
-    family = envs.family_name(env_id) or envs.envpool_families()[env_id]
+    family = envpool_registry.family_name(env_id) or envpool_registry.envpool_families()[env_id]
     try:
         envs.registry_env_spec(_env_config(env_id))
     except ConfigError as error:
@@ -99,16 +100,18 @@ def _outcome(env_id, modules) -> Outcome:
 @pytest.fixture(scope="module")
 def registry_outcomes() -> dict[str, Outcome]:
     modules = {name: _config_module(name) for names in GENERIC_CONFIGS.values() for name in names}
-    return {env_id: _outcome(env_id, modules) for env_id in envs.envpool_families()}
+    return {env_id: _outcome(env_id, modules) for env_id in envpool_registry.envpool_families()}
 
 
 def test_every_family_has_generic_configs():
-    assert set(GENERIC_CONFIGS) == set(envs.SUPPORTED_FAMILIES.values())
-    assert set(envs.envpool_families().values()) == set(envs.SUPPORTED_FAMILIES)
+    assert set(GENERIC_CONFIGS) == set(envpool_registry.SUPPORTED_FAMILIES.values())
+    assert set(envpool_registry.envpool_families().values()) == set(
+        envpool_registry.SUPPORTED_FAMILIES
+    )
 
 
 def test_every_registered_task_trains_or_is_refused_in_one_line(registry_outcomes):
-    assert len(registry_outcomes) == len(envs.envpool_families())
+    assert len(registry_outcomes) == len(envpool_registry.envpool_families())
     for env_id, outcome in registry_outcomes.items():
         if outcome.refusal is not None:
             assert "\n" not in outcome.refusal, env_id

@@ -10,6 +10,7 @@ from PIL import Image
 
 from sebulba import envs as envs_lib
 from sebulba import evaluate, train
+from sebulba.environments import envpool_registry
 from sebulba.experiments import atari_scores
 from tests import minimal_agent
 from tests.helpers import ROOT, agent_config, load_config, run_evaluate_cli, run_python
@@ -347,6 +348,7 @@ _RENDER_EVERY_FAMILY = """
 import json, sys
 import ml_collections
 from sebulba import envs
+from sebulba.environments import envpool_registry
 from sebulba.config import base_config
 from sebulba.agents import ppo
 sizes = {}
@@ -381,9 +383,9 @@ def test_every_supported_family_can_be_animated(tmp_path):
         "D1Basic-v1",
         "BigfishEasy-v0",
     ]
-    families = {envs_lib.envpool_families()[i] for i in ids}
+    families = {envpool_registry.envpool_families()[i] for i in ids}
     # envpool draws no toy-text or football task: evaluate refuses those in one line.
-    drawn = set(envs_lib.SUPPORTED_FAMILIES) - {"envpool.toy_text", "envpool.gfootball"}
+    drawn = set(envpool_registry.SUPPORTED_FAMILIES) - {"envpool.toy_text", "envpool.gfootball"}
     assert families == drawn
     for undrawn in ("Taxi-v3", "gfootball/academy_empty_goal-v1"):
         with pytest.raises(envs_lib.RenderingError, match=f"^cannot render {undrawn}: envpool"):

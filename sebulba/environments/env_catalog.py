@@ -24,6 +24,7 @@ import sys
 
 from sebulba import envs
 from sebulba.anakin import suites
+from sebulba.environments import envpool_registry
 from sebulba.errors import ConfigError
 
 
@@ -39,7 +40,7 @@ def family_named(text: str) -> str | None:
     envpool family where a JAX suite has the short name), or the start of any of them.
     """
     wanted = _normalised(text)
-    for module, family in envs.SUPPORTED_FAMILIES.items():
+    for module, family in envpool_registry.SUPPORTED_FAMILIES.items():
         names = [family, *family.replace("/", " ").split(), module.split(".")[-1], module]
         if wanted and any(_normalised(name).startswith(wanted) for name in names):
             return family
@@ -48,9 +49,9 @@ def family_named(text: str) -> str | None:
 
 def tasks_by_family() -> dict[str, list[str]]:
     """Family name -> its task ids in envpool's registry order (families in README order)."""
-    by_family = {family: [] for family in envs.SUPPORTED_FAMILIES.values()}
-    for env_id in envs.supported_env_ids():
-        by_family[envs.family_name(env_id)].append(env_id)
+    by_family = {family: [] for family in envpool_registry.SUPPORTED_FAMILIES.values()}
+    for env_id in envpool_registry.supported_env_ids():
+        by_family[envpool_registry.family_name(env_id)].append(env_id)
     return by_family
 
 

@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from sebulba.environments.envpool_registry import is_atari
 from sebulba.environments.tasks import TaskLayout
-from sebulba.envs import is_atari
 from sebulba.experiments.atari_scores import human_normalized_score
 
 RECENT_EPISODES = 100  # Episodes per task behind summary.json's per-task means.
