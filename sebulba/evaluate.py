@@ -19,9 +19,9 @@ human-normalized score (score - random) / (human - random) of Mnih et al. (2015)
 the Atari-57 reference scores of `sebulba.experiments.atari_scores`. `--animation` writes episode 0
 as a GIF of the env's own RGB rendering (the Atari game screen, a drawing for other
 tasks), played at real-time speed. Every supported family renders headless; MuJoCo and
-dm_control through EGL (`sebulba.envs.check_rendering` tries it first, so a machine
-without EGL fails in one line before any work). `--max_steps=T` ends every episode
-after T agent steps. A task that flags success in its step `info` (Meta-World's
+dm_control through EGL (`sebulba.environments.system_libraries.check_rendering` tries
+it first, so a machine without EGL fails in one line before any work). `--max_steps=T`
+ends every episode after T agent steps. A task that flags success in its step `info` (Meta-World's
 `success`, Gymnasium Robotics' `is_success`, MyoSuite's `solved`) also gets
 `success_rate`, the share of episodes in which the flag was set at some step (Meta-World's
 convention; Gymnasium Robotics' HER papers read it at the last step), and `successes`.
@@ -72,7 +72,7 @@ from sebulba import random_streams
 from sebulba.anakin import episodes as anakin_episodes
 from sebulba.anakin import suites as anakin_suites
 from sebulba.config import flag_errors
-from sebulba.environments import envpool_registry, tasks
+from sebulba.environments import envpool_registry, system_libraries, tasks
 from sebulba.environments import episodes as episodes_lib
 from sebulba.environments.env_config import env_kwargs
 from sebulba.errors import ConfigError
@@ -235,9 +235,9 @@ def evaluate(
             for task_id in tasks.task_ids(load_run_config(workdir).env):
                 if envpool_registry.is_jax_env(task_id):
                     raise EvaluationError(_jax_animation_refusal(task_id))
-                envs_lib.check_rendering(task_id)
+                system_libraries.check_rendering(task_id)
         policy = load_policy(workdir, checkpoint, greedy, seed=seed)
-    except (PolicyError, envs_lib.RenderingError) as error:
+    except (PolicyError, system_libraries.RenderingError) as error:
         raise EvaluationError(str(error)) from None
     ids = tasks.task_ids(policy.config.env)
     run = {

@@ -49,7 +49,7 @@ from sebulba.anakin.env_api import JaxEnv
 from sebulba.anakin.host_envs import HostJaxEnvs
 from sebulba.config import base_config
 from sebulba.config.run_plan import plan
-from sebulba.environments import envpool_registry, spaces, tasks
+from sebulba.environments import envpool_registry, spaces, system_libraries, tasks
 from sebulba.errors import ConfigError
 from sebulba.random_streams import inference_keys
 from sebulba.runtime import workdir as workdir_lib
@@ -201,7 +201,7 @@ class Policy:
             return HostJaxEnvs(jax_env, num_envs, seed=seed, device=self.device)
         try:
             return envs_lib.make_envs(env_config, num_envs, seed=seed, render=render)
-        except (ConfigError, envs_lib.RenderingError) as error:
+        except (ConfigError, system_libraries.RenderingError) as error:
             raise PolicyError(str(error)) from None
 
     def check_env(self, envs) -> None:

@@ -21,7 +21,7 @@ import pytest
 from sebulba import envs, evaluate, train
 from sebulba.agents.networks import check_network_fits
 from sebulba.config import base_config
-from sebulba.environments import envpool_registry
+from sebulba.environments import envpool_registry, system_libraries
 from sebulba.errors import ConfigError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -141,7 +141,7 @@ def test_the_documented_counts_are_the_registry_walks(registry_outcomes):
     documented = _documented_counts()
     for env_id, outcome in registry_outcomes.items():
         try:
-            envs.check_system_libraries(env_id)
+            system_libraries.check_system_libraries(env_id)
         except ConfigError:  # Procgen without the system's Qt: this machine's refusal.
             documented.pop(outcome.family, None)
             walked.pop(outcome.family, None)

@@ -10,7 +10,7 @@ from PIL import Image
 
 from sebulba import envs as envs_lib
 from sebulba import evaluate, train
-from sebulba.environments import envpool_registry
+from sebulba.environments import envpool_registry, system_libraries
 from sebulba.experiments import atari_scores
 from tests import minimal_agent
 from tests.helpers import ROOT, agent_config, load_config, run_evaluate_cli, run_python
@@ -348,6 +348,7 @@ _RENDER_EVERY_FAMILY = """
 import json, sys
 import ml_collections
 from sebulba import envs
+from sebulba.environments import system_libraries
 from sebulba.environments import envpool_registry
 from sebulba.config import base_config
 from sebulba.agents import ppo
@@ -388,8 +389,10 @@ def test_every_supported_family_can_be_animated(tmp_path):
     drawn = set(envpool_registry.SUPPORTED_FAMILIES) - {"envpool.toy_text", "envpool.gfootball"}
     assert families == drawn
     for undrawn in ("Taxi-v3", "gfootball/academy_empty_goal-v1"):
-        with pytest.raises(envs_lib.RenderingError, match=f"^cannot render {undrawn}: envpool"):
-            envs_lib.check_rendering(undrawn)
+        with pytest.raises(
+            system_libraries.RenderingError, match=f"^cannot render {undrawn}: envpool"
+        ):
+            system_libraries.check_rendering(undrawn)
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": ROOT}
     result = run_python("-c", _RENDER_EVERY_FAMILY, *ids, env=env, cwd=tmp_path, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]

@@ -12,6 +12,7 @@ from sebulba import envs, evaluate, train
 from sebulba.config import base_config, check_run_config
 from sebulba.config import flag as config_flag
 from sebulba.config import resume as resume_config
+from sebulba.environments import system_libraries
 from sebulba.errors import ConfigError
 from sebulba.experiments import sweep_plan
 from tests import minimal_agent
@@ -104,7 +105,7 @@ def test_settings_sebulba_makes_are_refused_naming_the_key_to_use():
 
 
 def test_a_missing_qt_runtime_is_one_line_naming_the_packages(monkeypatch):
-    monkeypatch.setattr(envs, "_qt_missing", lambda: True)
+    monkeypatch.setattr(system_libraries, "_qt_missing", lambda: True)
     expected = (
         "env.id 'StarpilotEasy-v0': envpool's Procgen needs the system Qt 5 runtime, which is "
         "not installed (apt-get install -y libqt5core5a libqt5gui5)"
@@ -222,4 +223,4 @@ def test_the_set_up_installs_the_qt_packages_the_message_names():
     for path in ("README.md", ".ci/run"):
         with open(os.path.join(ROOT, path), encoding="utf-8") as f:
             text = f.read()
-        assert all(package in text for package in envs.QT_APT_PACKAGES.split()), path
+        assert all(package in text for package in system_libraries.QT_APT_PACKAGES.split()), path
