@@ -8,7 +8,7 @@ import pytest
 from configs import impala_atari, ppo_atari, ppo_cartpole
 from sebulba import envs
 from sebulba.environments import episodes as episodes_lib
-from sebulba.environments import thread_envs
+from sebulba.environments import task_checks, thread_envs
 from sebulba.errors import ConfigError
 
 
@@ -49,13 +49,13 @@ def test_cleanrl_atari_protocol_reaches_envpool_and_bad_values_are_one_line():
     env_config = cleanrl_atari_env_config()
     env_config.kwargs = {"noop_max": 0}  # envpool draws from [0, noop_max - 1].
     with pytest.raises(envs.ConfigError, match=r"^env.kwargs.noop_max must be >= 1 .*got 0$"):
-        envs.check_env_kwargs(env_config)
+        task_checks.check_env_kwargs(env_config)
     env_config.kwargs = {"episodic_life": 1}
     with pytest.raises(envs.ConfigError, match="env.kwargs.episodic_life must be True or False"):
-        envs.check_env_kwargs(env_config)
+        task_checks.check_env_kwargs(env_config)
     env_config.kwargs = {"frame_skip": 3}  # Still the protocol's.
     with pytest.raises(envs.ConfigError, match="frame_skip is set by sebulba for Atari"):
-        envs.check_env_kwargs(env_config)
+        task_checks.check_env_kwargs(env_config)
 
 
 def test_a_lost_life_terminates_but_the_scored_episode_is_the_whole_game():

@@ -12,7 +12,7 @@ from sebulba import envs, evaluate, train
 from sebulba.config import base_config, check_run_config
 from sebulba.config import flag as config_flag
 from sebulba.config import resume as resume_config
-from sebulba.environments import system_libraries
+from sebulba.environments import system_libraries, task_checks
 from sebulba.errors import ConfigError
 from sebulba.experiments import sweep_plan
 from tests import minimal_agent
@@ -71,12 +71,18 @@ def test_env_kwargs_reach_the_envs_and_the_spec_a_run_sees():
 
 
 def test_an_unknown_setting_is_one_line_naming_it_with_close_matches():
-    message = one_line_error(envs.check_env_kwargs, env_section("BigfishEasy-v0", num_level=3))
+    message = one_line_error(
+        task_checks.check_env_kwargs, env_section("BigfishEasy-v0", num_level=3)
+    )
     assert message.startswith("env.kwargs.num_level is not an envpool setting of BigfishEasy-v0")
     assert "did you mean 'num_levels'" in message and "start_level" in message
-    message = one_line_error(envs.check_env_kwargs, env_section("BigfishEasy-v0", num_levels="9"))
+    message = one_line_error(
+        task_checks.check_env_kwargs, env_section("BigfishEasy-v0", num_levels="9")
+    )
     assert message.startswith("env.kwargs.num_levels must be an integer")
-    message = one_line_error(envs.check_env_kwargs, env_section("BigfishEasy-v0", num_levels=-5))
+    message = one_line_error(
+        task_checks.check_env_kwargs, env_section("BigfishEasy-v0", num_levels=-5)
+    )
     assert message == (
         "env.kwargs.num_levels must be >= 0 (envpool's default for BigfishEasy-v0: 0), got -5"
     )
@@ -91,15 +97,15 @@ def test_settings_sebulba_makes_are_refused_naming_the_key_to_use():
         "env.kwargs.seed is set by sebulba for every task: use seed (env i of a run is "
         "seeded seed + i) instead"
     )
-    message = one_line_error(envs.check_env_kwargs, env_section("Pong-v5", stack_num=2))
+    message = one_line_error(task_checks.check_env_kwargs, env_section("Pong-v5", stack_num=2))
     assert (
         message
         == "env.kwargs.stack_num is set by sebulba for Atari tasks: use env.frame_stack instead"
     )
-    message = one_line_error(envs.check_env_kwargs, env_section("Pong-v5", frame_skip=2))
+    message = one_line_error(task_checks.check_env_kwargs, env_section("Pong-v5", frame_skip=2))
     assert "Atari protocol fixes it" in message
     message = one_line_error(
-        envs.check_env_kwargs, env_section("StarpilotEasy-v0", distribution_mode=1)
+        task_checks.check_env_kwargs, env_section("StarpilotEasy-v0", distribution_mode=1)
     )
     assert "use env.id (a task per game and mode, e.g. StarpilotHard-v0)" in message
 
@@ -110,13 +116,13 @@ def test_a_missing_qt_runtime_is_one_line_naming_the_packages(monkeypatch):
         "env.id 'StarpilotEasy-v0': envpool's Procgen needs the system Qt 5 runtime, which is "
         "not installed (apt-get install -y libqt5core5a libqt5gui5)"
     )
-    assert one_line_error(envs.check_env_id, "StarpilotEasy-v0") == expected
+    assert one_line_error(task_checks.check_env_id, "StarpilotEasy-v0") == expected
     # Every way in stops there, before envpool's ImportError: a run's plan, a listing.
     config = load_config("ppo_procgen", "smoke")
     assert one_line_error(train.plan, config) == expected
     with pytest.raises(ConfigError, match="libqt5gui5"):
         envs.task_spaces("BigfishEasy-v0")
-    envs.check_env_id("CartPole-v1")  # Other families do not need Qt.
+    task_checks.check_env_id("CartPole-v1")  # Other families do not need Qt.
 
 
 def test_a_setting_given_as_key_value_says_to_write_a_dict(tmp_path):

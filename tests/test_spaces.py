@@ -12,7 +12,7 @@ from sebulba import envs as envs_lib
 from sebulba import train
 from sebulba.agents import impala, ppo
 from sebulba.agents.api import ArraySpec, Box, Discrete, MultiDiscrete
-from sebulba.environments import envpool_registry, spaces
+from sebulba.environments import envpool_registry, spaces, task_checks
 from sebulba.errors import ConfigError
 from sebulba.evaluate import evaluate
 from tests.helpers import agent_config, make_pipeline
@@ -90,13 +90,13 @@ def test_specs_describe_each_kind_of_envpool_space():
     ],
 )
 def test_every_supported_family_is_accepted(env_id):
-    envs_lib.check_env_id(env_id)
+    task_checks.check_env_id(env_id)
     assert env_id in envpool_registry.supported_env_ids()
 
 
 def test_unknown_and_untrainable_env_ids_fail_in_one_line(monkeypatch):
     with pytest.raises(ConfigError, match=r"^env\.id 'HalfCheetah-v9' .*'HalfCheetah-v4'") as e:
-        envs_lib.check_env_id("HalfCheetah-v9")
+        task_checks.check_env_id("HalfCheetah-v9")
     assert "\n" not in str(e.value)
     refused = {
         "Chess-v1": "is a two-player game: needs self-play, which sebulba does not do",
@@ -106,12 +106,12 @@ def test_unknown_and_untrainable_env_ids_fail_in_one_line(monkeypatch):
     }
     for env_id, reason in refused.items():
         with pytest.raises(ConfigError, match=rf"^env\.ids\[1\] '{env_id}' {reason}"):
-            envs_lib.check_env_id(env_id, "env.ids[1]")
+            task_checks.check_env_id(env_id, "env.ids[1]")
     # A family envpool may add later is refused naming the ones sebulba knows.
     families = {k: v for k, v in envpool_registry.SUPPORTED_FAMILIES.items() if k != "envpool.pgx"}
-    monkeypatch.setattr(envs_lib, "SUPPORTED_FAMILIES", families)
+    monkeypatch.setattr(task_checks, "SUPPORTED_FAMILIES", families)
     with pytest.raises(ConfigError, match=r"^env\.id 'Go9x9-v1' .*envpool\.pgx.* not supported"):
-        envs_lib.check_env_id("Go9x9-v1")
+        task_checks.check_env_id("Go9x9-v1")
 
 
 class _FakePool:

@@ -103,6 +103,7 @@ def plan(
     from sebulba import envs as envs_lib
     from sebulba.agents import resolve_agent
     from sebulba.anakin import runner as anakin_runner
+    from sebulba.environments import task_checks
     from sebulba.mesh import build_layout
 
     devices = jax.devices() if devices is None else list(devices)
@@ -119,7 +120,7 @@ def plan(
     task_ids = tasks.task_ids(config.env)
     for index, task_id in enumerate(task_ids):
         # With env.ids set, env.id is ignored: errors name the field the task came from.
-        envs_lib.check_env_id(task_id, f"env.ids[{index}]" if config.env.ids else "env.id")
+        task_checks.check_env_id(task_id, f"env.ids[{index}]" if config.env.ids else "env.id")
     is_anakin = anakin_runner.check_config(config, task_ids)
     agent_module = resolve_agent(config.agent.name, config.agent)
     specs = envs_lib.task_env_specs(config.env, task_ids)

@@ -24,7 +24,7 @@ import sys
 
 from sebulba import envs
 from sebulba.anakin import suites
-from sebulba.environments import envpool_registry
+from sebulba.environments import envpool_registry, task_checks
 from sebulba.errors import ConfigError
 
 
@@ -81,7 +81,7 @@ def describe_space(space, bounds: bool = False) -> str:
 def task_line(env_id: str) -> str:
     """A task id with its spaces as a run sees them, or why no run can train it."""
     try:
-        envs.check_env_id(env_id)
+        task_checks.check_env_id(env_id)
         observation, action = envs.task_spaces(env_id)
     except ConfigError as error:
         return f"{env_id}: refused: {str(error).removeprefix(f'env.id {env_id!r} ')}"

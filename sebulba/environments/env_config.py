@@ -57,7 +57,8 @@ def env_kwargs(env_config: ml_collections.ConfigDict) -> dict:
 def check_env_kwargs_form(env_config: ml_collections.ConfigDict) -> None:
     """The checks of `env.kwargs` that need no envpool: a dict, no key sebulba sets itself.
 
-    `sebulba.envs.check_env_kwargs` checks the keys against each task's envpool spec.
+    `sebulba.environments.task_checks.check_env_kwargs` checks the keys against each task's
+    envpool spec.
 
     Raises:
       ConfigError: naming `env.kwargs.<key>` and the config key to use instead.
