@@ -13,11 +13,11 @@ Deliberate differences from CleanRL:
 * Double Q and the Huber loss (Mnih et al. 2015's error clipping; rewards are clipped
   here, so errors stay near 1) (CleanRL: single Q, squared error;
   `--config.agent.double_q=False --config.agent.loss=mse`). Not measured on Atari yet.
-* The Machado et al. (2018) protocol of `sebulba.envs` (sticky actions, full action space,
-  no life loss, no no-op starts), with fire on reset as in the other Atari configs (CleanRL:
-  no-op starts, episodic life, minimal action set, FireResetEnv; its protocol is
-  `"--config.env.kwargs={'episodic_life': True, 'noop_max': 30}"
-  --config.env.full_action_space=False --config.env.repeat_action_probability=0.0`).
+* The Machado et al. (2018) protocol of `sebulba.environments.envpool_pools` (sticky
+  actions, full action space, no life loss, no no-op starts), with fire on reset as in the
+  other Atari configs (CleanRL: no-op starts, episodic life, minimal action set,
+  FireResetEnv; its protocol is `"--config.env.kwargs={'episodic_life': True, 'noop_max':
+  30}" --config.env.full_action_space=False --config.env.repeat_action_probability=0.0`).
 * The Nature CNN of `networks.py` has a value head beside the Q head; it is unused. The
   Q head is its policy head, orthogonal with gain 0.01 (CleanRL: flax's default
   lecun_normal), so the Q-values start near 0.

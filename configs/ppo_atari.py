@@ -29,9 +29,10 @@ def _image_task(option: str) -> bool:
     """An Atari game (by form, without loading envpool) or another family's screen task."""
     if atari_game(option):
         return True
-    from sebulba import envs  # envpool loads only when a config is given such a task.
+    # envpool loads only when a config is given such a task.
+    from sebulba.environments import envpool_pools
 
-    return envs.is_task_of(option, IMAGE_FAMILIES, image_observations=True)
+    return envpool_pools.is_task_of(option, IMAGE_FAMILIES, image_observations=True)
 
 
 def get_config(arg: str | None = None):
@@ -45,10 +46,9 @@ def get_config(arg: str | None = None):
     config = base_config(defaults.ppo_config())  # baselines' Atari PPO, changed below.
     config.env.id = variant.task or "Breakout-v5"
     if not atari_game(config.env.id):
-        from sebulba import envs
-        from sebulba.environments import envpool_registry
+        from sebulba.environments import envpool_pools, envpool_registry
 
-        frames = envs.task_spaces(config.env.id)[0].shape[0]  # env.frame_stack's screens.
+        frames = envpool_pools.task_spaces(config.env.id)[0].shape[0]  # env.frame_stack's screens.
         if envpool_registry.family_name(config.env.id) == "ViZDoom" and frames > _MAX_CHANNELS:
             config.env.frame_stack = 1  # A colour scenario: one RGB screen [3, H, W].
     config.env.num_envs = 128

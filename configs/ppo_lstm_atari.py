@@ -6,11 +6,11 @@ convolutions, then an LSTM of 128 units before the policy and value heads (`agen
 to 0, GAE lambda 0.95, clip 0.1 with value clipping, entropy 0.01, advantages normalised
 per minibatch, gamma 0.99, value coefficient 0.5, gradient norm 0.5 (the PPO agent's
 defaults, baselines' Atari settings, which CleanRL keeps), 10M env steps. Envs follow the
-Machado et al. (2018) protocol of `sebulba.envs` (sticky actions, no life-loss signal)
-where CleanRL uses no-op starts and episodic life (`env.kwargs` `episodic_life` and
-`noop_max`, `sebulba.envs`); fire on reset as in CleanRL. `:GAME-v5` selects the game
-(default Breakout-v5); `:smoke` (or `:smoke,GAME-v5`) is a tiny end-to-end run for CPUs
-and tests.
+Machado et al. (2018) protocol of `sebulba.environments.envpool_pools` (sticky actions, no
+life-loss signal) where CleanRL uses no-op starts and episodic life (`env.kwargs`
+`episodic_life` and `noop_max`, `sebulba.environments.envpool_pools`); fire on reset as
+in CleanRL. `:GAME-v5` selects the game (default Breakout-v5); `:smoke` (or
+`:smoke,GAME-v5`) is a tiny end-to-end run for CPUs and tests.
 """
 
 from sebulba.agents import defaults

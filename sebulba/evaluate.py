@@ -4,14 +4,14 @@
                                [--greedy] [--animation=FILE.gif] [--max_steps=T]
                                [--levels=train,test]
 
-Loads the policy of the newest valid checkpoint of `DIR/checkpoints` (or UPDATE) onto
-one local device with `sebulba.policy.load_policy`, and plays it in envpool envs with
-the run's env settings (for Atari the Machado et al. 2018 protocol of `sebulba.envs`):
-the agent's `act`, which samples actions, or with `--greedy` its `act_greedy`, the most
-likely action. Episode i runs in its own env, seeded from (seed, i), with action keys
-from (seed, step, i): every return depends only on the checkpoint, the seed and i, not
-on how many episodes run side by side. Each env counts its first complete episode only,
-so short episodes are not over-represented.
+Loads the policy of the newest valid checkpoint of `DIR/checkpoints` (or UPDATE) onto one
+local device with `sebulba.policy.load_policy`, and plays it in envpool envs with the
+run's env settings (for Atari the Machado et al. 2018 protocol of
+`sebulba.environments.envpool_pools`): the agent's `act`, which samples actions, or with
+`--greedy` its `act_greedy`, the most likely action. Episode i runs in its own env, seeded
+from (seed, i), with action keys from (seed, step, i): every return depends only on the
+checkpoint, the seed and i, not on how many episodes run side by side. Each env counts its
+first complete episode only, so short episodes are not over-represented.
 
 Writes `DIR/eval.json` with mean, std (population), min and max return, the episode
 count, the checkpoint and whether actions were greedy; for Atari also the
@@ -67,12 +67,11 @@ import ml_collections
 import numpy as np
 from absl import app, flags
 
-from sebulba import envs as envs_lib
 from sebulba import random_streams
 from sebulba.anakin import episodes as anakin_episodes
 from sebulba.anakin import suites as anakin_suites
 from sebulba.config import flag_errors
-from sebulba.environments import envpool_registry, system_libraries, tasks
+from sebulba.environments import envpool_pools, envpool_registry, system_libraries, tasks
 from sebulba.environments import episodes as episodes_lib
 from sebulba.environments.env_config import env_kwargs
 from sebulba.errors import ConfigError
@@ -154,7 +153,7 @@ def run_episodes(
     for first in range(0, episodes, num_envs):
         ids = np.arange(first, min(first + num_envs, episodes))
         recording = record_first and first == 0
-        envs = envs_lib.make_envs(env_config, len(ids), seed=base + first, render=recording)
+        envs = envpool_pools.make_envs(env_config, len(ids), seed=base + first, render=recording)
         obs, _ = envs.reset()
         policy.reset()  # A recurrent policy starts these episodes from its initial carry.
         if recording:
@@ -332,7 +331,7 @@ def _evaluate_task(
         result["human_normalized_score"] = normalized
         result["random_score"], result["human_score"] = RANDOM_AND_HUMAN_SCORES[task_id]
     if animation is not None:
-        save_animation(frames, animation, frame_s=envs_lib.real_time_step_s(task_id))
+        save_animation(frames, animation, frame_s=envpool_pools.real_time_step_s(task_id))
         result["animation"] = os.path.abspath(animation)
     return result
 
@@ -376,7 +375,7 @@ def level_env_config(
         )
     kwargs = env_kwargs(env_config)
     try:
-        settings = envs_lib.envpool_config(task_id, kwargs)
+        settings = envpool_pools.envpool_config(task_id, kwargs)
     except ConfigError as error:
         raise EvaluationError(str(error)) from None
     start, count = settings["start_level"], settings["num_levels"]

@@ -41,7 +41,6 @@ import ml_collections
 import numpy as np
 
 from sebulba import checkpoint as ckpt_lib
-from sebulba import envs as envs_lib
 from sebulba.agents import resolve_agent
 from sebulba.agents.api import Agent, EnvSpec, Params, reset_carry
 from sebulba.anakin import suites as anakin_suites
@@ -49,7 +48,7 @@ from sebulba.anakin.env_api import JaxEnv
 from sebulba.anakin.host_envs import HostJaxEnvs
 from sebulba.config import base_config
 from sebulba.config.run_plan import plan
-from sebulba.environments import envpool_registry, spaces, system_libraries, tasks
+from sebulba.environments import envpool_pools, envpool_registry, spaces, system_libraries, tasks
 from sebulba.errors import ConfigError
 from sebulba.random_streams import inference_keys
 from sebulba.runtime import workdir as workdir_lib
@@ -172,7 +171,8 @@ class Policy:
           seed: seed of env 0.
           task: for a joint run (`env.ids`), the task to play, one of `task_ids`; a
             single-task run needs none.
-          render: enable `envs.render(env_ids)` (see `sebulba.envs.make_envs`).
+          render: enable `envs.render(env_ids)` (see
+            `sebulba.environments.envpool_pools.make_envs`).
 
         For a run on a JAX env (Anakin) the envs are `sebulba.anakin.host_envs.HostJaxEnvs`
         on the policy's device, stepped from Python with the same loop (`render` is
@@ -200,7 +200,7 @@ class Policy:
             jax_env = anakin_suites.make_env(env_config.id)
             return HostJaxEnvs(jax_env, num_envs, seed=seed, device=self.device)
         try:
-            return envs_lib.make_envs(env_config, num_envs, seed=seed, render=render)
+            return envpool_pools.make_envs(env_config, num_envs, seed=seed, render=render)
         except (ConfigError, system_libraries.RenderingError) as error:
             raise PolicyError(str(error)) from None
 
@@ -456,7 +456,7 @@ def _env_observation(env_config: ml_collections.ConfigDict) -> tuple[Any, JaxEnv
     if envpool_registry.is_jax_env(env_config.id):
         jax_env = anakin_suites.make_env(env_config.id)
         return jax_env.spec.observation, jax_env
-    probe = envs_lib.make_envs(env_config, 1, seed=0)
+    probe = envpool_pools.make_envs(env_config, 1, seed=0)
     try:
         return spaces.observation_spec_of(probe.observation_space, env_config.id), None
     finally:

@@ -57,9 +57,9 @@ def test_the_mask_entry_becomes_bool_and_is_named_by_the_spec():
     assert spec.action_mask is None and spec.observation == unfit
     # The envpool tasks' specs (read from the registry) carry their masks.
     config = load_config("ppo_minigrid", "Tetris-v0,smoke")
-    from sebulba import envs
+    from sebulba.environments import envpool_pools
 
-    tetris = envs.registry_env_spec(config.env)
+    tetris = envpool_pools.registry_env_spec(config.env)
     assert (tetris.action_mask, tetris.action_mask_layout) == ("action_mask", "joint")
     assert isinstance(distributions.for_env_spec(tetris), distributions.JointCategorical)
     assert isinstance(

@@ -1,6 +1,6 @@
 """Every task of envpool's registry trains or is refused in one line, before any work.
 
-The walk reads envpool's specs without creating envs (`envs.registry_env_spec`: the
+The walk reads envpool's specs without creating envs (`envpool_pools.registry_env_spec`: the
 refusals, family settings, `env.kwargs` checks and spaces of a run), then asks each
 family's generic configs (`GENERIC_CONFIGS`) for the task (`:TASK,smoke`) and checks
 their network takes its observation, as a run does before its first update. The smoke
@@ -18,10 +18,10 @@ import re
 import ml_collections
 import pytest
 
-from sebulba import envs, evaluate, train
+from sebulba import evaluate, train
 from sebulba.agents.networks import check_network_fits
 from sebulba.config import base_config
-from sebulba.environments import envpool_registry, system_libraries
+from sebulba.environments import envpool_pools, envpool_registry, system_libraries
 from sebulba.errors import ConfigError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -75,7 +75,7 @@ def _env_config(env_id):
 def _outcome(env_id, modules) -> Outcome:
     family = envpool_registry.family_name(env_id) or envpool_registry.envpool_families()[env_id]
     try:
-        envs.registry_env_spec(_env_config(env_id))
+        envpool_pools.registry_env_spec(_env_config(env_id))
     except ConfigError as error:
         return Outcome(family, refusal=str(error))
     refusals = []
@@ -86,7 +86,7 @@ def _outcome(env_id, modules) -> Outcome:
             assert str(error).startswith(f"unknown variant {env_id!r} of {name} "), error
             continue
         assert config.env.id == env_id
-        spec = envs.registry_env_spec(config.env)  # The config's own env settings.
+        spec = envpool_pools.registry_env_spec(config.env)  # The config's own env settings.
         try:
             check_network_fits(config.agent.network, spec)
         except ConfigError as error:
@@ -209,8 +209,8 @@ def _train_two_updates(config, workdir: str, num_envs: int = 2) -> dict:
 def test_a_task_of_each_new_family_trains(tmp_path, monkeypatch, name, env_id):
     monkeypatch.chdir(tmp_path)  # ViZDoom keeps its settings in the working directory.
     config = _config_module(name).get_config(f"{env_id},smoke")
-    specs = envs.task_env_specs(config.env, [env_id])  # From a one-env pool.
-    assert specs[env_id] == envs.registry_env_spec(config.env)
+    specs = envpool_pools.task_env_specs(config.env, [env_id])  # From a one-env pool.
+    assert specs[env_id] == envpool_pools.registry_env_spec(config.env)
     summary = _train_two_updates(config, str(tmp_path / "run"))
     assert summary["updates"] == 2 and summary["env_id"] == env_id
 

@@ -6,9 +6,8 @@ import numpy as np
 import pytest
 
 from configs import impala_atari, ppo_atari, ppo_cartpole
-from sebulba import envs
+from sebulba.environments import envpool_pools, task_checks, thread_envs
 from sebulba.environments import episodes as episodes_lib
-from sebulba.environments import task_checks, thread_envs
 from sebulba.errors import ConfigError
 
 
@@ -16,7 +15,7 @@ from sebulba.errors import ConfigError
 def test_use_fire_reset_reaches_envpool(use_fire_reset):
     config = ppo_atari.get_config("smoke")
     config.env.use_fire_reset = use_fire_reset
-    pool = envs.make_envs(config.env, 1, seed=0)
+    pool = envpool_pools.make_envs(config.env, 1, seed=0)
     assert pool.spec.config.use_fire_reset is use_fire_reset
     assert pool.spec.config.noop_max == 1  # Machado et al.: no no-op starts.
     assert not pool.spec.config.episodic_life
@@ -30,7 +29,8 @@ def test_cleanba_configs_fire_on_reset_and_the_base_config_does_not():
     assert not ppo_cartpole.get_config().env.use_fire_reset
 
 
-# CleanRL's ppo_atari_envpool protocol, asked for through env.kwargs (sebulba.envs).
+# CleanRL's ppo_atari_envpool protocol, asked for through env.kwargs
+# (sebulba.environments.envpool_pools).
 CLEANRL_ATARI_KWARGS = {"episodic_life": True, "noop_max": 30}
 
 
@@ -43,24 +43,24 @@ def cleanrl_atari_env_config():
 
 
 def test_cleanrl_atari_protocol_reaches_envpool_and_bad_values_are_one_line():
-    pool = envs.make_envs(cleanrl_atari_env_config(), 1, seed=0)
+    pool = envpool_pools.make_envs(cleanrl_atari_env_config(), 1, seed=0)
     assert pool.spec.config.episodic_life and pool.spec.config.noop_max == 30
     pool.close()
     env_config = cleanrl_atari_env_config()
     env_config.kwargs = {"noop_max": 0}  # envpool draws from [0, noop_max - 1].
-    with pytest.raises(envs.ConfigError, match=r"^env.kwargs.noop_max must be >= 1 .*got 0$"):
+    with pytest.raises(ConfigError, match=r"^env.kwargs.noop_max must be >= 1 .*got 0$"):
         task_checks.check_env_kwargs(env_config)
     env_config.kwargs = {"episodic_life": 1}
-    with pytest.raises(envs.ConfigError, match="env.kwargs.episodic_life must be True or False"):
+    with pytest.raises(ConfigError, match="env.kwargs.episodic_life must be True or False"):
         task_checks.check_env_kwargs(env_config)
     env_config.kwargs = {"frame_skip": 3}  # Still the protocol's.
-    with pytest.raises(envs.ConfigError, match="frame_skip is set by sebulba for Atari"):
+    with pytest.raises(ConfigError, match="frame_skip is set by sebulba for Atari"):
         task_checks.check_env_kwargs(env_config)
 
 
 def test_a_lost_life_terminates_but_the_scored_episode_is_the_whole_game():
     # Random Breakout with episodic_life: lives end long before the game does.
-    pool = envs.make_envs(cleanrl_atari_env_config(), 2, seed=3)
+    pool = envpool_pools.make_envs(cleanrl_atari_env_config(), 2, seed=3)
     pool.reset()
     tracker = episodes_lib.EpisodeTracker([10, 11])
     returns, lengths, env_ids = [], [], []

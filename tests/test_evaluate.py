@@ -8,9 +8,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from sebulba import envs as envs_lib
 from sebulba import evaluate, train
-from sebulba.environments import envpool_registry, system_libraries
+from sebulba.environments import envpool_pools, envpool_registry, system_libraries
 from sebulba.experiments import atari_scores
 from tests import minimal_agent
 from tests.helpers import ROOT, agent_config, load_config, run_evaluate_cli, run_python
@@ -171,8 +170,8 @@ def test_rendered_atari_screens_are_the_played_episode():
     # each screen is the newest frame of the observation's stack: shrunk to 84x84 grey, it
     # agrees with it up to envpool's max-pooling of the last two frames.
     config = load_config("ppo_atari", "smoke")
-    plain = envs_lib.make_envs(config.env, 2, seed=7)
-    rendered = envs_lib.make_envs(config.env, 2, seed=7, render=True)
+    plain = envpool_pools.make_envs(config.env, 2, seed=7)
+    rendered = envpool_pools.make_envs(config.env, 2, seed=7, render=True)
     assert np.array_equal(plain.reset()[0], rendered.reset()[0])
     actions = np.random.default_rng(0).integers(0, rendered.action_space.n, (300, 2))
     distances = np.zeros(4)  # Summed distance of the screens to each stacked frame.
@@ -347,16 +346,14 @@ def test_max_steps_caps_every_episode(trained, tmp_path):
 _RENDER_EVERY_FAMILY = """
 import json, sys
 import ml_collections
-from sebulba import envs
-from sebulba.environments import system_libraries
-from sebulba.environments import envpool_registry
+from sebulba.environments import envpool_pools
 from sebulba.config import base_config
 from sebulba.agents import ppo
 sizes = {}
 for env_id in sys.argv[1:]:
     config = base_config(ppo.get_config()).env
     config.id = env_id
-    pool = envs.make_envs(config, 1, seed=0, render=True)
+    pool = envpool_pools.make_envs(config, 1, seed=0, render=True)
     pool.reset()
     screen = pool.render(env_ids=[0])[0]
     sizes[env_id] = [list(screen.shape), len({tuple(p) for p in screen.reshape(-1, 3)})]
@@ -433,7 +430,9 @@ def test_success_counts_a_flag_at_any_step_of_the_episode_and_only_where_the_tas
 ):
     from tests.test_random_streams import cartpole_policy
 
-    monkeypatch.setattr(envs_lib, "make_envs", lambda *args, **kwargs: _ScriptedSuccessEnvs(key))
+    monkeypatch.setattr(
+        envpool_pools, "make_envs", lambda *args, **kwargs: _ScriptedSuccessEnvs(key)
+    )
     returns, lengths, _, successes = evaluate.run_episodes(
         cartpole_policy(), episodes=2, seed=0, num_envs=2
     )
@@ -451,8 +450,8 @@ class RandomBreakoutPolicy:
 
     def __init__(self, config):
         self.config = config
-        pool = envs_lib.make_envs(config.env, 1, seed=0)
-        self.env_spec = envs_lib.env_spec_of(config.env, pool)
+        pool = envpool_pools.make_envs(config.env, 1, seed=0)
+        self.env_spec = envpool_pools.env_spec_of(config.env, pool)
         pool.close()
         self.rng = np.random.default_rng(0)
         self.restarted_rows = []

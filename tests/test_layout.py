@@ -99,8 +99,10 @@ def test_the_cycle_finder_finds_a_cycle():
 
 
 def test_the_design_cards_paths_hold():
-    for path in ("main.py", "train.py", "mesh.py", "pipeline.py", "envs.py", "checkpoint.py"):
+    # The card's envs.py lives in its package: sebulba/environments/envpool_pools.py.
+    for path in ("main.py", "train.py", "mesh.py", "pipeline.py", "checkpoint.py"):
         assert os.path.isfile(os.path.join(PACKAGE, path)), path
+    assert os.path.isfile(os.path.join(PACKAGE, "environments", "envpool_pools.py"))
     assert os.path.isfile(os.path.join(PACKAGE, "agents", "__init__.py"))
 
 

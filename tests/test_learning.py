@@ -4,8 +4,8 @@ import jax
 import numpy as np
 import pytest
 
-from sebulba import envs as envs_lib
 from sebulba import train
+from sebulba.environments import envpool_pools
 from tests.helpers import load_config, make_pipeline, read_metrics, read_summary
 
 
@@ -172,7 +172,7 @@ def test_impala_atari_multitask_config_is_atari_57_with_popart():
     config = load_config("impala_atari_multitask")
     # Atari-57 but Skiing-v5, to which envpool gives 9 actions with the full action space.
     assert set(config.env.ids) == set(atari_scores.RANDOM_AND_HUMAN_SCORES) - {"Skiing-v5"}
-    skiing = envs_lib.make_envs(tasks.task_env_config(config.env, "Skiing-v5"), 1, seed=0)
+    skiing = envpool_pools.make_envs(tasks.task_env_config(config.env, "Skiing-v5"), 1, seed=0)
     assert skiing.action_space.n != 18
     skiing.close()
     assert config.env.full_action_space and config.agent.popart is True

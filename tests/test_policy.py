@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 
 import sebulba
-from sebulba import envs as envs_lib
 from sebulba import policy as policy_lib
 from sebulba import train
 from sebulba.agents import impala, ppo
@@ -24,7 +23,7 @@ from sebulba.agents.api import ArraySpec, Discrete, EnvSpec
 from sebulba.agents.networks import make_network
 from sebulba.config import base_config
 from sebulba.config.sizes import derive_sizes
-from sebulba.environments import tasks
+from sebulba.environments import envpool_pools, tasks
 from sebulba.evaluate import evaluate
 from tests import minimal_agent
 from tests.helpers import agent_config, normalized_continuous_overrides
@@ -46,7 +45,7 @@ def observations(trained):
 
     The mirrored states (CartPole is left-right symmetric) make both actions greedy somewhere.
     """
-    envs = envs_lib.make_envs(policy_lib.load_run_config(trained).env, 16, seed=123)
+    envs = envpool_pools.make_envs(policy_lib.load_run_config(trained).env, 16, seed=123)
     obs, _ = envs.reset()
     for _ in range(3):
         obs, *_ = envs.step(np.zeros(16, np.int32))
@@ -93,7 +92,7 @@ def test_sampling_differs_between_calls_and_repeats_between_loads(trained, obser
 def test_sampled_actions_follow_the_policy(trained):
     # Many rows of one observation: the sampled frequency matches softmax(logits).
     policy = sebulba.load_policy(trained)
-    envs = envs_lib.make_envs(policy.config.env, 1, seed=0)
+    envs = envpool_pools.make_envs(policy.config.env, 1, seed=0)
     obs = np.repeat(envs.reset()[0], 4000, axis=0)
     envs.close()
     probability = jax.nn.softmax(minimal_agent_logits(policy.params, obs[:1]))[0, 1]
@@ -207,7 +206,7 @@ def test_a_normalized_run_acts_with_its_stored_statistics(tmp_path, agent_module
         np.testing.assert_array_equal(restored, final)
     assert float(stats.count) == pytest.approx(8 * 16 * 6)
 
-    envs = envs_lib.make_envs(config.env, 8, seed=5)
+    envs = envpool_pools.make_envs(config.env, 8, seed=5)
     obs, _ = envs.reset()
     envs.close()
     network = make_network("mlp", policy.env_spec.action, "orthogonal", policy.env_spec.observation)
@@ -238,7 +237,7 @@ def test_a_joint_runs_policy_loads_and_acts_in_every_task(tmp_path):
     assert policy.env_spec.env_id == config.env.ids[0]
     assert policy.config.env.ids == tuple(config.env.ids)
     for task_id in config.env.ids:
-        envs = envs_lib.make_envs(tasks.task_env_config(config.env, task_id), 4, seed=5)
+        envs = envpool_pools.make_envs(tasks.task_env_config(config.env, task_id), 4, seed=5)
         obs, _ = envs.reset()
         actions = policy(obs)
         assert actions.shape == (4,) and ((0 <= actions) & (actions < 7)).all()
@@ -254,7 +253,7 @@ def test_a_joint_runs_policy_loads_and_acts_in_every_task(tmp_path):
         envs = policy.make_envs(2, seed=5, task=task_id)
         policy.check_env(envs)
         obs, _ = envs.reset()
-        reference = envs_lib.make_envs(tasks.task_env_config(config.env, task_id), 2, seed=5)
+        reference = envpool_pools.make_envs(tasks.task_env_config(config.env, task_id), 2, seed=5)
         np.testing.assert_array_equal(obs["image"], reference.reset()[0]["image"])
         envs.close()
         reference.close()
@@ -272,7 +271,9 @@ def test_policy_make_envs_builds_the_runs_env_settings(trained, tmp_path):
     assert obs.shape == (3, 4) and policy(obs).shape == (3,)
     envs.close()
     # Another task with other spaces is refused, naming what differs, in one line.
-    acrobot = envs_lib.make_envs(agent_config(minimal_agent, env__id="Acrobot-v1").env, 2, seed=0)
+    acrobot = envpool_pools.make_envs(
+        agent_config(minimal_agent, env__id="Acrobot-v1").env, 2, seed=0
+    )
     with pytest.raises(sebulba.PolicyError) as refused:
         sebulba.load_policy(trained).check_env(acrobot)
     message = str(refused.value)

@@ -8,11 +8,11 @@ import ml_collections
 import numpy as np
 import pytest
 
-from sebulba import envs, evaluate, train
+from sebulba import evaluate, train
 from sebulba.config import base_config, check_run_config
 from sebulba.config import flag as config_flag
 from sebulba.config import resume as resume_config
-from sebulba.environments import system_libraries, task_checks
+from sebulba.environments import envpool_pools, system_libraries, task_checks
 from sebulba.errors import ConfigError
 from sebulba.experiments import sweep_plan
 from tests import minimal_agent
@@ -49,21 +49,29 @@ def smoke_run(tmp_path_factory):
 
 def test_env_kwargs_reach_the_envs_and_the_spec_a_run_sees():
     # num_levels and start_level bound the level seeds envpool draws.
-    pool = envs.make_envs(env_section("BigfishEasy-v0", num_levels=5, start_level=1000), 8, 0)
+    pool = envpool_pools.make_envs(
+        env_section("BigfishEasy-v0", num_levels=5, start_level=1000), 8, 0
+    )
     _, info = pool.reset()
     pool.close()
     assert set(info["level_seed"].tolist()) <= set(range(1000, 1005))
     # channel_first changes the observation: the spec a run (and load_policy) builds too.
     env = env_section("BigfishEasy-v0", channel_first=False)
-    assert envs.task_env_specs(env, ["BigfishEasy-v0"])["BigfishEasy-v0"].observation.shape == (
+    assert envpool_pools.task_env_specs(env, ["BigfishEasy-v0"])[
+        "BigfishEasy-v0"
+    ].observation.shape == (
         64,
         64,
         3,
     )
-    assert envs.task_spaces("BigfishEasy-v0", {"channel_first": False})[0].shape == (64, 64, 3)
-    assert envs.envpool_config("BigfishEasy-v0", {"num_levels": 200})["num_levels"] == 200
+    assert envpool_pools.task_spaces("BigfishEasy-v0", {"channel_first": False})[0].shape == (
+        64,
+        64,
+        3,
+    )
+    assert envpool_pools.envpool_config("BigfishEasy-v0", {"num_levels": 200})["num_levels"] == 200
     # A classic-control setting: episodes capped at 7 steps.
-    pool = envs.make_envs(env_section("CartPole-v1", max_episode_steps=7), 1, 0)
+    pool = envpool_pools.make_envs(env_section("CartPole-v1", max_episode_steps=7), 1, 0)
     pool.reset()
     ends = [pool.step(np.zeros(1, np.int32))[3][0] for _ in range(7)]
     pool.close()
@@ -121,7 +129,7 @@ def test_a_missing_qt_runtime_is_one_line_naming_the_packages(monkeypatch):
     config = load_config("ppo_procgen", "smoke")
     assert one_line_error(train.plan, config) == expected
     with pytest.raises(ConfigError, match="libqt5gui5"):
-        envs.task_spaces("BigfishEasy-v0")
+        envpool_pools.task_spaces("BigfishEasy-v0")
     task_checks.check_env_id("CartPole-v1")  # Other families do not need Qt.
 
 
@@ -206,7 +214,7 @@ def test_evaluation_plays_training_and_held_out_levels_side_by_side(smoke_run):
     held_out, _, _ = evaluate.level_env_config(
         env_section("StarpilotEasy-v0", num_levels=200), "test"
     )
-    pool = envs.make_envs(held_out, 4, 0)
+    pool = envpool_pools.make_envs(held_out, 4, 0)
     _, info = pool.reset()
     pool.close()
     assert (info["level_seed"] >= 200).all()

@@ -20,9 +20,9 @@ import pytest
 from absl import flags
 from ml_collections import config_flags
 
-from sebulba import envs as envs_lib
 from sebulba import train
 from sebulba.config import run_plan
+from sebulba.environments import envpool_pools
 from tests.helpers import run_python
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -180,7 +180,7 @@ def _parse_config(argv: list[str]):
 
 def _one_env_pools(config, sizes, first_update):
     del first_update
-    return [envs_lib.make_envs(config.env, 1, seed=config.seed)] * sizes.num_actor_threads
+    return [envpool_pools.make_envs(config.env, 1, seed=config.seed)] * sizes.num_actor_threads
 
 
 @pytest.mark.parametrize(

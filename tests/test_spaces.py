@@ -8,11 +8,10 @@ import numpy as np
 import pytest
 
 import sebulba
-from sebulba import envs as envs_lib
 from sebulba import train
 from sebulba.agents import impala, ppo
 from sebulba.agents.api import ArraySpec, Box, Discrete, MultiDiscrete
-from sebulba.environments import envpool_registry, spaces, task_checks
+from sebulba.environments import envpool_pools, envpool_registry, spaces, task_checks
 from sebulba.errors import ConfigError
 from sebulba.evaluate import evaluate
 from tests.helpers import agent_config, make_pipeline
@@ -20,9 +19,9 @@ from tests.helpers import agent_config, make_pipeline
 
 def _env_spec(env_id):
     config = agent_config(ppo, env__id=env_id)
-    pool = envs_lib.make_envs(config.env, 2, seed=0)
+    pool = envpool_pools.make_envs(config.env, 2, seed=0)
     try:
-        return envs_lib.env_spec_of(config.env, pool), pool.reset()[0]
+        return envpool_pools.env_spec_of(config.env, pool), pool.reset()[0]
     finally:
         pool.close()
 
@@ -313,7 +312,7 @@ def test_dict_observation_tasks_train_evaluate_and_load(tmp_path, env_id):
     workdir = str(tmp_path / "run")
     train.train(config, workdir)
     policy = sebulba.load_policy(workdir)
-    pool = envs_lib.make_envs(config.env, 3, seed=1)
+    pool = envpool_pools.make_envs(config.env, 3, seed=1)
     actions = policy(pool.reset()[0])
     pool.close()
     assert actions.shape == (3, *policy.env_spec.action.shape)

@@ -3,9 +3,8 @@
 import ml_collections
 import pytest
 
-from sebulba import envs
 from sebulba.config import base_config
-from sebulba.environments import tasks
+from sebulba.environments import envpool_pools, tasks
 from sebulba.environments.spaces import ArraySpec, Box, Discrete, EnvSpec
 from sebulba.errors import ConfigError
 
@@ -19,7 +18,7 @@ def _refusal(specs):
 def test_minigrid_and_babyai_name_the_one_entry_that_differs():
     env = base_config(ml_collections.ConfigDict()).env
     ids = ("MiniGrid-Empty-5x5-v0", "BabyAI-GoToRedBall-v0")
-    message = _refusal(envs.task_env_specs(env, ids))
+    message = _refusal(envpool_pools.task_env_specs(env, ids))
     assert message == (
         "env.ids: tasks 'MiniGrid-Empty-5x5-v0' and 'BabyAI-GoToRedBall-v0' have different "
         "observations ('mission' shape (96,) vs (512,)); jointly trained tasks must share "

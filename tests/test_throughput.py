@@ -9,7 +9,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sebulba import envs as envs_lib
 from sebulba import random_streams, train
 from sebulba.actors.handoff import RunControl
 from sebulba.agents import learner
@@ -17,7 +16,7 @@ from sebulba.agents.api import Discrete
 from sebulba.agents.networks import has_convolutions, make_network
 from sebulba.config import base_config
 from sebulba.config.sizes import derive_sizes
-from sebulba.environments import tasks, thread_envs
+from sebulba.environments import envpool_pools, tasks, thread_envs
 from sebulba.environments.spaces import ArraySpec
 from sebulba.errors import ConfigError
 from sebulba.runtime import compile_cache
@@ -121,7 +120,7 @@ def test_each_actor_step_moves_observations_and_actions_once(overlap, monkeypatc
 
 def test_split_pool_steps_the_same_envs_as_one_pool():
     config = base_config(minimal_agent.get_config())
-    whole = envs_lib.make_envs(config.env, 7, seed=11)
+    whole = envpool_pools.make_envs(config.env, 7, seed=11)
     split = thread_envs.make_thread_envs(
         config.env, tasks.TaskLayout((config.env.id,), 7), 0, 7, 11, split=True
     )

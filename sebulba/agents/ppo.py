@@ -15,7 +15,7 @@ distribution (`distributions.py`: softmax, diagonal Gaussian or a product of sof
 so act and loss are the same code for every action space.
 
 Of the 9 Atari details, every Atari run follows the evaluation protocol of Machado et
-al. (2018) that `sebulba.envs` implements, so only these apply:
+al. (2018) that `sebulba.environments.envpool_pools` implements, so only these apply:
 * always: frame skip 4 with the max of the last two frames, 84x84 grey frames, a stack
   of 4, pixels scaled to [0, 1], one torso shared by the policy and value heads (Nature
   CNN or IMPALA ResNet, `agent.network`);

@@ -299,15 +299,17 @@ def envpool_tasks(
     """A `parse_variant` task test: an envpool task id of one of `families`.
 
     Args:
-      families: family names as `sebulba.envs.SUPPORTED_FAMILIES` gives them, e.g. "MuJoCo".
+      families: family names as `sebulba.environments.envpool_registry.SUPPORTED_FAMILIES`
+        gives them, e.g. "MuJoCo".
       box_actions: accept only tasks whose actions are a Box (continuous control).
       vector_observations: accept only tasks that observe one vector (no images, dicts).
     """
 
     def accepts(env_id: str) -> bool:
-        from sebulba import envs  # envpool loads only when a config is given a task id.
+        # envpool loads only when a config is given a task id.
+        from sebulba.environments import envpool_pools
 
-        return envs.is_task_of(
+        return envpool_pools.is_task_of(
             env_id, families, box_actions=box_actions, vector_observations=vector_observations
         )
 

@@ -100,10 +100,9 @@ def plan(
 
     import jax
 
-    from sebulba import envs as envs_lib
     from sebulba.agents import resolve_agent
     from sebulba.anakin import runner as anakin_runner
-    from sebulba.environments import task_checks
+    from sebulba.environments import envpool_pools, task_checks
     from sebulba.mesh import build_layout
 
     devices = jax.devices() if devices is None else list(devices)
@@ -123,7 +122,7 @@ def plan(
         task_checks.check_env_id(task_id, f"env.ids[{index}]" if config.env.ids else "env.id")
     is_anakin = anakin_runner.check_config(config, task_ids)
     agent_module = resolve_agent(config.agent.name, config.agent)
-    specs = envs_lib.task_env_specs(config.env, task_ids)
+    specs = envpool_pools.task_env_specs(config.env, task_ids)
     tasks.check_compatible(specs)
     env_spec = specs[task_ids[0]]
     agent = agent_module.make(config, env_spec, sizes)

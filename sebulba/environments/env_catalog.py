@@ -5,12 +5,13 @@
     python -m sebulba.environments.env_catalog gymnax       # a JAX suite's `SUITE:TASK` ids
     python -m sebulba.environments.env_catalog envpool.pgx  # envpool's pgx (`pgx`: JAX suite)
 
-The list is envpool's registry, restricted to the families `sebulba.envs` supports; the
-spaces are envpool's under the settings a run uses (Atari's under the Machado et al.
-protocol: 18 actions, a stack of 4 grey 84x84 frames; ViZDoom's combined actions), read
-from envpool's specs without creating envs. A task no run can train (a two-player game,
-...) is listed with the reason it is refused. Observation bounds are left out (envpool's
-are unreliable); the host turns float64 observations into float32 (`sebulba.environments.spaces`).
+The list is envpool's registry, restricted to the families that
+`sebulba.environments.envpool_registry` supports; the spaces are envpool's under the
+settings a run uses (Atari's under the Machado et al. protocol: 18 actions, a stack of 4
+grey 84x84 frames; ViZDoom's combined actions), read from envpool's specs without creating
+envs. A task no run can train (a two-player game, ...) is listed with the reason it is
+refused. Observation bounds are left out (envpool's are unreliable); the host turns
+float64 observations into float32 (`sebulba.environments.spaces`).
 The JAX-native suites that Anakin runs (`sebulba.anakin.suites`) follow, with the number
 of tasks of each installed suite; a suite's listing builds each task's spec from its
 adapter.
@@ -22,9 +23,8 @@ import difflib
 import re
 import sys
 
-from sebulba import envs
 from sebulba.anakin import suites
-from sebulba.environments import envpool_registry, task_checks
+from sebulba.environments import envpool_pools, envpool_registry, task_checks
 from sebulba.errors import ConfigError
 
 
@@ -82,7 +82,7 @@ def task_line(env_id: str) -> str:
     """A task id with its spaces as a run sees them, or why no run can train it."""
     try:
         task_checks.check_env_id(env_id)
-        observation, action = envs.task_spaces(env_id)
+        observation, action = envpool_pools.task_spaces(env_id)
     except ConfigError as error:
         return f"{env_id}: refused: {str(error).removeprefix(f'env.id {env_id!r} ')}"
     action = describe_space(action, bounds=True)

@@ -1,8 +1,9 @@
 """The `env` section of a run config: its keys and defaults, and `env.kwargs`' form.
 
-`sebulba.config.base_config` puts this section in every run config, and `sebulba.envs`
-builds envpool pools from it; both import it, neither imports the other (the checks of
-`env.kwargs` against each task's envpool spec, which need envpool, are `sebulba.envs`').
+`sebulba.config.base_config` puts this section in every run config, and
+`sebulba.environments.envpool_pools` builds envpool pools from it; both import it,
+neither imports the other (the checks of `env.kwargs` against each task's envpool spec,
+which need envpool, are `sebulba.environments.task_checks`').
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ import ml_collections
 from sebulba.errors import ConfigError
 
 # envpool settings sebulba sets itself for every task, so `env.kwargs` may not: each
-# with what to configure instead. (Family-specific ones: `sebulba.envs`.)
+# with what to configure instead. (Family-specific ones:
+# `sebulba.environments.task_checks.FAMILY_ENV_KWARGS`.)
 SEBULBA_ENV_KWARGS = {
     "num_envs": "env.num_envs",
     "batch_size": "env.num_envs (pools step synchronously: batch_size = num_envs)",

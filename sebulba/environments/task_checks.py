@@ -203,7 +203,8 @@ def check_env_kwargs(env_config: ml_collections.ConfigDict) -> dict:
             advice = (
                 f"use {instead} instead"
                 if instead
-                else f"sebulba's {_family_name(env_id)} protocol fixes it (sebulba.envs)"
+                else f"sebulba's {_family_name(env_id)} protocol fixes it "
+                "(sebulba.environments.envpool_pools)"
             )
             raise ConfigError(
                 f"env.kwargs.{key} is set by sebulba for {_family_name(env_id)} tasks: {advice}"

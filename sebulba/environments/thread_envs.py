@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import ml_collections
 import numpy as np
 
-from sebulba.envs import make_envs
+from sebulba.environments.envpool_pools import make_envs
 from sebulba.errors import ConfigError
 
 

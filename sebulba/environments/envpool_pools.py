@@ -1,14 +1,12 @@
-"""Environment construction with envpool (Weng et al. 2022), in synchronous mode.
+"""envpool's pools, in synchronous mode (Weng et al. 2022): every family through one path.
 
-The accepted tasks are those of envpool's registry in the families of
-`SUPPORTED_FAMILIES`: every family envpool has (docs/environments.md lists them with
-their spaces and configs). Most go through one generic path (envpool's defaults);
-Atari and ViZDoom get settings of their own (`_family_kwargs`). `sebulba.environments.spaces`
-describes and converts whatever spaces a task has, and refuses in one line the ones it
-cannot represent. The few tasks no run can train are refused by `check_env_id` in one
-line saying what is missing (`refusal`): games of two or more players (pgx's board and
-card games, highway-env's multi-agent intersection), ViZDoom's multiplayer scenarios,
-and Jumanji's Sudoku where envpool's puzzle files are not installed.
+Every task of a supported family (`envpool_registry.SUPPORTED_FAMILIES`) goes through one
+generic path (envpool's defaults); Atari and ViZDoom get settings of their own
+(`_family_kwargs`). `sebulba.environments.spaces` describes and converts whatever spaces a
+task has, and refuses in one line the ones it cannot represent; the tasks and
+`env.kwargs` no run can use are refused first (`sebulba.environments.task_checks`), and
+so is a machine without the system libraries a family needs
+(`sebulba.environments.system_libraries`).
 
 ViZDoom steps with envpool's combined actions (one Discrete action per combination of
 the scenario's buttons) and stacks `env.frame_stack` screens, channels first; the
@@ -32,10 +30,7 @@ lengths are still those of whole games (`game_overs`), in training metrics and i
 evaluation.
 
 `env.kwargs` passes further envpool settings to every task's `envpool.make` (e.g.
-Procgen's `num_levels` and `start_level`); `check_env_kwargs` checks them against the
-task's envpool spec first and refuses the settings sebulba makes itself. Procgen (Cobbe
-et al. 2020) needs the system's Qt 5 runtime (`QT_APT_PACKAGES`), checked with the task id
-(`check_system_libraries`), so a machine without it fails in one line before any work.
+Procgen's `num_levels` and `start_level`), checked by `task_checks.check_env_kwargs`.
 """
 
 from __future__ import annotations
@@ -279,6 +274,8 @@ def registry_env_spec(env_config: ml_collections.ConfigDict) -> spaces.EnvSpec:
 
 
 def _jax_env_spec(env_config: ml_collections.ConfigDict) -> spaces.EnvSpec:
+    # Upward (environments -> the Anakin runner's package), lazily: a JAX env's spec is its
+    # suite adapter's; suites imports nothing of this module.
     from sebulba.anakin import suites
 
     check_env_id(env_config.id)
