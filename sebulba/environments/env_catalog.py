@@ -23,6 +23,8 @@ import difflib
 import re
 import sys
 
+# Upward (environments -> the Anakin runner's package): the catalog lists the JAX suites'
+# tasks beside envpool's; suites imports nothing of this module.
 from sebulba.anakin import suites
 from sebulba.environments import envpool_pools, envpool_registry, task_checks
 from sebulba.errors import ConfigError

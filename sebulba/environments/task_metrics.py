@@ -24,6 +24,9 @@ import numpy as np
 
 from sebulba.environments.envpool_registry import is_atari
 from sebulba.environments.tasks import TaskLayout
+
+# Upward (environments -> experiments): the published Atari reference scores are a table
+# there, shared with the plots; atari_scores imports nothing of sebulba.
 from sebulba.experiments.atari_scores import human_normalized_score
 
 RECENT_EPISODES = 100  # Episodes per task behind summary.json's per-task means.
