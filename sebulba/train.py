@@ -678,6 +678,11 @@ def _train_phases(
                 agent=config.agent,
             )
         start = restore_or_init(setup, workdir, abstract_env_state, fresh_state)
+        if jax.process_count() > 1:
+            # Every process has looked for checkpoints before any may create their
+            # directory (RunCheckpoints): one that looked later would find it, take the
+            # restore branch alone and issue other collectives than the rest.
+            multihost_utils.sync_global_devices("sebulba:restored-or-initialised")
         if start.first_update > sizes.num_updates:
             if is_main_process:
                 done = f"{start.first_update - 1}/{sizes.num_updates}"
