@@ -205,8 +205,19 @@ class UpdatePlan:
 
     def step(self, carry, m: jax.Array):
         """Outer step `m`: its pieces in order."""
+        k = self.pieces_per_step
+        if not self.unroll and k > 2:
+            # Rolled, the pieces between the first and the last are a loop of their own
+            # (a traced u), so one micro-batch's activations are alive at a time.
+            carry = self.piece(carry, m, 0)
+
+            def middle(carry, u):
+                return self.piece(carry, m, u), None
+
+            carry = jax.lax.scan(middle, carry, jnp.arange(1, k - 1, dtype=jnp.int32))[0]
+            return self.piece(carry, m, k - 1)
         for u in range(self.pieces_per_step):
-            if u:
+            if u and self.unroll:
                 # Each piece compiled apart from the one before, as in the fused step,
                 # where an env step separates them: left adjacent, XLA fuses across them
                 # differently and rounds differently (ppo_atari.py:smoke with 2

@@ -149,17 +149,19 @@ def minibatch_pieces(
     def work(carry, m, u: int):
         carry = dict(carry)
         batch = jax.tree.map(lambda x: x[m], batches)
-        if u == 0:
+        first = isinstance(u, int) and u == 0  # A traced u is a micro-batch in between.
+        last = isinstance(u, int) and u == k - 1
+        if first:
             carry["params"], carry["state"] = before_step(carry["params"], batch, carry["state"])
         grads, stats = gradient(carry["params"], micro_batch(batch, u), carry["state"])
         if k > 1:
             # From zeros, as one sum over the micro-batches adds them.
-            total = jax.tree.map(jnp.zeros_like, grads) if u == 0 else carry["total"]
+            total = jax.tree.map(jnp.zeros_like, grads) if first else carry["total"]
             carry["total"] = jax.tree.map(jnp.add, total, grads)
             carry["micro_stats"] = jax.tree.map(
                 lambda buffer, s: buffer.at[u].set(s), carry["micro_stats"], stats
             )
-            if u < k - 1:
+            if not last:
                 return carry
             grads = carry["total"]
             if combine == "mean":
@@ -179,7 +181,7 @@ def minibatch_pieces(
             carry = jax.tree.map(lambda old, new: jnp.where(stopped, old, new), carry, done)
         else:
             carry = jax.lax.cond(stopped, lambda c: dict(c), lambda c: work(c, m, u), carry)
-        if u < k - 1:
+        if not (isinstance(u, int) and u == k - 1):
             return carry
         carry = dict(carry)
         carry["ran"] = carry["ran"].at[m].set(jnp.logical_not(stopped))
