@@ -1,4 +1,5 @@
-"""PPO on gymnax's MinAtar games in Anakin mode, with pgx's MinAtar PPO settings.
+"""PPO on gymnax's MinAtar games in Anakin mode, with pgx's MinAtar PPO settings but 4x the
+gradient steps (16 minibatches of 1,024 samples where pgx takes 4 of 4,096 per rollout).
 
 The reference is pgx's `examples/minatar-ppo` (sotetsuk/pgx, a PureJaxRL derivative):
 its network (`agent.network="minatar"`: a 2x2 convolution of 32 filters, 2x2 average
@@ -9,8 +10,14 @@ surrogate and the value loss, entropy 0.01, value coefficient 0.5, gradient norm
 advantages normalised per minibatch. On-policy (`pipeline.policy_lag=0`), as pgx is.
 
 Deliberate differences:
-  * 128 envs instead of 4096: a rollout of 16,384 steps, so 4 minibatches of 4096 per
-    epoch instead of 128 (the same samples per gradient step, the same 3 passes).
+  * 128 envs instead of 4096: a rollout of 16,384 steps per update.
+  * 16 minibatches of 1,024 samples per epoch (48 gradient steps per update) instead of
+    pgx's 4,096-sample minibatches (which would leave 4 per epoch here, 12 gradient steps
+    per update). pgx's large batches are made for 4,096 envs on an accelerator and 20M
+    steps; on 128 envs and a 5M-step budget they stall Breakout at 7.5
+    (docs/benchmarks.md, "Why Breakout stalls with the pgx settings"), where 16
+    minibatches learn it. `:pgx` keeps pgx's minibatch size (4 minibatches), and with it
+    every other setting above: the settings as pgx ships them, but for the env count.
   * 5M env steps instead of 20M (gymnax-blines trains its MinAtar PPO for 10M): what
     fits in about 30 minutes per game on a 2-core CPU (docs/benchmarks.md, "MinAtar",
     records each game's steps/s and wall time). The step size is held constant, so a
@@ -27,17 +34,13 @@ Deliberate differences:
     Freeway), counted as truncations and bootstrapped; pgx's MinAtar has no time limit.
 
 docs/benchmarks.md ("MinAtar") has each game's recorded return at 5M steps beside
-gymnax-blines' PPO at the same step count. pgx's large batches take few gradient steps
-per env step (12 per 16,384 here, against gymnax-blines' 32 per 8,192), so at 5M steps
-this config is the less sample-efficient of the two; pgx trains for 20M. On Breakout
-that is what stalls it (docs/benchmarks.md, "Why Breakout stalls with the pgx settings"):
-at 2M steps (seed 1) it holds a near-deterministic policy at 5.5 (entropy 0.25, explained
-variance 1.00); 4x the step size gives 7.0, `:cpu`'s MLP in place of the CNN 6.0, and
-16 minibatches (48 gradient steps per update) 25.1. gymnax's Breakout steps as pgx's
-(tests/test_minatar.py), and its 1,000-step limit is far above these episodes' lengths.
-The default keeps pgx's settings, so that its records stand;
-`--config.agent.num_minibatches=16` would fix Breakout, and `:cpu` below learns Breakout
-and Freeway at 5M steps on a CPU (on Asterix the pgx settings end higher).
+gymnax-blines' PPO at the same step count. With pgx's minibatch size (`:pgx`), 12
+gradient steps per 16,384 env steps, Breakout holds a near-deterministic policy at 5.5
+from 1.3M steps (entropy 0.25, explained variance 1.00); 4x the step size gives 7.0,
+`:cpu`'s MLP in place of the CNN 6.0, and 16 minibatches 25.1 at 2M steps
+(docs/benchmarks.md, "Why Breakout stalls with the pgx settings"). gymnax's Breakout steps
+as pgx's (tests/test_minatar.py), and its 1,000-step limit is far above these episodes'
+lengths.
 
 `:purejaxrl` trains PureJaxRL's MinAtar PPO instead, like for like (docs/benchmarks.md,
 "Like for like with PureJaxRL on MinAtar"): its settings are those of PureJaxRL's
@@ -89,6 +92,9 @@ gymnax-blines' `lr_warmup: 0.05` changes nothing: its warm-up runs from `lr_begi
     `sebulba.evaluate`'s 20 episodes), where gymnax-blines logs the mean return of 164
     test episodes of the sampled policy.
 
+`:pgx` trains with pgx's minibatch size (4 minibatches of 4,096 samples, 12 gradient steps
+per update), everything else as above.
+
 `:Breakout` (the default), `:Asterix`, `:Freeway`, `:SpaceInvaders` or `:Seaquest`
 selects the game; `:smoke` is a seconds-long run used by the tests (with a game and the
 PureJaxRL or gymnax-blines settings: `:Asterix,smoke`, `:Breakout,purejaxrl,smoke`,
@@ -100,7 +106,7 @@ from sebulba.config import base_config, minatar_variant, smoke_run
 
 
 def get_config(arg: str | None = None):
-    variant, env_id = minatar_variant(arg, "ppo_minatar", keywords=("smoke", "purejaxrl", "cpu"))
+    variant, env_id = minatar_variant(arg, "ppo_minatar", keywords=("smoke", "purejaxrl", "cpu", "pgx"))
     # The agent's defaults (baselines') are pgx's but for the lines below.
     config = base_config(defaults.ppo_config())
     config.env.id = env_id
@@ -111,12 +117,16 @@ def get_config(arg: str | None = None):
     config.agent.num_steps = 128
     config.agent.learning_rate = 3e-4
     config.agent.anneal_lr = False
-    config.agent.num_minibatches = 4  # Of 4096 samples, as pgx's.
+    # Of 1,024 samples: 48 gradient steps per update, 4x pgx's (its 4,096-sample minibatches
+    # stall Breakout at 5M steps on 128 envs; `:pgx` keeps them).
+    config.agent.num_minibatches = 16
     config.agent.update_epochs = 3
     config.agent.clip_coef = 0.2
     config.log.every_updates = 10
-    if "purejaxrl" in variant and "cpu" in variant:
-        raise ValueError("ppo_minatar: choose one of the variants purejaxrl and cpu")
+    if sum(name in variant for name in ("purejaxrl", "cpu", "pgx")) > 1:
+        raise ValueError("ppo_minatar: choose one of the variants purejaxrl, cpu and pgx")
+    if "pgx" in variant:
+        config.agent.num_minibatches = 4  # Of 4,096 samples, as pgx's.
     if "purejaxrl" in variant:
         _purejaxrl_settings(config)
     if "cpu" in variant:

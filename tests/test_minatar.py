@@ -125,6 +125,17 @@ def test_the_purejaxrl_variant_has_purejaxrls_settings_and_its_smoke_run_trains(
     _smoke_run_trains_breakout("Breakout,purejaxrl,smoke", tmp_path)
 
 
+def test_the_default_takes_4x_pgxs_gradient_steps_and_the_pgx_variant_its_minibatches():
+    # The default's 16 minibatches of 1,024 learn Breakout at 5M steps on 128 envs, where
+    # pgx's 4 of 4,096 stall it; `:pgx` differs from the default in that one key.
+    default, pgx = load_config("ppo_minatar", "Freeway"), load_config("ppo_minatar", "Freeway,pgx")
+    assert (default.agent.num_minibatches, pgx.agent.num_minibatches) == (16, 4)
+    pgx.agent.num_minibatches = 16
+    assert pgx.to_dict() == default.to_dict()
+    with pytest.raises(ValueError, match="one of the variants purejaxrl, cpu and pgx"):
+        load_config("ppo_minatar", "cpu,pgx")
+
+
 def test_the_cpu_variant_has_gymnax_blines_settings_and_its_smoke_run_trains(tmp_path):
     config = load_config("ppo_minatar", "Asterix,cpu")
     agent = config.agent
@@ -139,7 +150,7 @@ def test_the_cpu_variant_has_gymnax_blines_settings_and_its_smoke_run_trains(tmp
     assert load_config("ppo_minatar", "cpu").env.id == "gymnax:Breakout-MinAtar"
     # The other variants keep their 64-wide MLPs.
     assert tuple(load_config("ppo_minatar", "Breakout,purejaxrl").agent.hidden_sizes) == (64, 64)
-    with pytest.raises(ValueError, match="one of the variants purejaxrl and cpu"):
+    with pytest.raises(ValueError, match="one of the variants purejaxrl, cpu and pgx"):
         load_config("ppo_minatar", "purejaxrl,cpu")
 
     # agent.hidden_sizes reaches PPO's network: 256-wide actor and critic layers.
