@@ -9,7 +9,10 @@ rewards scaled by 0.1, epsilon from 1 to 0.2 over the first 20% of the updates.
 Deliberate differences from purejaxql:
   * Actors act with the version before the learner's (`pipeline.policy_lag=1`), while
     purejaxql collects and learns in one synchronous loop (`--config.pipeline.policy_lag=0`
-    gives its schedule). The targets use the learner's current network either way.
+    gives its schedule). The targets use the learner's current network either way,
+    re-evaluating the rollout at the update's start, where purejaxql stores the Q-values
+    its actors computed (`--config.agent.q_targets=behaviour` does too: the same values
+    under lag 0, version k - 1's under lag 1, one forward pass fewer).
   * envpool's CartPole-v1 instead of gymnax's (the same dynamics); its 500-step time
     limit is a truncation that bootstraps, where purejaxql's `done` ends the return.
   * Minibatches shuffle each env's 64 steps (`time_shuffled`, 4 steps of all 32 envs per

@@ -21,6 +21,11 @@ Deliberate differences from purejaxql:
     leaves its learner device.
   * gymnax's time limits are truncations that bootstrap, where purejaxql's `done` ends
     the return.
+  * The learner re-evaluates the rollout with its network for the targets, where
+    purejaxql takes the Q-values its actors stored: on-policy, the same values (to float
+    rounding) at one more forward pass, 16% of the update's arithmetic
+    (`benchmarks/pqn_targets.py`); `--config.agent.q_targets=behaviour` takes the stored
+    ones, as purejaxql.
 
 `:Breakout` (the default), `:Asterix`, `:Freeway`, `:SpaceInvaders` or `:Seaquest`
 selects the game; `:smoke` is a seconds-long run used by the tests (with a game:

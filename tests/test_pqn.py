@@ -173,6 +173,82 @@ def test_update_agrees_across_layouts_and_moves_no_rollout_data():
     assert_update_moves_no_rollout_data(agent, rollout, num_devices=2)
 
 
+def _with_behaviour_q_values(agent, params, rollout):
+    """`rollout` with the Q-values `agent.act` gives for every obs[t] stored, as actors do."""
+    keys = jax.random.split(jax.random.key(3), B)
+    q_values = [
+        agent.act({"network": params, "epsilon": 0.0}, obs, keys)[1]["q_values"]
+        for obs in rollout.obs
+    ]
+    return rollout.replace(policy_outputs={"q_values": np.stack(q_values)})
+
+
+def test_targets_from_the_behaviour_q_values_match_the_learners_under_lag_0():
+    # Under policy lag 0 the actors hold the learner's version: the Q-values they stored
+    # give the same update as the learner's own evaluation of the rollout.
+    learner_agent, behaviour_agent = make_agent(), make_agent(q_targets="behaviour")
+    state = learner_agent.init(jax.random.key(0))
+    rollout = random_rollout(4).replace(policy_outputs={})
+    stored = _with_behaviour_q_values(behaviour_agent, state.params, rollout)
+    assert stored.policy_outputs["q_values"].shape == (T + 1, B, A)
+    reference, reference_metrics = jax.jit(learner_agent.update)(state, rollout)
+    from_behaviour, metrics = jax.jit(behaviour_agent.update)(state, stored)
+    for a, b in zip(
+        jax.tree.leaves(reference.params), jax.tree.leaves(from_behaviour.params), strict=True
+    ):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(metrics["target_mean"], reference_metrics["target_mean"], rtol=1e-6)
+    # The stored Q-values are what the targets take: other values give other targets.
+    shifted = stored.replace(policy_outputs={"q_values": stored.policy_outputs["q_values"] + 1})
+    _, shifted_metrics = jax.jit(behaviour_agent.update)(state, shifted)
+    assert float(shifted_metrics["target_mean"]) > float(metrics["target_mean"]) + 0.5
+    # The learner's agent stores nothing, so its rollouts carry no Q-values.
+    assert (
+        learner_agent.act(
+            {"network": state.params, "epsilon": 0.0},
+            rollout.obs[0],
+            jax.random.split(jax.random.key(3), B),
+        )[1]
+        == {}
+    )
+    with pytest.raises(ConfigError, match=r"agent\.q_targets 'actor'"):
+        make_agent(q_targets="actor")
+
+
+def test_targets_from_the_behaviour_q_values_spare_the_learner_a_forward_pass():
+    # The compiled update of the MinAtar CNN: without its pass over the rollout's T + 1
+    # observations it does fewer floating-point operations.
+    def update_flops(q_targets):
+        agent = make_agent(MINATAR, network="minatar", q_targets=q_targets)
+        state = jax.eval_shape(agent.init, jax.random.key(0))
+        rollout = jax.eval_shape(lambda: _minatar_rollout(q_targets == "behaviour"))
+        compiled = jax.jit(agent.update).lower(state, rollout).compile()
+        analysis = compiled.cost_analysis()
+        analysis = analysis[0] if isinstance(analysis, list) else analysis
+        return analysis["flops"]
+
+    learner_flops, behaviour_flops = update_flops("learner"), update_flops("behaviour")
+    assert behaviour_flops < 0.97 * learner_flops, (behaviour_flops, learner_flops)
+
+
+def _minatar_rollout(with_q_values):
+    import jax.numpy as jnp
+
+    from sebulba.agents.api import Rollout
+
+    outputs = {"q_values": jnp.zeros((T + 1, B, 3))} if with_q_values else {}
+    return Rollout(
+        obs=jnp.zeros((T + 1, B, 10, 10, 4), bool),
+        actions=jnp.zeros((T, B), jnp.int32),
+        rewards=jnp.zeros((T, B)),
+        terminations=jnp.zeros((T, B), bool),
+        truncations=jnp.zeros((T, B), bool),
+        valid=jnp.ones((T, B), bool),
+        policy_outputs=outputs,
+        env_ids=jnp.arange(B, dtype=jnp.int32),
+    )
+
+
 def test_invalid_steps_carry_no_weight():
     agent = make_agent()
     rollout = random_rollout(2).replace(policy_outputs={})
@@ -229,6 +305,19 @@ def test_sebulba_lag_one_actors_act_with_the_previous_versions_epsilon_and_netwo
             assert agreement < 0.8, update  # Uniform actions: about half are greedy.
         else:
             assert agreement == 1.0, update
+
+
+def test_a_run_whose_targets_take_the_behaviour_q_values_stores_its_versions(tmp_path):
+    # Under lag 1 the stored Q-values are version k - 1's: debug.consistency_checks
+    # recomputes every rollout's policy outputs with the version the schedule names.
+    config = load_config("pqn_cartpole", "smoke")
+    config.agent.q_targets = "behaviour"
+    config.debug.consistency_checks = True
+    config.log.tensorboard = False
+    train.train(config, str(tmp_path))
+    lines = read_metrics(str(tmp_path))
+    assert read_summary(str(tmp_path))["updates"] == len(lines) > 1
+    assert all(np.isfinite(line["target_mean"]) for line in lines)
 
 
 def test_same_seed_same_checksum_under_delays_and_the_lag_is_logged(tmp_path):

@@ -288,6 +288,10 @@ def pqn_config() -> ml_collections.ConfigDict:
     config.epsilon_finish = 0.001  # Epsilon once the decay is over.
     config.exploration_fraction = 0.1  # Fraction of the updates over which epsilon decays.
     config.reward_scale = 1.0  # Rewards are multiplied by this for the targets.
+    # learner: its network re-evaluates the rollout at the update's start; behaviour: the
+    # actors' Q-values, stored in the rollout as purejaxql stores them (one forward pass
+    # fewer; the same values under policy lag 0).
+    config.q_targets = "learner"  # Q-values of the targets: learner | behaviour (stored).
     # auto: unrolled for convolutional networks on CPU learners, where XLA runs conv
     # gradients inside a rolled scan 20-30x slower; rolled lax.scan elsewhere.
     config.minibatch_loop = "auto"  # auto | scan | unrolled.

@@ -4,14 +4,18 @@ Learning"), as in their reference implementation, purejaxql.
 No replay buffer and no target network: a Q-network with a LayerNorm after every hidden
 layer (`agent.norm`, `networks.py`) learns from the rollout just collected. At the start
 of each update the learner's *current* network evaluates every observation of the rollout
-once, and the Q(lambda) targets follow from it (Peng and Williams' Q(lambda), the target
+once (`agent.q_targets="learner"`; with `"behaviour"` the actors' Q-values, stored in the
+rollout, are used instead, as purejaxql does: one forward pass over the rollout fewer, and
+under `pipeline.policy_lag=0` the same values, since the actors then hold the learner's
+version), and the Q(lambda) targets follow from it (Peng and Williams' Q(lambda), the target
 of rlax's `q_lambda`: G_t = r_t + gamma [(1 - lambda) max_a Q(s_{t+1}, a) + lambda
 G_{t+1}], lambda 0.65); they stay fixed over `agent.update_epochs` passes of
 `agent.num_minibatches` minibatches, each one RAdam step on 0.5 (Q(s_t, a_t) - G_t)^2.
 The actors act epsilon-greedily on their version's Q-values.
 
 Under `pipeline.policy_lag=1` rollout k was collected with version k - 1 while the
-targets use the learner's version k: an off-policy gap of one version, which Q-learning
+targets use the learner's version k (version k - 1's with `"behaviour"`): an off-policy
+gap of one version, which Q-learning
 tolerates (its targets take the greedy action whatever the behaviour). The exploration
 epsilon decays linearly from `agent.epsilon_start` to `agent.epsilon_finish` over the
 first `agent.exploration_fraction` of the updates (purejaxql's schedule, per update). It
@@ -55,6 +59,8 @@ from sebulba.lag_schedule import behaviour_version
 
 # The networks with a Q head and a norm option (`networks.make_network`).
 Q_NETWORKS = ("mlp", "nature_cnn", "impala_resnet", "minatar")
+# Whose Q-values the targets take (`agent.q_targets`).
+Q_TARGETS = ("learner", "behaviour")
 
 # The interval of every numeric hyperparameter (`defaults.py`); `make` refuses values
 # outside them.
@@ -151,6 +157,8 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         "epsilon",
     )
     check_choice(hp.network, "agent.network", Q_NETWORKS)
+    check_choice(hp.q_targets, "agent.q_targets", Q_TARGETS)
+    targets_from_behaviour = hp.q_targets == "behaviour"
     check_network_fits(hp.network, env_spec, among=Q_NETWORKS)
     # () is a linear Q-function of the torso's features; a zero width would fail at the
     # first checkpoint, a negative one inside JAX.
@@ -197,9 +205,11 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         return {"network": state.params, "epsilon": state.epsilon}
 
     def act(params, obs, keys: jax.Array):
-        """obs [B, ...], keys [B] -> epsilon-greedy actions [B], no outputs to store."""
+        """obs [B, ...], keys [B] -> epsilon-greedy actions [B], and the Q-values [B, A] to
+        store where the targets take the behaviour's (else no outputs)."""
         q_values = q_network(params["network"], obs)
-        return epsilon_greedy(q_values, params["epsilon"], keys), {}
+        outputs = {"q_values": q_values} if targets_from_behaviour else {}
+        return epsilon_greedy(q_values, params["epsilon"], keys), outputs
 
     def act_greedy(params, obs):
         """obs [B, ...] -> the greedy actions [B] (evaluation)."""
@@ -215,9 +225,12 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         return loss, {"loss": loss, "q_mean": learner.masked_mean(q_taken, weight)}
 
     def plan_update(state: PQNState, rollout: Rollout) -> UpdatePlan:
-        # The targets come from the learner's current network, once per rollout, and stay
-        # fixed over the epochs (purejaxql); the behaviour version is not needed.
-        obs_q = jax.vmap(q_network, in_axes=(None, 1), out_axes=1)(state.params, rollout.obs)
+        # The targets come from the learner's current network, once per rollout, or from
+        # the Q-values the actors stored, and stay fixed over the epochs (purejaxql).
+        if targets_from_behaviour:
+            obs_q = rollout.policy_outputs["q_values"]  # [T + 1, B, A]
+        else:
+            obs_q = jax.vmap(q_network, in_axes=(None, 1), out_axes=1)(state.params, rollout.obs)
         targets = q_lambda_targets(
             jax.lax.stop_gradient(obs_q),
             rollout.rewards * hp.reward_scale,
