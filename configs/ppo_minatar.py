@@ -106,7 +106,9 @@ from sebulba.config import base_config, minatar_variant, smoke_run
 
 
 def get_config(arg: str | None = None):
-    variant, env_id = minatar_variant(arg, "ppo_minatar", keywords=("smoke", "purejaxrl", "cpu", "pgx"))
+    variant, env_id = minatar_variant(
+        arg, "ppo_minatar", keywords=("smoke", "purejaxrl", "cpu", "pgx")
+    )
     # The agent's defaults (baselines') are pgx's but for the lines below.
     config = base_config(defaults.ppo_config())
     config.env.id = env_id

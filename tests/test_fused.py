@@ -15,7 +15,6 @@ from tests import minimal_agent, probe_agent
 from tests.helpers import (
     agent_config,
     assert_rollouts_came_from_the_lagged_version,
-    load_config,
     read_metrics,
     read_summary,
     sigint_after,
