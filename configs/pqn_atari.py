@@ -20,10 +20,12 @@ agent steps, the same 108k frames).
 Other deliberate differences from purejaxql:
   * Actors act with the version before the learner's (`pipeline.policy_lag=1`), while
     purejaxql collects and learns in one synchronous loop (`--config.pipeline.policy_lag=0`
-    gives its schedule). The targets use the learner's current network either way,
-    re-evaluating the rollout at the update's start, where purejaxql stores the Q-values
-    its actors computed (`--config.agent.q_targets=behaviour` does too: the same values
-    under lag 0, version k - 1's under lag 1, one forward pass fewer).
+    gives its schedule). On MinAtar Breakout at 2M steps the lag cost nothing measurable
+    (docs/benchmarks.md, "PQN: policy lag 0 against 1"). The targets use the learner's
+    current network either way, re-evaluating the rollout at the update's start, where
+    purejaxql stores the Q-values its actors computed (`--config.agent.q_targets=behaviour`
+    does too: the same values under lag 0, version k - 1's under lag 1, one forward pass
+    fewer).
   * Weights are initialised orthogonally (gain sqrt(2), the Q head 1), biases zero;
     purejaxql uses he_normal (the same variance, 2 / fan_in) and lecun_normal for its
     Q head.

@@ -14,9 +14,12 @@ G_{t+1}], lambda 0.65); they stay fixed over `agent.update_epochs` passes of
 The actors act epsilon-greedily on their version's Q-values.
 
 Under `pipeline.policy_lag=1` rollout k was collected with version k - 1 while the
-targets use the learner's version k (version k - 1's with `"behaviour"`): an off-policy
-gap of one version, which Q-learning
-tolerates (its targets take the greedy action whatever the behaviour). The exploration
+targets use the learner's version k (version k - 1's with `"behaviour"`). Peng's
+Q(lambda) does not correct for the behaviour: a target follows the actions taken for
+about 1 / (1 - gamma lambda) steps (2.8 at 0.99 and 0.65) before it bootstraps from
+max_a Q, so it mixes the greedy policy's return with the behaviour's, and under lag 1 that
+behaviour is one version older (docs/benchmarks.md, "PQN: policy lag 0 against 1",
+measures it on MinAtar). The exploration
 epsilon decays linearly from `agent.epsilon_start` to `agent.epsilon_finish` over the
 first `agent.exploration_fraction` of the updates (purejaxql's schedule, per update). It
 is learner state: each update stores the next version's epsilon, `policy_params` hands it
