@@ -71,7 +71,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from sebulba.agents import distributions, popart, recurrent
+from sebulba.agents import convolution, distributions, popart, recurrent
 from sebulba.agents.api import ActionSpec, ArraySpec, EnvSpec
 from sebulba.agents.max_pool import max_pool as max_pool_by_slices
 from sebulba.config.validation import check_choice
@@ -257,6 +257,16 @@ def _dense(features: int, gain: float) -> nn.Dense:
     )
 
 
+def conv_general_dilated():
+    """The convolution every Conv layer calls: on CPUs `convolution.conv_general_dilated`,
+    whose gradients XLA:CPU runs as fast in a rolled loop as in straight-line code (and
+    computes bitwise as JAX's own there); elsewhere JAX's, which GPUs and TPUs lay out
+    themselves."""
+    if jax.default_backend() == "cpu":
+        return convolution.conv_general_dilated
+    return jax.lax.conv_general_dilated
+
+
 def _conv(init: str, features: int, kernel: int, stride: int = 1, padding="VALID") -> nn.Conv:
     return nn.Conv(
         features,
@@ -265,6 +275,7 @@ def _conv(init: str, features: int, kernel: int, stride: int = 1, padding="VALID
         padding=padding,
         kernel_init=CONV_INITS[init],
         bias_init=nn.initializers.zeros,
+        conv_general_dilated=conv_general_dilated(),
     )
 
 
