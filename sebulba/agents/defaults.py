@@ -196,11 +196,10 @@ def ppo_config() -> ml_collections.ConfigDict:
     config.conv_init = "orthogonal"  # CNN kernels: orthogonal (baselines) | lecun_normal.
     config.max_pool = "auto"  # auto (slices: CPU, deterministic GPU) | slices | reduce_window.
     config.mask_actions = True  # Illegal actions (the env's action mask) get probability 0.
-    # auto: unrolled for convolutional networks on CPU learners, where XLA runs conv
-    # gradients inside a rolled scan 20-30x slower; rolled lax.scan elsewhere (an MLP
-    # gains little from unrolling and compiles many times longer). scan on a CPU learner
-    # with the MinAtar CNN compiles faster but trains about 10x slower than unrolled
-    # (docs/benchmarks.md, "Compiling").
+    # auto: unrolled for convolutional networks on CPU learners, rolled lax.scan elsewhere.
+    # On CPUs scan runs the stride-1 CNNs (MinAtar's, the ResNet) about as fast as unrolled
+    # and compiles in seconds, not minutes; the Nature CNN's strided convolutions ~10x
+    # slower (docs/benchmarks.md, "Compiling"). An MLP compiles far longer unrolled.
     config.minibatch_loop = "auto"  # auto | unrolled | scan (CPU, MinAtar CNN: ~10x slower).
     # Memory falls with it. Advantage normalisation and the means over valid samples are
     # then per micro-batch (exact split only for a plain mean: norm_adv "none", all valid).
@@ -249,9 +248,10 @@ def impala_config() -> ml_collections.ConfigDict:
     config.conv_init = "lecun_normal"  # CNN kernels: lecun_normal (Cleanba) | orthogonal.
     config.max_pool = "auto"  # auto (slices: CPU, deterministic GPU) | slices | reduce_window.
     config.mask_actions = True  # Illegal actions (the env's action mask) get probability 0.
-    # auto: unrolled for convolutional networks on CPU learners, where XLA runs conv
-    # gradients inside a rolled scan 20-30x slower; rolled lax.scan elsewhere (an MLP
-    # gains little from unrolling and compiles many times longer).
+    # auto: unrolled for convolutional networks on CPU learners, rolled lax.scan elsewhere.
+    # On CPUs scan runs the stride-1 CNNs (MinAtar's, the ResNet) about as fast as unrolled
+    # and compiles in seconds, not minutes; the Nature CNN's strided convolutions ~10x
+    # slower (docs/benchmarks.md, "Compiling"). An MLP compiles far longer unrolled.
     config.minibatch_loop = "auto"  # auto | scan | unrolled.
     # Every k-th env column of a minibatch; the loss is a sum, so the summed gradients equal
     # the unsplit minibatch's. Memory falls with it.
@@ -292,8 +292,10 @@ def pqn_config() -> ml_collections.ConfigDict:
     # actors' Q-values, stored in the rollout as purejaxql stores them (one forward pass
     # fewer; the same values under policy lag 0).
     config.q_targets = "learner"  # Q-values of the targets: learner | behaviour (stored).
-    # auto: unrolled for convolutional networks on CPU learners, where XLA runs conv
-    # gradients inside a rolled scan 20-30x slower; rolled lax.scan elsewhere.
+    # auto: unrolled for convolutional networks on CPU learners, rolled lax.scan elsewhere.
+    # On CPUs scan runs the stride-1 CNNs (MinAtar's, the ResNet) about as fast as unrolled
+    # and compiles in seconds, not minutes; the Nature CNN's strided convolutions ~10x
+    # slower (docs/benchmarks.md, "Compiling"). An MLP compiles far longer unrolled.
     config.minibatch_loop = "auto"  # auto | scan | unrolled.
     return config
 

@@ -134,12 +134,17 @@ def annealed_learning_rate(
 def unrolls_minibatch_loop(minibatch_loop: str, convolutional: bool) -> bool:
     """Resolves `agent.minibatch_loop`; True where the loop over minibatches is unrolled.
 
-    "auto" unrolls only convolutional networks on CPU learners: XLA:CPU runs convolution
-    gradients inside a rolled `lax.scan` 20-30x slower than straight-line code (measured
-    in docs/benchmarks.md), while an unrolled MLP update gains little and compiles for
-    many times longer. Everything else keeps the rolled scan (smaller programs, faster
-    compiles). An unrolled loop keeps one minibatch's activations alive at a time only
-    when compiled with `sebulba.preflight.memory.update_compiler_options` (the pipeline does).
+    "auto" unrolls only convolutional networks on CPU learners, and keeps the rolled scan
+    everywhere else (smaller programs, faster compiles; an unrolled MLP update gains
+    nothing and compiles for many times longer). On CPUs XLA ran JAX's convolution
+    gradients inside a rolled loop 7x to 23x slower than in straight-line code; the
+    networks' own convolution (`sebulba.agents.convolution`) removed that for stride-1
+    convolutions (the MinAtar network, the IMPALA ResNet: rolled about as fast as
+    unrolled, compiled in seconds instead of minutes), not for the Nature CNN's strided
+    ones (`python benchmarks/minibatch_loop.py`, docs/benchmarks.md). "auto" still
+    unrolls them all, so that recorded runs keep their results. An unrolled loop keeps
+    one minibatch's activations alive at a time only when compiled with
+    `sebulba.preflight.memory.update_compiler_options` (the pipeline does).
 
     Args:
       minibatch_loop: the config value, auto | scan | unrolled.
