@@ -173,8 +173,9 @@ class UpdatePlan:
     Attributes:
       num_steps: N, the outer loop's length (optimizer steps).
       pieces_per_step: k, pieces per outer step (micro-batches per minibatch).
-      unroll: whether the outer loop is unrolled (XLA:CPU's convolution gradients run
-        many times slower inside a loop's body; see `learner.unrolls_minibatch_loop`).
+      unroll: whether the outer loop is unrolled (XLA:CPU runs JAX's gradients of strided
+        convolutions many times slower inside a loop's body; see
+        `learner.unrolls_minibatch_loop`).
       carry: the pytree the pieces thread, before the first one.
       piece: `piece(carry, m, u) -> carry`; `m` an int32 scalar, traced in a rolled loop,
         `u` a Python int.

@@ -198,9 +198,9 @@ def ppo_config() -> ml_collections.ConfigDict:
     config.mask_actions = True  # Illegal actions (the env's action mask) get probability 0.
     # auto: unrolled for convolutional networks on CPU learners, rolled lax.scan elsewhere.
     # On CPUs scan runs the stride-1 CNNs (MinAtar's, the ResNet) about as fast as unrolled
-    # and compiles in seconds, not minutes; the Nature CNN's strided convolutions ~10x
+    # and compiles in seconds, not minutes; the Nature CNN's strided convolutions ~9x
     # slower (docs/benchmarks.md, "Compiling"). An MLP compiles far longer unrolled.
-    config.minibatch_loop = "auto"  # auto | unrolled | scan (CPU, MinAtar CNN: ~10x slower).
+    config.minibatch_loop = "auto"  # auto | unrolled | scan (CPU, Nature CNN: ~9x slower).
     # Memory falls with it. Advantage normalisation and the means over valid samples are
     # then per micro-batch (exact split only for a plain mean: norm_adv "none", all valid).
     config.gradient_accumulation_steps = 1  # Micro-batches per minibatch (gradients averaged).
@@ -250,7 +250,7 @@ def impala_config() -> ml_collections.ConfigDict:
     config.mask_actions = True  # Illegal actions (the env's action mask) get probability 0.
     # auto: unrolled for convolutional networks on CPU learners, rolled lax.scan elsewhere.
     # On CPUs scan runs the stride-1 CNNs (MinAtar's, the ResNet) about as fast as unrolled
-    # and compiles in seconds, not minutes; the Nature CNN's strided convolutions ~10x
+    # and compiles in seconds, not minutes; the Nature CNN's strided convolutions ~9x
     # slower (docs/benchmarks.md, "Compiling"). An MLP compiles far longer unrolled.
     config.minibatch_loop = "auto"  # auto | scan | unrolled.
     # Every k-th env column of a minibatch; the loss is a sum, so the summed gradients equal
@@ -294,7 +294,7 @@ def pqn_config() -> ml_collections.ConfigDict:
     config.q_targets = "learner"  # Q-values of the targets: learner | behaviour (stored).
     # auto: unrolled for convolutional networks on CPU learners, rolled lax.scan elsewhere.
     # On CPUs scan runs the stride-1 CNNs (MinAtar's, the ResNet) about as fast as unrolled
-    # and compiles in seconds, not minutes; the Nature CNN's strided convolutions ~10x
+    # and compiles in seconds, not minutes; the Nature CNN's strided convolutions ~9x
     # slower (docs/benchmarks.md, "Compiling"). An MLP compiles far longer unrolled.
     config.minibatch_loop = "auto"  # auto | scan | unrolled.
     return config
