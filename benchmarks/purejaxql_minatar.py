@@ -33,17 +33,14 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import os
 import re
-import subprocess
 import sys
-import tempfile
 import time
 import types
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RESULT_PREFIX = "RESULT "
+import peer_processes
+
 STEPS_PER_UPDATE = 128 * 32  # pqn_minatar.yaml's NUM_ENVS x NUM_STEPS.
 GYMNAX_1_INFO = ("terminated", "truncated", "final_observation")
 
@@ -148,23 +145,8 @@ def train_purejaxql(checkout: str, game: str, steps: int, seed: int) -> dict:
     }
 
 
-def _environment() -> dict:
-    env = dict(os.environ, SEBULBA_COMPILATION_CACHE_DIR="")  # Every program compiles.
-    env.pop("JAX_COMPILATION_CACHE_DIR", None)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, env.get("PYTHONPATH")]))
-    return env
-
-
 def run_purejaxql(args) -> dict:
-    with tempfile.TemporaryDirectory() as workdir:
-        command = [sys.executable, os.path.abspath(__file__), "--child", *_shared_args(args)]
-        start = time.perf_counter()
-        done = subprocess.run(
-            command, cwd=workdir, env=_environment(), stdout=subprocess.PIPE, check=True
-        )
-        wall_s = time.perf_counter() - start
-    line = [x for x in done.stdout.decode().splitlines() if x.startswith(RESULT_PREFIX)][-1]
-    return dict(json.loads(line[len(RESULT_PREFIX) :]), wall_s=wall_s)
+    return peer_processes.run_child(__file__, _shared_args(args))
 
 
 def _compile_seconds(log: str) -> float:
@@ -175,27 +157,9 @@ def _compile_seconds(log: str) -> float:
 
 
 def run_sebulba(args, *overrides: str) -> dict:
-    with tempfile.TemporaryDirectory() as workdir:
-        command = [
-            sys.executable,
-            "-m",
-            "sebulba.main",
-            f"--config={os.path.join(ROOT, 'configs', 'pqn_minatar.py')}:{args.game}",
-            f"--workdir={os.path.join(workdir, 'run')}",
-            f"--config.total_timesteps={args.steps}",
-            f"--config.seed={args.seed}",
-            "--config.log.tensorboard=False",
-            *overrides,
-        ]
-        start = time.perf_counter()
-        done = subprocess.run(
-            command, cwd=workdir, env=_environment(), stdout=subprocess.PIPE, check=True
-        )
-        wall_s = time.perf_counter() - start
-        log = done.stdout.decode()
-        print(log, file=sys.stderr, flush=True)
-        with open(os.path.join(workdir, "run", "summary.json"), encoding="utf-8") as f:
-            summary = json.load(f)
+    summary, wall_s, log = peer_processes.run_sebulba(
+        f"pqn_minatar.py:{args.game}", args.steps, args.seed, *overrides
+    )
     return {
         "env_steps": summary["global_step"],
         "sps": summary["sps"],
@@ -227,7 +191,7 @@ def main() -> None:
         parser.error(f"--steps must be a multiple of {STEPS_PER_UPDATE} (one update)")
     if args.child:
         result = train_purejaxql(args.purejaxql, args.game, args.steps, args.seed)
-        print(RESULT_PREFIX + json.dumps(result), flush=True)
+        peer_processes.print_result(result)
         return
 
     sides = {

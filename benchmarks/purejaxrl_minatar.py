@@ -26,16 +26,12 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import os
-import subprocess
 import sys
-import tempfile
 import time
 import types
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RESULT_PREFIX = "RESULT "
+import peer_processes
 
 # PureJaxRL's MinAtar settings (`examples/brax_minatar.ipynb`), which the `:purejaxrl`
 # variant of configs/ppo_minatar.py mirrors.
@@ -118,42 +114,14 @@ def train_purejaxrl(checkout: str, game: str, steps: int, seed: int) -> dict:
     }
 
 
-def _environment() -> dict:
-    env = dict(os.environ, SEBULBA_COMPILATION_CACHE_DIR="")  # Every program compiles.
-    env.pop("JAX_COMPILATION_CACHE_DIR", None)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, env.get("PYTHONPATH")]))
-    return env
-
-
 def run_purejaxrl(args) -> dict:
-    with tempfile.TemporaryDirectory() as workdir:
-        command = [sys.executable, os.path.abspath(__file__), "--child", *_shared_args(args)]
-        start = time.perf_counter()
-        done = subprocess.run(
-            command, cwd=workdir, env=_environment(), stdout=subprocess.PIPE, check=True
-        )
-        wall_s = time.perf_counter() - start
-    line = [x for x in done.stdout.decode().splitlines() if x.startswith(RESULT_PREFIX)][-1]
-    return dict(json.loads(line[len(RESULT_PREFIX) :]), wall_s=wall_s)
+    return peer_processes.run_child(__file__, _shared_args(args))
 
 
 def run_sebulba(args) -> dict:
-    with tempfile.TemporaryDirectory() as workdir:
-        command = [
-            sys.executable,
-            "-m",
-            "sebulba.main",
-            f"--config={os.path.join(ROOT, 'configs', 'ppo_minatar.py')}:{args.game},purejaxrl",
-            f"--workdir={os.path.join(workdir, 'run')}",
-            f"--config.total_timesteps={args.steps}",
-            f"--config.seed={args.seed}",
-            "--config.log.tensorboard=False",
-        ]
-        start = time.perf_counter()
-        subprocess.run(command, cwd=workdir, env=_environment(), stdout=sys.stderr, check=True)
-        wall_s = time.perf_counter() - start
-        with open(os.path.join(workdir, "run", "summary.json"), encoding="utf-8") as f:
-            summary = json.load(f)
+    summary, wall_s, _ = peer_processes.run_sebulba(
+        f"ppo_minatar.py:{args.game},purejaxrl", args.steps, args.seed
+    )
     return {
         "env_steps": summary["global_step"],
         "sps": summary["sps"],
@@ -183,7 +151,7 @@ def main() -> None:
     args.purejaxrl = os.path.abspath(args.purejaxrl)
     if args.child:
         result = train_purejaxrl(args.purejaxrl, args.game, args.steps, args.seed)
-        print(RESULT_PREFIX + json.dumps(result), flush=True)
+        peer_processes.print_result(result)
         return
 
     sides = {"PureJaxRL ppo.py": run_purejaxrl, "sebulba": run_sebulba}
