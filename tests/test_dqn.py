@@ -304,13 +304,30 @@ def test_an_interrupted_anakin_run_resumes_with_the_same_checksum(tmp_path):
     assert int(state.count) == 6 * 10 and float(read_metrics(workdir)[-1]["learning"]) == 1.0
 
 
-def test_a_sebulba_checkpoint_restores_the_buffer_sharded_with_its_last_step_cut(tmp_path):
+def _sebulba_config(learners):
+    """configs/dqn_cartpole.py:smoke (envpool actors) on the learner devices `learners`."""
     config = load_config("dqn_cartpole", "smoke")
     config.log.tensorboard = False
-    saved = jax.device_get(train.train(config, str(tmp_path / "first")))
+    config.mesh.learner_device_ids = learners
+    return config
+
+
+@pytest.fixture(scope="module")
+def sebulba_run(tmp_path_factory):
+    """(workdir, final state on the host) of configs/dqn_cartpole.py:smoke on one learner
+    device: the checkpoint the restore test resumes and the layout test's reference."""
+    workdir = str(tmp_path_factory.mktemp("dqn_sebulba") / "one")
+    state = train.train(_sebulba_config((1,)), workdir)
+    return workdir, jax.device_get(state)
+
+
+def test_a_sebulba_checkpoint_restores_the_buffer_sharded_with_its_last_step_cut(
+    sebulba_run, tmp_path
+):
+    first, saved = sebulba_run
     # Resumed onto two learner devices: the buffer is split along envs there.
     config = load_config("dqn_cartpole", "smoke")
-    config.ckpt.resume_from = str(tmp_path / "first")
+    config.ckpt.resume_from = first
     config.mesh.learner_device_ids = (1, 2)
     start = train.restore_or_init(train.prepare(config), str(tmp_path / "new"))
     assert start.first_update == 7
@@ -370,16 +387,15 @@ def test_the_memory_check_counts_each_devices_buffer_shard_and_names_buffer_size
     assert "num_minibatches" not in message and "gradient_accumulation" not in message
 
 
-def test_a_sebulba_run_on_one_and_two_learner_devices_agrees(tmp_path):
+def test_a_sebulba_run_on_one_and_two_learner_devices_agrees(sebulba_run, tmp_path):
     # configs/dqn_cartpole.py:smoke (envpool actors): the same global envs, so the same data.
+    one, saved = sebulba_run
+    two = str(tmp_path / "two")
+    state = jax.device_get(train.train(_sebulba_config((1, 2)), two))
     results = []
-    for name, learners in (("one", (1,)), ("two", (1, 2))):
-        config = load_config("dqn_cartpole", "smoke")
-        config.log.tensorboard = False
-        config.mesh.learner_device_ids = learners
-        state = train.train(config, str(tmp_path / name))
-        assert float(read_metrics(str(tmp_path / name))[-1]["learning"]) == 1.0
-        results.append(jax.device_get((state.params, state.target_params, state.buffer)))
+    for workdir, final in ((one, saved), (two, state)):
+        assert float(read_metrics(workdir)[-1]["learning"]) == 1.0
+        results.append((final.params, final.target_params, final.buffer))
     for a, b in zip(*map(jax.tree.leaves, results), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
@@ -455,9 +471,22 @@ def test_agents_built_with_carry_keep_their_state_partition_specs():
     assert default.partition_specs({"a": jnp.zeros(3)}) == {"a": PartitionSpec()}
 
 
-def test_an_anakin_run_on_two_learner_devices_splits_the_buffer_and_agrees(tmp_path):
-    one = jax.device_get(train.train(_anakin_config(), str(tmp_path / "one")))
-    two = train.train(_anakin_config(learner_device_ids=(0, 1)), str(tmp_path / "two"))
+@pytest.fixture(scope="module")
+def anakin_two_learners(tmp_path_factory):
+    """The final state of `_anakin_config` with seed 2 on two learner devices: the layout
+    test's two-device run and the seeds test's run of seed 2 alone."""
+    config = _anakin_config(learner_device_ids=(0, 1))
+    config.seed = 2
+    return train.train(config, str(tmp_path_factory.mktemp("dqn_anakin") / "two"))
+
+
+def test_an_anakin_run_on_two_learner_devices_splits_the_buffer_and_agrees(
+    anakin_two_learners, tmp_path
+):
+    config = _anakin_config()
+    config.seed = 2  # As the two-device run.
+    one = jax.device_get(train.train(config, str(tmp_path / "one")))
+    two = anakin_two_learners
     for leaf in jax.tree.leaves(two.buffer):
         assert leaf.sharding.spec == PartitionSpec(None, "batch")
         assert leaf.addressable_shards[0].data.shape[1] == 4  # 8 envs over 2 devices.
@@ -465,13 +494,12 @@ def test_an_anakin_run_on_two_learner_devices_splits_the_buffer_and_agrees(tmp_p
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
-def test_seeds_in_one_program_split_each_seeds_buffer_along_envs(tmp_path):
+def test_seeds_in_one_program_split_each_seeds_buffer_along_envs(anakin_two_learners, tmp_path):
     from sebulba.anakin import seeds as seeds_lib
 
     config = _anakin_config(learner_device_ids=(0, 1))
     states = seeds_lib.train_seeds(config, str(tmp_path / "seeds"), (1, 2))
-    config.seed = 2
-    alone = jax.device_get(train.train(config, str(tmp_path / "alone")))
+    alone = jax.device_get(anakin_two_learners)  # Seed 2 alone on the same two devices.
     for leaf in jax.tree.leaves(states[1].buffer):
         assert leaf.addressable_shards[0].data.shape[1] == 4  # 8 envs over 2 devices.
     for a, b in zip(

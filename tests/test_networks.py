@@ -143,6 +143,10 @@ def test_car_racing_trains_with_both_cnns(tmp_path, network):
     config = load_config("ppo_cartpole", "smoke")
     config.env.id = "CarRacing-v2"  # uint8 [96, 96, 3], Box(3) actions.
     config.agent.network = network
+    # What is tested is that each CNN takes CarRacing's screens and actions; a rolled
+    # minibatch loop compiles in seconds where `auto` unrolls convolutional networks on a
+    # CPU (tests/test_convolution.py and test_ppo.py compare the two loops).
+    config.agent.minibatch_loop = "scan"
     config.env.num_envs = 4
     config.total_timesteps = 4 * 16 * 2
     config.log.tensorboard = False

@@ -166,20 +166,20 @@ def _final_params(agent, rollout):
 def test_gradient_accumulation_equals_the_unsplit_update_for_a_mean_loss(loop):
     # With every sample valid and no per-minibatch advantage normalisation the loss is a
     # plain mean over samples: the mean of micro-batch gradients is the minibatch's.
-    # One epoch: a second runs the same code from other parameters (and would double the
-    # unrolled programs' compile time). One split, into 4 micro-batches: a split into 2
-    # runs the same code but compiles a program of its own (the layouts test below has it).
+    # One epoch of one minibatch: more run the same code from other parameters (and would
+    # multiply the unrolled programs' compile time); the layouts test below splits each of
+    # 2 minibatches over 2 epochs. One split, into 4 micro-batches: a split into 2 runs the
+    # same code but compiles a program of its own (the layouts test below has it).
     rollout = random_rollout().replace(valid=np.ones((T, B), bool))
-    options = dict(norm_adv="none", minibatch_loop=loop, update_epochs=1)
+    one_minibatch = dict(minibatch_loop=loop, update_epochs=1, num_minibatches=1)
+    options = dict(norm_adv="none", **one_minibatch)
     reference = _final_params(make_agent(**options), rollout)
     accumulated = _final_params(make_agent(gradient_accumulation_steps=4, **options), rollout)
     for a, b in zip(reference, accumulated, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     # The split is real: with per-micro-batch normalisation the update differs.
-    normalised = _final_params(
-        make_agent(gradient_accumulation_steps=4, minibatch_loop=loop, update_epochs=1), rollout
-    )
-    unsplit = _final_params(make_agent(minibatch_loop=loop, update_epochs=1), rollout)
+    normalised = _final_params(make_agent(gradient_accumulation_steps=4, **one_minibatch), rollout)
+    unsplit = _final_params(make_agent(**one_minibatch), rollout)
     assert any(
         not np.allclose(a, b, rtol=1e-5, atol=1e-6)
         for a, b in zip(unsplit, normalised, strict=True)
