@@ -8,8 +8,9 @@ stored in the rollout, are used instead (purejaxql's way; under policy lag 0 the
 values). For `configs/pqn_minatar.py` and `configs/pqn_atari.py` at their shipped sizes,
 prints the floating-point operations of one compiled learner update each way, as XLA's
 cost analysis of the program counts them, and their ratio. Counted, not timed: the
-figure is the same on any machine and load. The update is compiled with one minibatch per
-epoch, which spares compiling the shipped 64-step loop unrolled (minutes on a CPU): a
+figure is the same on any machine and load. The update is compiled unrolled (XLA counts a
+rolled loop's body once) with one minibatch per epoch, which spares compiling the shipped
+64-step loop unrolled (minutes on a CPU): a
 split groups the same samples differently and adds only the optimizer's own arithmetic
 per step (on MinAtar's network 4 minibatches count 0.4% more than 1), so the shipped
 update's saving is a little smaller than the ratio printed.
@@ -82,6 +83,8 @@ def update_flops(name: str, q_targets: str) -> tuple[float, str]:
         f"{config.agent.update_epochs} epochs"
     )
     config.agent.num_minibatches = 1
+    # XLA's cost analysis counts a rolled loop's body once: unrolled, every step counts.
+    config.agent.minibatch_loop = "unrolled"
     agent = pqn.make(config, ENV_SPECS[name], derive_sizes(config))
     state = jax.eval_shape(agent.init, jax.random.key(0))
     rollout = rollout_shapes(

@@ -1,7 +1,7 @@
 """Like for like on MinAtar: purejaxql's pqn_minatar.py against `configs/pqn_minatar.py:GAME`.
 
     git -C PUREJAXQL_GIT archive HEAD purejaxql | tar -x -C /tmp/purejaxql  # a checkout
-    python benchmarks/purejaxql_minatar.py --purejaxql=/tmp/purejaxql    # ~10 min, 2 cores
+    python benchmarks/purejaxql_minatar.py --purejaxql=/tmp/purejaxql    # ~6 min, 2 cores
 
 Both sides train PQN with purejaxql's MinAtar settings (`purejaxql/config/alg/
 pqn_minatar.yaml`: 128 envs x 32 steps, 32 minibatches x 2 epochs, RAdam 5e-4 annealed,
@@ -19,8 +19,8 @@ other, in the order printed:
   (the script imports them for its command line and logging alone), and gymnax 1.x's
   step, which returns `terminated` and `truncated` apart, is given back as the one `done`
   purejaxql unpacks, without the info entries gymnax 1.x added.
-* sebulba: `python -m sebulba.main --config=configs/pqn_minatar.py:GAME`, once as shipped
-  and once with `--config.agent.minibatch_loop=scan` (docs/benchmarks.md, "Compiling").
+* sebulba: `python -m sebulba.main --config=configs/pqn_minatar.py:GAME` as shipped (its
+  "auto" minibatch loop is the rolled scan on a CPU: docs/benchmarks.md, "Compiling").
 
 Per run: env steps/s in steady state (purejaxql: env steps / the compiled call's time;
 sebulba: the run's summary, after update 1), compile time (sebulba: from its log), the
@@ -196,10 +196,7 @@ def main() -> None:
 
     sides = {
         "purejaxql pqn_minatar.py": lambda: run_purejaxql(args),
-        "sebulba, as shipped (minibatch_loop=auto: unrolled)": lambda: run_sebulba(args),
-        "sebulba, minibatch_loop=scan": lambda: run_sebulba(
-            args, "--config.agent.minibatch_loop=scan"
-        ),
+        "sebulba, as shipped (minibatch_loop=auto: rolled)": lambda: run_sebulba(args),
     }
     rows = []
     for name, run in sides.items():

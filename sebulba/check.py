@@ -122,7 +122,7 @@ def resolve_for_accelerators(config) -> None:
     """Resolves, in place, the agent's "auto" choices that depend on the platform as the
     check prices them on accelerators, not as the CPU devices standing in for them would."""
     if config.agent.get("minibatch_loop") == "auto":
-        # "auto" unrolls the minibatch loop only for CPU learners (agents.learner); the
+        # "auto" unrolls the minibatch loop only on CPU learners (agents.learner); the
         # slice's learners keep the rolled scan, as they would at launch there.
         config.agent.minibatch_loop = "scan"
     if config.agent.get("max_pool") == "auto":

@@ -132,8 +132,8 @@ def _minatar_rollout(num_steps, num_envs):
 
 
 def test_an_unrolled_update_gives_the_parameters_jaxs_gradients_gave(monkeypatch):
-    # Runs whose loop was unrolled before (every CPU run of a convolutional network with
-    # minibatch_loop "auto") keep their results bitwise.
+    # Runs with the unrolled loop keep their results bitwise (so do the records of CPU runs
+    # that "auto" unrolled before it rolled the stride-1 CNNs' loop).
     config = small_update_config(ppo, num_steps=8, num_envs=4, network="minatar")
     config.agent.minibatch_loop = "unrolled"
     config.agent.update_epochs = 1

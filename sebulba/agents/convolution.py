@@ -63,6 +63,36 @@ def _conv(lhs, rhs, strides, padding, lhs_dilation=(1, 1), rhs_dilation=(1, 1), 
     )
 
 
+def writes_gradients(
+    ndim: int,
+    window_strides: Sequence[int],
+    lhs_dilation: Sequence[int] | None = None,
+    rhs_dilation: Sequence[int] | None = None,
+    dimension_numbers=None,
+    feature_group_count: int = 1,
+    batch_group_count: int = 1,
+    preferred_element_type=None,
+    **_unused,
+) -> bool:
+    """Whether `conv_general_dilated` writes this convolution's gradients itself (so that
+    XLA:CPU runs them as fast in a rolled loop as unrolled); False where they are JAX's.
+
+    Takes `lax.conv_general_dilated`'s arguments, or a traced `conv_general_dilated`
+    equation's params (`ndim` the input's rank; the rest, padding and precision, do not
+    decide).
+    """
+    return (
+        ndim == 4
+        and _is_nhwc(dimension_numbers)
+        and all(d == 1 for d in (lhs_dilation or (1, 1)))
+        and all(d == 1 for d in (rhs_dilation or (1, 1)))
+        and feature_group_count == 1
+        and batch_group_count == 1
+        and preferred_element_type is None
+        and all(int(s) == 1 for s in window_strides)
+    )
+
+
 def conv_general_dilated(
     lhs: jax.Array,
     rhs: jax.Array,
@@ -78,15 +108,15 @@ def conv_general_dilated(
 ) -> jax.Array:
     """`lax.conv_general_dilated`'s signature and result; stride-1 NHWC / HWIO convolutions
     without dilation or groups get gradients in Eigen's layout (module docstring)."""
-    plain = (
-        lhs.ndim == 4
-        and _is_nhwc(dimension_numbers)
-        and all(d == 1 for d in (lhs_dilation or (1, 1)))
-        and all(d == 1 for d in (rhs_dilation or (1, 1)))
-        and feature_group_count == 1
-        and batch_group_count == 1
-        and preferred_element_type is None
-        and all(int(s) == 1 for s in window_strides)
+    plain = writes_gradients(
+        lhs.ndim,
+        window_strides,
+        lhs_dilation,
+        rhs_dilation,
+        dimension_numbers,
+        feature_group_count,
+        batch_group_count,
+        preferred_element_type,
     )
     if not plain:
         return lax.conv_general_dilated(

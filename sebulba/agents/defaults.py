@@ -196,10 +196,10 @@ def ppo_config() -> ml_collections.ConfigDict:
     config.conv_init = "orthogonal"  # CNN kernels: orthogonal (baselines) | lecun_normal.
     config.max_pool = "auto"  # auto (slices: CPU, deterministic GPU) | slices | reduce_window.
     config.mask_actions = True  # Illegal actions (the env's action mask) get probability 0.
-    # auto: unrolled for convolutional networks on CPU learners, rolled lax.scan elsewhere.
-    # On CPUs scan runs the stride-1 CNNs (MinAtar's, the ResNet) about as fast as unrolled
-    # and compiles in seconds, not minutes; the Nature CNN's strided convolutions ~9x
-    # slower (docs/benchmarks.md, "Compiling"). An MLP compiles far longer unrolled.
+    # auto: rolled lax.scan, except unrolled on CPU learners for networks with strided
+    # convolutions (the Nature CNN's run ~9x slower in a loop on CPUs). Rolled, the stride-1
+    # CNNs (MinAtar's, the ResNet) run about as fast and compile in seconds, not minutes
+    # (docs/benchmarks.md, "Compiling"). An MLP compiles far longer unrolled.
     config.minibatch_loop = "auto"  # auto | unrolled | scan (CPU, Nature CNN: ~9x slower).
     # Memory falls with it. Advantage normalisation and the means over valid samples are
     # then per micro-batch (exact split only for a plain mean: norm_adv "none", all valid).
@@ -248,10 +248,10 @@ def impala_config() -> ml_collections.ConfigDict:
     config.conv_init = "lecun_normal"  # CNN kernels: lecun_normal (Cleanba) | orthogonal.
     config.max_pool = "auto"  # auto (slices: CPU, deterministic GPU) | slices | reduce_window.
     config.mask_actions = True  # Illegal actions (the env's action mask) get probability 0.
-    # auto: unrolled for convolutional networks on CPU learners, rolled lax.scan elsewhere.
-    # On CPUs scan runs the stride-1 CNNs (MinAtar's, the ResNet) about as fast as unrolled
-    # and compiles in seconds, not minutes; the Nature CNN's strided convolutions ~9x
-    # slower (docs/benchmarks.md, "Compiling"). An MLP compiles far longer unrolled.
+    # auto: rolled lax.scan, except unrolled on CPU learners for networks with strided
+    # convolutions (the Nature CNN's run ~9x slower in a loop on CPUs). Rolled, the stride-1
+    # CNNs (MinAtar's, the ResNet) run about as fast and compile in seconds, not minutes
+    # (docs/benchmarks.md, "Compiling"). An MLP compiles far longer unrolled.
     config.minibatch_loop = "auto"  # auto | scan | unrolled.
     # Every k-th env column of a minibatch; the loss is a sum, so the summed gradients equal
     # the unsplit minibatch's. Memory falls with it.
@@ -292,10 +292,10 @@ def pqn_config() -> ml_collections.ConfigDict:
     # actors' Q-values, stored in the rollout as purejaxql stores them (one forward pass
     # fewer; the same values under policy lag 0).
     config.q_targets = "learner"  # Q-values of the targets: learner | behaviour (stored).
-    # auto: unrolled for convolutional networks on CPU learners, rolled lax.scan elsewhere.
-    # On CPUs scan runs the stride-1 CNNs (MinAtar's, the ResNet) about as fast as unrolled
-    # and compiles in seconds, not minutes; the Nature CNN's strided convolutions ~9x
-    # slower (docs/benchmarks.md, "Compiling"). An MLP compiles far longer unrolled.
+    # auto: rolled lax.scan, except unrolled on CPU learners for networks with strided
+    # convolutions (the Nature CNN's run ~9x slower in a loop on CPUs). Rolled, the stride-1
+    # CNNs (MinAtar's, the ResNet) run about as fast and compile in seconds, not minutes
+    # (docs/benchmarks.md, "Compiling"). An MLP compiles far longer unrolled.
     config.minibatch_loop = "auto"  # auto | scan | unrolled.
     return config
 

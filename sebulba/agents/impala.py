@@ -60,7 +60,11 @@ from sebulba.agents.api import (
     check_ranges,
     episode_starts,
 )
-from sebulba.agents.networks import check_network_fits, has_convolutions, make_network
+from sebulba.agents.networks import (
+    check_network_fits,
+    has_convolutions_slow_in_a_loop,
+    make_network,
+)
 from sebulba.config.sizes import Sizes
 from sebulba.environments import tasks
 
@@ -148,7 +152,8 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
     # The core adds no convolutions: the feed-forward network tells.
     torso_only = make_network(hp.network, env_spec.action, hp.conv_init, env_spec.observation)
     unroll = learner.unrolls_minibatch_loop(
-        hp.minibatch_loop, convolutional=has_convolutions(torso_only, env_spec.observation)
+        hp.minibatch_loop,
+        slow_convolutions=has_convolutions_slow_in_a_loop(torso_only, env_spec.observation),
     )
     normalizer = normalization.normalizer_of(hp, env_spec.observation, sizes.num_envs)
     learning_rate = learner.annealed_learning_rate(

@@ -131,25 +131,24 @@ def annealed_learning_rate(
     return schedule
 
 
-def unrolls_minibatch_loop(minibatch_loop: str, convolutional: bool) -> bool:
+def unrolls_minibatch_loop(minibatch_loop: str, slow_convolutions: bool) -> bool:
     """Resolves `agent.minibatch_loop`; True where the loop over minibatches is unrolled.
 
-    "auto" unrolls only convolutional networks on CPU learners, and keeps the rolled scan
-    everywhere else (smaller programs, faster compiles; an unrolled MLP update gains
-    nothing and compiles for many times longer). On CPUs XLA ran JAX's convolution
-    gradients inside a rolled loop 7x to 23x slower than in straight-line code; the
-    networks' own convolution (`sebulba.agents.convolution`) removed that for stride-1
-    convolutions (the MinAtar network, the IMPALA ResNet: rolled about as fast as
-    unrolled, compiled in seconds instead of minutes), not for the Nature CNN's strided
-    ones (`python benchmarks/minibatch_loop.py`, docs/benchmarks.md). "auto" still
-    unrolls them all, so that recorded runs keep their results. An unrolled loop keeps
-    one minibatch's activations alive at a time only when compiled with
+    "auto" unrolls the loop only where the rolled one is slow: on CPU learners, for
+    networks with convolutions whose gradients XLA:CPU runs many times slower inside a
+    loop than in straight-line code (strided ones: the Nature CNN's, 9x slower per update).
+    Everywhere else it keeps the rolled scan: a smaller program that compiles in seconds
+    instead of minutes, and runs as fast. The networks' own convolution
+    (`sebulba.agents.convolution`) makes that true of stride-1 convolutions on CPUs: the
+    MinAtar network, the IMPALA ResNet and "multi_input" on small images (`python
+    benchmarks/minibatch_loop.py`, docs/benchmarks.md). An unrolled loop keeps one
+    minibatch's activations alive at a time only when compiled with
     `sebulba.preflight.memory.update_compiler_options` (the pipeline does).
 
     Args:
       minibatch_loop: the config value, auto | scan | unrolled.
-      convolutional: whether the agent's network has convolutions
-        (`networks.has_convolutions`).
+      slow_convolutions: whether the agent's network has convolutions XLA:CPU runs slowly
+        in a loop (`networks.has_convolutions_slow_in_a_loop`).
 
     Raises:
       ConfigError: for a value other than auto, scan or unrolled.
@@ -159,7 +158,7 @@ def unrolls_minibatch_loop(minibatch_loop: str, convolutional: bool) -> bool:
             f"agent.minibatch_loop {minibatch_loop!r} must be one of {', '.join(MINIBATCH_LOOPS)}"
         )
     return minibatch_loop == "unrolled" or (
-        minibatch_loop == "auto" and convolutional and jax.default_backend() == "cpu"
+        minibatch_loop == "auto" and slow_convolutions and jax.default_backend() == "cpu"
     )
 
 

@@ -665,18 +665,26 @@ def make_network(
     )
 
 
-def has_convolutions(network: nn.Module, observation: Any) -> bool:
-    """Whether `network` convolves the observations `observation` describes.
+def has_convolutions_slow_in_a_loop(network: nn.Module, observation: Any) -> bool:
+    """Whether `network`, on the observations `observation` describes, has a convolution
+    whose gradient XLA:CPU runs many times slower in a rolled loop than unrolled.
 
-    Decided from the traced forward pass (nothing runs), so it holds for every network,
-    including "multi_input", whose encoders depend on the observation spec.
+    Those are the convolutions `convolution.conv_general_dilated` leaves to JAX's
+    gradients: strided ones (the Nature CNN's). Decided from the traced forward pass
+    (nothing runs), so it holds for every network, "multi_input" included, whose
+    encoders depend on the observation spec.
     """
     dummy = zero_observation(observation, 1)
     jaxpr = jax.make_jaxpr(network.init)(jax.random.key(0), dummy)
-    return _contains_primitive(jaxpr.jaxpr, "conv_general_dilated")
+    return any(
+        not convolution.writes_gradients(eqn.invars[0].aval.ndim, **eqn.params)
+        for eqn in _equations(jaxpr.jaxpr, "conv_general_dilated")
+    )
 
 
-def _contains_primitive(jaxpr, name: str) -> bool:
+def _equations(jaxpr, name: str):
+    """Every equation of primitive `name` in `jaxpr` and the jaxprs nested in it."""
+
     def sub_jaxprs(value):
         if hasattr(value, "eqns"):  # A Jaxpr.
             yield value
@@ -688,11 +696,10 @@ def _contains_primitive(jaxpr, name: str) -> bool:
 
     for eqn in jaxpr.eqns:
         if eqn.primitive.name == name:
-            return True
+            yield eqn
         for value in eqn.params.values():
-            if any(_contains_primitive(sub, name) for sub in sub_jaxprs(value)):
-                return True
-    return False
+            for sub in sub_jaxprs(value):
+                yield from _equations(sub, name)
 
 
 def describe_observation(observation: Any) -> str:

@@ -55,7 +55,11 @@ from sebulba.agents.api import (
     check_ranges,
     zero_observation,
 )
-from sebulba.agents.networks import check_network_fits, has_convolutions, make_network
+from sebulba.agents.networks import (
+    check_network_fits,
+    has_convolutions_slow_in_a_loop,
+    make_network,
+)
 from sebulba.config.sizes import Sizes
 from sebulba.errors import ConfigError
 from sebulba.lag_schedule import behaviour_version
@@ -180,7 +184,8 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         max_pool=hp.max_pool,
     )
     unroll = learner.unrolls_minibatch_loop(
-        hp.minibatch_loop, convolutional=has_convolutions(network, env_spec.observation)
+        hp.minibatch_loop,
+        slow_convolutions=has_convolutions_slow_in_a_loop(network, env_spec.observation),
     )
     steps_per_update = hp.update_epochs * hp.num_minibatches
     # purejaxql decays the step size at every gradient step, to 1e-20 after the last one.
