@@ -268,7 +268,7 @@ def main() -> None:
     setup = train.prepare(config)
     progress(f"collecting one rollout of {setup.sizes.steps_per_update:,} env steps")
     try:
-        _, pipeline, state, rollouts = actor_only_sps(setup, 0.0, setup.actor_loop)
+        _, pipeline, state, rollouts, _ = actor_only_sps(setup, 0.0, setup.actor_loop)
     finally:
         for pool in setup.envs_per_thread:
             pool.close()

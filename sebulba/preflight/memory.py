@@ -8,8 +8,8 @@ Two things live here:
   gradient, padded copies of the inputs) of *every* unrolled minibatch step at the start
   of the program, so an unrolled loop (`agent.minibatch_loop`; "auto" on CPU for the
   Nature CNN) kept all of its steps' activations alive at once: 16 minibatch steps needed
-  about 16 times the memory of one. With the memory-optimised scheduler each step's work stays in its
-  step; the speed of unrolled convolution gradients is kept.
+  about 16 times the memory of one. With the memory-optimised scheduler each step's work
+  stays in its step; the speed of unrolled convolution gradients is kept.
 * `check_update_fits`: compares what the compiled update needs on each learner device
   with what the device has, and stops the run before training with one line that gives
   the figures and what to change.
