@@ -45,7 +45,7 @@ def _checksums(make_config, tmp_path):
 
 
 def test_the_pieces_do_not_change_the_numbers_of_an_unrolled_cut_update(tmp_path):
-    # The minibatch loop unrolled (as `auto` makes it for convolutions on a CPU), each
+    # The minibatch loop unrolled (as `auto` makes it for the Nature CNN on a CPU), each
     # minibatch in 2 micro-batches, so the update is 2 optimizer steps of 2 pieces, each
     # between an env step's send and receive of the next rollout. An MLP on CartPole takes
     # the same path as a CNN in a tenth of the compile time.

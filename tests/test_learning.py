@@ -152,14 +152,12 @@ def test_joint_ppo_learns_every_task(tmp_path):
     # configs/ppo_joint.py (three MiniGrid tasks, one policy) for 20 updates of 2048
     # steps, 35-40 s on 2 busy CPU cores. A MiniGrid return is 1 - 0.9 * steps / limit on
     # reaching the goal, else 0; a uniformly random policy averages 0.21 (Empty-5x5), 0.27
-    # (Empty-Random-6x6) and 0.07 (Empty-8x8). The rolled minibatch loop computes the
-    # unrolled one's update (test_ppo.py) but compiles in ~10 s instead of 1-1.5 min; with
-    # it seeds 1-3 end at (summary.json, each task's last 100 episodes) 0.914 / 0.940 /
-    # 0.918, 0.910 / 0.936 / 0.912 and 0.912 / 0.941 / 0.910 (unrolled: 0.914 / 0.941 /
-    # 0.918, 0.911 / 0.939 / 0.913 and 0.918 / 0.941 / 0.918).
+    # (Empty-Random-6x6) and 0.07 (Empty-8x8). Seeds 1-3 end at (summary.json, each
+    # task's last 100 episodes) 0.914 / 0.940 / 0.918, 0.910 / 0.936 / 0.912 and 0.912 /
+    # 0.941 / 0.910 (with the unrolled minibatch loop, which compiles for 1-1.5 min instead
+    # of ~10 s: 0.914 / 0.941 / 0.918, 0.911 / 0.939 / 0.913 and 0.918 / 0.941 / 0.918).
     config = load_config("ppo_joint")
     config.total_timesteps = 20 * 2048
-    config.agent.minibatch_loop = "scan"
     config.log.tensorboard = False
     train.train(config, str(tmp_path))
     summary = read_summary(str(tmp_path))

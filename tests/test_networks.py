@@ -144,8 +144,8 @@ def test_car_racing_trains_with_both_cnns(tmp_path, network):
     config.env.id = "CarRacing-v2"  # uint8 [96, 96, 3], Box(3) actions.
     config.agent.network = network
     # What is tested is that each CNN takes CarRacing's screens and actions; a rolled
-    # minibatch loop compiles in seconds where `auto` unrolls convolutional networks on a
-    # CPU (tests/test_convolution.py and test_ppo.py compare the two loops).
+    # minibatch loop compiles in seconds where `auto` unrolls the Nature CNN's on a CPU
+    # (tests/test_convolution.py and test_ppo.py compare the two loops).
     config.agent.minibatch_loop = "scan"
     config.env.num_envs = 4
     config.total_timesteps = 4 * 16 * 2

@@ -30,9 +30,6 @@ MINIGRID = {
     "env__id": "MiniGrid-Empty-5x5-v0",
     "env__num_envs": 4,
     "agent__network": "multi_input",
-    # The actors' data is compared: a rolled minibatch loop compiles in seconds where
-    # `auto` unrolls a network with convolutions (MiniGrid's image) on a CPU.
-    "agent__minibatch_loop": "scan",
     "agent__num_steps": 40,  # 3 x 40 steps pass the task's 100-step limit: truncations.
     "agent__num_minibatches": 2,
 }

@@ -305,9 +305,6 @@ def test_dict_observation_tasks_train_evaluate_and_load(tmp_path, env_id):
         env__id=env_id,
         env__num_envs=4,
         agent__network="multi_input",
-        # The spaces are what is tested: a rolled minibatch loop compiles in seconds where
-        # `auto` unrolls a network with convolutions (MiniGrid's image) on a CPU.
-        agent__minibatch_loop="scan",
         agent__num_steps=8,
         agent__num_minibatches=2,
         total_timesteps=4 * 8 * 2,
