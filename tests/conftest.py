@@ -1,12 +1,36 @@
-"""Test set-up: 8 virtual CPU devices, set before JAX is imported anywhere; one compilation
-cache for the whole test run."""
+"""Test set-up: 8 virtual CPU devices and fast compilation, set before JAX is imported
+anywhere; one compilation cache for the whole test run."""
 
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 
-os.environ["XLA_FLAGS"] = (
-    os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+import pytest
+
+# Tests check what programs compute, not how fast: XLA:CPU compiles them without LLVM's
+# optimizations and with its classic loop emitters, in 0.6x the time (tests/test_ppo.py:
+# 107 s against 173 s on 2 cores; most of a test's time is compilation). The records, the
+# documented commands the tests run and the tests marked `xla_default_compilation` (below)
+# compile with XLA's defaults, as a user's run is compiled. An XLA that does not know the
+# flags aborts at start, so they are tried once, in a subprocess, by the process that
+# starts the workers (which inherit the answer); `helpers.process_env` gives them to the
+# processes tests start.
+_FAST_COMPILE_FLAGS = "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
+_FLAGS_VARIABLE = "SEBULBA_TEST_XLA_FLAGS"
+_USER_FLAGS_VARIABLE = "SEBULBA_TEST_USER_XLA_FLAGS"
+os.environ.setdefault(_USER_FLAGS_VARIABLE, os.environ.get("XLA_FLAGS", ""))
+if _FLAGS_VARIABLE not in os.environ:
+    _tried = subprocess.run(
+        [sys.executable, "-c", "import jax; jax.devices('cpu')"],
+        env={**os.environ, "XLA_FLAGS": _FAST_COMPILE_FLAGS, "JAX_PLATFORMS": "cpu"},
+        capture_output=True,
+    )
+    os.environ[_FLAGS_VARIABLE] = _FAST_COMPILE_FLAGS if _tried.returncode == 0 else ""
+os.environ["XLA_FLAGS"] = " ".join(
+    [os.environ[_USER_FLAGS_VARIABLE], os.environ[_FLAGS_VARIABLE]]
+    + ["--xla_force_host_platform_device_count=8"]
 ).strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
@@ -43,6 +67,33 @@ jax.config.update("jax_compilation_cache_dir", TEST_COMPILATION_CACHE)
 from sebulba.environments.envpool_registry import import_envpool  # noqa: E402
 
 import_envpool()
+
+
+def pytest_pyfunc_call(pyfuncitem):
+    """A test marked `xla_default_compilation` runs in a pytest process of its own that
+    compiles with XLA's defaults: it compares programs of different structure bit for
+    bit (several updates per call against one, a fused update against the threaded
+    pieces), which XLA's defaults compute alike and the tests' fast compilation does
+    not always (the last bit of a few floats)."""
+    if pyfuncitem.get_closest_marker("xla_default_compilation") is None:
+        return None
+    if not os.environ[_FLAGS_VARIABLE]:  # This process compiles with the defaults.
+        return None
+    env = {**os.environ, _FLAGS_VARIABLE: "", "XLA_FLAGS": os.environ[_USER_FLAGS_VARIABLE]}
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider"]
+        + [pyfuncitem.nodeid],
+        cwd=str(pyfuncitem.config.rootpath),
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    if result.returncode != 0:
+        pytest.fail(
+            "in a process compiling with XLA's defaults:\n" + result.stdout[-6000:],
+            pytrace=False,
+        )
+    return True
 
 
 def pytest_unconfigure(config):

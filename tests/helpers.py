@@ -38,6 +38,18 @@ def load_config(name, arg=None):
     return config_module(name).get_config(arg)
 
 
+def process_env(devices=None):
+    """The environment of a sebulba process a test starts: JAX on CPU with `devices`
+    virtual devices (None: JAX's default, one) compiling as the tests do (conftest.py),
+    and this checkout importable."""
+    flags = os.environ["SEBULBA_TEST_XLA_FLAGS"]
+    if devices is not None:
+        flags += f" --xla_force_host_platform_device_count={devices}"
+    env = dict(os.environ, XLA_FLAGS=flags.strip(), JAX_PLATFORMS="cpu")
+    env["PYTHONPATH"] = ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")
+    return env
+
+
 def run_python(*args, env, cwd=ROOT, timeout=120):
     """`python ARGS` in a subprocess with `env`, its output captured as text."""
     return subprocess.run(

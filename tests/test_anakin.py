@@ -32,6 +32,7 @@ from tests.helpers import (  # noqa: F401 - module_compilation_cache is an autou
     assert_rollouts_came_from_the_lagged_version,
     load_config,
     module_compilation_cache,
+    process_env,
     read_metrics,
     read_summary,
 )
@@ -258,6 +259,7 @@ def test_update_blocks_end_at_checkpoints_and_at_the_last_update():
     assert list(update_blocks(1, 3, 1, due_every_3)) == [(1, 1), (2, 1), (3, 1)]
 
 
+@pytest.mark.xla_default_compilation
 @pytest.mark.parametrize("case", ["ppo", "ppo-lag1"])
 def test_several_updates_per_call_give_the_runs_of_one_per_call(finished_run, tmp_path, case):
     reference, reference_state = finished_run(case)
@@ -273,6 +275,7 @@ def test_several_updates_per_call_give_the_runs_of_one_per_call(finished_run, tm
     assert checkpoint.list_steps(checkpoint.checkpoints_dir(workdir)) == [3, 6]
 
 
+@pytest.mark.xla_default_compilation
 def test_a_run_of_blocks_stops_after_the_block_in_flight_and_resumes_bit_identically(
     finished_run, tmp_path
 ):
@@ -456,10 +459,7 @@ def test_step_envs_bootstraps_truncation_and_resets_on_the_next_step():
 
 
 def _cli(workdir, *overrides):
-    env = dict(os.environ)
-    env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=1"
-    env["JAX_PLATFORMS"] = "cpu"
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env = process_env(devices=1)
     config = os.path.join(ROOT, "configs", "ppo_cartpole_anakin.py:smoke")
     return subprocess.run(
         [sys.executable, "-m", "sebulba.main", f"--config={config}", f"--workdir={workdir}"]

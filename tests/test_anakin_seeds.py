@@ -59,6 +59,7 @@ def test_a_seed_out_of_range_is_refused_naming_the_flag(tmp_path):
     assert not os.path.exists(tmp_path / "runs")
 
 
+@pytest.mark.xla_default_compilation
 def test_seeds_in_blocks_of_updates_end_as_one_update_per_call(tmp_path):
     from sebulba import checkpoint
     from sebulba.anakin import seeds as seeds_lib

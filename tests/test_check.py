@@ -21,7 +21,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from sebulba import check
 from sebulba.errors import ConfigError
 from sebulba.preflight import accelerators, check_report, hlo_cost
-from tests.helpers import load_config, run_python
+from tests.helpers import load_config, process_env, run_python
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS, BATCH, WIDTH = 8, 64, 256
@@ -401,8 +401,7 @@ def test_a_config_that_cannot_run_on_the_slice_fails_as_at_launch():
 
 
 def _run_check(*args):
-    env = {**os.environ}
-    env.pop("XLA_FLAGS", None)  # The check asks for the devices it needs.
+    env = process_env()  # No device count: the check asks for the devices it needs.
     return run_python("-m", "sebulba.check", *args, env=env, timeout=600)
 
 

@@ -17,7 +17,13 @@ from sebulba import checkpoint, random_streams, train
 from sebulba.agents import ppo
 from sebulba.errors import ConfigError
 from tests import minimal_agent, probe_agent
-from tests.helpers import agent_config, normalized_continuous_overrides, read_metrics, read_summary
+from tests.helpers import (
+    agent_config,
+    normalized_continuous_overrides,
+    process_env,
+    read_metrics,
+    read_summary,
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEST_CONFIG = os.path.join(ROOT, "tests", "configs", "minimal_cartpole.py")
@@ -43,11 +49,8 @@ runpy.run_module("sebulba.main", run_name="__main__")
 
 def _cli(workdir, *overrides, script=None, env_extra=None):
     """Starts `python -m sebulba.main` (or `script` with the same flags) on 2 devices."""
-    env = dict(os.environ)
+    env = process_env(devices=2)
     env.update(env_extra or {})
-    env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
-    env["JAX_PLATFORMS"] = "cpu"
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
     program = ["-c", script] if script else ["-m", "sebulba.main"]
     args = [f"--config={TEST_CONFIG}", f"--workdir={workdir}", *overrides]
     return subprocess.Popen(

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.helpers import run_python, workdir_held_by_another_process
+from tests.helpers import process_env, run_python, workdir_held_by_another_process
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEST_CONFIG = os.path.join(ROOT, "tests", "configs", "minimal_cartpole.py")
@@ -17,11 +17,7 @@ TEST_CONFIG = os.path.join(ROOT, "tests", "configs", "minimal_cartpole.py")
 
 def cli_env(devices=2):
     """The environment of a `python -m sebulba.main` subprocess: `devices` virtual CPUs."""
-    env = dict(os.environ)
-    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
-    env["JAX_PLATFORMS"] = "cpu"
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    return env
+    return process_env(devices)
 
 
 def run_cli(workdir, *overrides, config=TEST_CONFIG, devices=2, timeout=120):

@@ -44,6 +44,7 @@ def _checksums(make_config, tmp_path):
     return found
 
 
+@pytest.mark.xla_default_compilation
 def test_the_pieces_do_not_change_the_numbers_of_an_unrolled_cut_update(tmp_path):
     # The minibatch loop unrolled (as `auto` makes it for the Nature CNN on a CPU), each
     # minibatch in 2 micro-batches, so the update is 2 optimizer steps of 2 pieces, each
@@ -64,6 +65,7 @@ def test_the_pieces_do_not_change_the_numbers_of_an_unrolled_cut_update(tmp_path
     assert found["on"] == found["off"]
 
 
+@pytest.mark.xla_default_compilation
 @pytest.mark.parametrize("agent", [impala, pqn])
 def test_impala_and_pqn_fused_train_the_same_parameters(tmp_path, agent):
     found = _checksums(lambda: agent_config(agent), tmp_path)
@@ -110,6 +112,7 @@ def test_a_fused_run_resumes_as_a_threaded_one_and_keeps_the_lag_schedule(tmp_pa
     assert checksums["on"] == checksums["off"]
 
 
+@pytest.mark.xla_default_compilation
 def test_an_interrupted_fused_ppo_run_resumes_as_a_threaded_one(tmp_path):
     def make(fused):
         return _one_device(agent_config(ppo, agent__num_steps=8), fused)

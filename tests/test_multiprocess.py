@@ -23,7 +23,7 @@ import pytest
 from sebulba.errors import ConfigError
 from sebulba.mesh import build_layout
 from sebulba.runtime import distributed
-from tests.helpers import read_metrics, read_summary, run_python
+from tests.helpers import process_env, read_metrics, read_summary, run_python
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEST_CONFIG = os.path.join(ROOT, "tests", "configs", "minimal_cartpole.py")
@@ -93,10 +93,7 @@ def launch(
     logs = tmp_path / f"{name}-logs"
     logs.mkdir()
     port = free_port()
-    env = dict(os.environ)
-    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
-    env["JAX_PLATFORMS"] = "cpu"
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env = process_env(devices)
     processes = []
     for i in range(num_processes):
         flags = [f"--config={config}", f"--workdir={workdir}", *args]
@@ -249,9 +246,8 @@ def test_a_one_task_slurm_run_needs_no_coordinator_port(tmp_path):
         else:
             pytest.skip("every port JAX's SLURM detector may choose is in use")
         taken.listen()
-        env = {**os.environ, **SLURM_TASK, "SLURM_JOB_ID": str(job_id), "SLURM_NTASKS": "1"}
-        env.update(JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=2")
-        env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+        env = {**process_env(devices=2), **SLURM_TASK, "SLURM_JOB_ID": str(job_id)}
+        env["SLURM_NTASKS"] = "1"
         workdir = tmp_path / "array-task"
         flags = [f"--config={TEST_CONFIG}", f"--workdir={workdir}", "--distributed"]
         result = run_python("-m", "sebulba.main", *flags, "--initialization_timeout_s=30", env=env)

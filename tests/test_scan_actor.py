@@ -104,6 +104,7 @@ def _assert_same(step_run, scan_run, episodes_end=True):
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.xla_default_compilation
 @pytest.mark.parametrize("case", list(CASES))
 def test_scan_and_step_give_the_same_data(case):
     agent_module, overrides = CASES[case]

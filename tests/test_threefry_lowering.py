@@ -82,6 +82,7 @@ def test_written_out_hash_gives_the_bits_of_the_loop(seed):
         )
 
 
+@pytest.mark.xla_default_compilation
 def test_a_run_trains_the_same_parameters_under_both_lowerings(tmp_path):
     # Anakin CartPole derives env keys, action samples and minibatch shuffles at every
     # step, and its update consumes them in float work. Without the barrier after the
