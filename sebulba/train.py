@@ -453,6 +453,9 @@ class RunCheckpoints:
         """
         sizes = self.setup.sizes
         distributed.report_progress(report.update)  # Feeds the multi-process watchdog.
+        # Before the update's metrics line can be seen: a Ctrl-C sent once a line is
+        # visible must save a checkpoint, not end the run as one with nothing to save.
+        self.signals.mark_saveable()
         self.metrics.record(report)
         self.last_update = report.update
         if state is None and not report.call_ends_here:
@@ -462,7 +465,6 @@ class RunCheckpoints:
         if state is None:
             # An Anakin block whose state went to the next block, already running: a stop
             # saves once that one returns (`AnakinRunner.run`).
-            self.signals.mark_saveable()
             return
         last = report.update == sizes.num_updates
         if self.stopping or last or self.is_due(report.update):
@@ -480,7 +482,6 @@ class RunCheckpoints:
             )
         if self._params_before_update is not None:
             self._params_before_update = self._copy(self.setup.agent.policy_params(state))
-        self.signals.mark_saveable()  # From now on a stop saves this run's progress.
 
     def should_stop(self) -> bool:
         return self.stopping

@@ -16,6 +16,7 @@ import pytest
 from sebulba import checkpoint, random_streams, train
 from sebulba.agents import ppo
 from sebulba.errors import ConfigError
+from sebulba.runtime.metrics import MetricsLogger
 from tests import minimal_agent, probe_agent
 from tests.helpers import (
     agent_config,
@@ -168,6 +169,22 @@ def test_sigint_finishes_the_current_update_then_saves(tmp_path):
     assert [line["update"] for line in read_metrics(str(tmp_path))] == [3, 4]
     assert not os.path.exists(tmp_path / "summary.json")
     assert signal.getsignal(signal.SIGINT) is previous_handler
+
+
+def test_a_stop_saves_once_an_update_s_metrics_line_can_be_seen(tmp_path, monkeypatch):
+    # A user (or a script) who sees update 1's line and presses Ctrl-C gets a checkpoint,
+    # not the immediate exit of a run with nothing to save.
+    signals = checkpoint.StopSignals()
+    saveable_when_recorded = []
+    record = MetricsLogger.record
+
+    def recording(self, report, state=None):
+        saveable_when_recorded.append(signals.saveable)
+        record(self, report, state)
+
+    monkeypatch.setattr(MetricsLogger, "record", recording)
+    train.train(agent_config(minimal_agent), str(tmp_path), stop_signals=signals)
+    assert saveable_when_recorded == [True] * 6
 
 
 def test_resumed_env_seeds_follow_seed_and_resume_update():

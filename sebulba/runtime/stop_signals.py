@@ -60,6 +60,11 @@ class StopSignals:
         """Says that a checkpoint is now worth saving: an update of this run has finished."""
         self._saveable = True
 
+    @property
+    def saveable(self) -> bool:
+        """Whether a signal now stops the run with a checkpoint (`mark_saveable`)."""
+        return self._saveable
+
     def _handle(self, signum: int, frame: Any) -> None:
         del frame
         if self._wakeup is not None:
