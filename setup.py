@@ -12,6 +12,8 @@ INSTALL_REQUIRES = [
     "flax>=0.12.0,<0.13",
     "optax>=0.2.5,<0.3",
     "rlax>=0.1.8,<0.2",
+    # MuZero's search (sebulba/agents/muzero.py); 0.0.71 tested with jax 0.10.2.
+    "mctx>=0.0.71,<0.1",
     "chex>=0.1.90,<0.2",
     "ml-collections>=1.0,<2",
     "absl-py>=2.1,<3",

@@ -21,6 +21,7 @@ BUILTIN_AGENTS = {
     "pqn": "sebulba.agents.pqn",
     "dqn": "sebulba.agents.dqn",
     "sac": "sebulba.agents.sac",
+    "muzero": "sebulba.agents.muzero",
 }
 
 

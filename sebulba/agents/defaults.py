@@ -55,6 +55,7 @@ class _NoneOrFinite(Range):
 
 
 NONE_OR_POSITIVE = _NoneOrRange(0, low_open=True)
+NONE_OR_POSITIVE_INT = _NoneOrRange(1, integer=True)
 NONE_OR_FINITE = _NoneOrFinite()
 BOOLEAN = _Boolean()
 
@@ -146,12 +147,35 @@ SAC_RANGES = {
     "target_entropy": NONE_OR_FINITE,
 }
 
+MUZERO_RANGES = {
+    "learning_rate": POSITIVE,
+    "anneal_lr": BOOLEAN,
+    "max_grad_norm": POSITIVE,
+    "gamma": UNIT_INTERVAL,
+    "latent_size": POSITIVE_INT,
+    "support_size": POSITIVE_INT,
+    "unroll_steps": POSITIVE_INT,
+    "td_steps": POSITIVE_INT,
+    "num_simulations": POSITIVE_INT,
+    "max_num_considered_actions": POSITIVE_INT,
+    "gumbel_scale": NON_NEGATIVE,
+    "dirichlet_fraction": UNIT_INTERVAL,
+    "dirichlet_alpha": POSITIVE,
+    "value_loss_coef": NON_NEGATIVE,
+    "buffer_size": POSITIVE_INT,
+    "batch_size": POSITIVE_INT,
+    "replay_ratio": POSITIVE,
+    "learning_starts": Range(0, integer=True),
+    "max_depth": NONE_OR_POSITIVE_INT,
+}
+
 _RANGES = {
     "ppo": PPO_RANGES,
     "impala": IMPALA_RANGES,
     "pqn": PQN_RANGES,
     "dqn": DQN_RANGES,
     "sac": SAC_RANGES,
+    "muzero": MUZERO_RANGES,
 }
 
 
@@ -352,12 +376,47 @@ def sac_config() -> ml_collections.ConfigDict:
     return config
 
 
+def muzero_config() -> ml_collections.ConfigDict:
+    """The `agent` section of a MuZero config (Gumbel MuZero, the paper's loss)."""
+    config = ml_collections.ConfigDict()
+    config.name = "muzero"  # Agent to train: built-in name or dotted module path.
+    config.num_steps = 10  # Steps per env per rollout (T), added to the replay buffer.
+    config.network = "mlp"  # Representation torso: mlp | minatar | nature_cnn | impala_resnet.
+    config.conv_init = "orthogonal"  # CNN kernels: orthogonal | lecun_normal.
+    config.max_pool = "auto"  # auto (slices: CPU, deterministic GPU) | slices | reduce_window.
+    config.hidden_sizes = (64, 64)  # Representation: ReLU layers after the torso.
+    config.latent_size = 64  # Width of the hidden state s (scaled to [0, 1]).
+    config.model_hidden_sizes = (64, 64)  # Dynamics' and prediction's ReLU layers.
+    config.support_size = 10  # Values and rewards: 2S + 1 bins over h(x) in [-S, S].
+    config.learning_rate = 1e-3  # Adam step size.
+    config.anneal_lr = False  # Decay the step size linearly to 0 over the gradient steps.
+    config.max_grad_norm = 5.0  # Global gradient-norm clip.
+    config.gamma = 0.99  # Discount factor (the search's and the targets').
+    config.unroll_steps = 5  # K: dynamics steps unrolled per sample (the paper's 5).
+    config.td_steps = 10  # n: steps of rewards before the value target bootstraps.
+    config.value_loss_coef = 1.0  # Weight of the value loss (MuZero Reanalyse's: 0.25).
+    config.value_bootstrap = "network"  # Value targets bootstrap from: network | search.
+    config.search = "gumbel"  # gumbel (mctx.gumbel_muzero_policy) | muzero (pUCT).
+    config.num_simulations = 16  # Simulations per search.
+    config.max_depth = config_dict.placeholder(int)  # Search depth limit (None: none).
+    config.max_num_considered_actions = 16  # Gumbel: root actions sampled without replacement.
+    config.gumbel_scale = 1.0  # Gumbel: noise scale of the root sampling (0: deterministic).
+    config.dirichlet_fraction = 0.25  # muzero: prior mixed with Dirichlet noise at the root.
+    config.dirichlet_alpha = 0.3  # muzero: the root noise's concentration.
+    config.buffer_size = 100_000  # Replay capacity in steps, over all envs.
+    config.batch_size = 256  # Windows per gradient step, over all envs.
+    config.replay_ratio = 0.1  # Gradient steps per env step.
+    config.learning_starts = 1_000  # Env steps before the first gradient step.
+    return config
+
+
 _CONFIGS = {
     "ppo": ppo_config,
     "impala": impala_config,
     "pqn": pqn_config,
     "dqn": dqn_config,
     "sac": sac_config,
+    "muzero": muzero_config,
 }
 
 

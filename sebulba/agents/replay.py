@@ -135,6 +135,21 @@ def empty(rollout: Rollout, capacity: int) -> Replay:
     )
 
 
+def write_steps(store, new, count: jax.Array):
+    """Writes `new` (leaves [T, B, ...]) at positions count .. count + T - 1 of every
+    column of ring storage `store` (a pytree of [C, B, ...] leaves, C a multiple of T).
+
+    The ring's write for any per-step data an agent keeps beside its `Replay` (MuZero's
+    search results), so that both stay position for position in step.
+    """
+
+    def write(ring, steps):
+        index = (count % ring.shape[0],) + (0,) * (ring.ndim - 1)
+        return jax.lax.dynamic_update_slice(ring, steps.astype(ring.dtype), index)
+
+    return jax.tree.map(write, store, new)
+
+
 def add(replay: Replay, rollout: Rollout, count: jax.Array) -> Replay:
     """Writes the rollout's T steps at positions count .. count + T - 1 of every column.
 
@@ -142,21 +157,16 @@ def add(replay: Replay, rollout: Rollout, count: jax.Array) -> Replay:
       count: int32 scalar, steps per env written so far; the capacity C must be a
         multiple of T, so the T slots never wrap within one rollout.
     """
-    start = count % replay.actions.shape[0]
-
-    def write(store, new):
-        index = (start,) + (0,) * (store.ndim - 1)
-        return jax.lax.dynamic_update_slice(store, new.astype(store.dtype), index)
-
     steps = rollout.num_steps
-    return Replay(
-        obs=jax.tree.map(lambda s, x: write(s, x[:steps]), replay.obs, rollout.obs),
-        actions=write(replay.actions, rollout.actions),
-        rewards=write(replay.rewards, rollout.rewards),
-        terminations=write(replay.terminations, rollout.terminations),
-        truncations=write(replay.truncations, rollout.truncations),
-        valid=write(replay.valid, rollout.valid),
+    new = Replay(
+        obs=jax.tree.map(lambda x: x[:steps], rollout.obs),
+        actions=rollout.actions,
+        rewards=rollout.rewards,
+        terminations=rollout.terminations,
+        truncations=rollout.truncations,
+        valid=rollout.valid,
     )
+    return write_steps(replay, new, count)
 
 
 def sampleable(count: jax.Array, n_step: int) -> jax.Array:
@@ -164,7 +174,7 @@ def sampleable(count: jax.Array, n_step: int) -> jax.Array:
     return count >= n_step + 1
 
 
-def _take(tree, positions: jax.Array, capacity: int):
+def take(tree, positions: jax.Array, capacity: int):
     """Gathers positions [S, B] of every column (device-local), leaves [S, B, ...]."""
     slots = positions % capacity
 
@@ -195,16 +205,11 @@ def sample(
       A `Sample` with leaves [samples_per_env, B, ...].
     """
     capacity = replay.actions.shape[0]
-    low = jnp.maximum(count - capacity, 0)
-    high = count - n_step  # Exclusive: position p needs p + n written.
-    keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, env_ids)
-    starts = jax.vmap(lambda k: jax.random.randint(k, (samples_per_env,), low, high), out_axes=1)(
-        keys
-    )  # [S, B]
+    starts = sample_starts(count, capacity, key, env_ids, samples_per_env, n_step)  # [S, B]
     offsets = jnp.arange(n_step)[:, None, None]
     steps = starts[None] + offsets  # [n, S, B]
     flat = steps.reshape(n_step * samples_per_env, -1)
-    gathered = _take(
+    gathered = take(
         (replay.rewards, replay.terminations, replay.truncations, replay.valid), flat, capacity
     )
     rewards, terminations, truncations, valid = (
@@ -223,11 +228,30 @@ def sample(
     last = jnp.maximum(num_taken - 1, 0)
     terminated = jnp.take_along_axis(terminations, last[None], axis=0)[0]
     discounts = jnp.where(terminated, 0.0, gamma ** num_taken.astype(jnp.float32))
-    obs = _take(replay.obs, starts, capacity)
-    actions = _take(replay.actions, starts, capacity)
-    next_obs = _take(replay.obs, starts + jnp.maximum(num_taken, 1), capacity)
+    obs = take(replay.obs, starts, capacity)
+    actions = take(replay.actions, starts, capacity)
+    next_obs = take(replay.obs, starts + jnp.maximum(num_taken, 1), capacity)
     weights = (num_taken > 0).astype(jnp.float32)
     return Sample(obs, actions, returns, discounts, next_obs, weights)
+
+
+def sample_starts(
+    count: jax.Array,
+    capacity: int,
+    key: jax.Array,
+    env_ids: jax.Array,
+    samples_per_env: int,
+    lookahead: int,
+) -> jax.Array:
+    """Positions [S, B] drawn uniformly per column among those whose next `lookahead`
+    positions are written (count >= lookahead + 1); column b draws with
+    `fold_in(key, env_ids[b])`, so a sample does not depend on the device layout."""
+    low = jnp.maximum(count - capacity, 0)
+    high = count - lookahead  # Exclusive: position p needs p + lookahead written.
+    keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, env_ids)
+    return jax.vmap(lambda k: jax.random.randint(k, (samples_per_env,), low, high), out_axes=1)(
+        keys
+    )
 
 
 def invalidate_last(replay: Replay, count: jax.Array) -> Replay:

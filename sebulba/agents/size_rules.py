@@ -175,9 +175,20 @@ def sac(hp, sizes: Sizes) -> ReplaySizes:
     return sizes_of_replay
 
 
-_RULES = {"ppo": ppo, "impala": impala, "pqn": pqn, "dqn": dqn, "sac": sac}
+def muzero(hp, sizes: Sizes) -> ReplaySizes:
+    """MuZero's replay sizes (windows of K + n steps after their start)."""
+    return replay_sizes(
+        hp,
+        sizes,
+        hp.unroll_steps + hp.td_steps,
+        "agent.unroll_steps + agent.td_steps",
+        "gradient steps",
+    )
+
+
+_RULES = {"ppo": ppo, "impala": impala, "pqn": pqn, "dqn": dqn, "sac": sac, "muzero": muzero}
 # Rules that count the envs of every process (a replay buffer's and batch's multiples).
-_COUNTING_PROCESSES = frozenset({"dqn", "sac"})
+_COUNTING_PROCESSES = frozenset({"dqn", "sac", "muzero"})
 
 
 def check_builtin_sizes(agent, sizes: Sizes, processes_known: bool = True) -> None:

@@ -1,0 +1,187 @@
+"""MuZero: its value targets on hand-checked windows, the support, each env's search on its
+own key, one-line refusals of bad settings, and its runs in both architectures: resumed to
+the bit, and alike on one and two learner devices."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import PartitionSpec
+
+from sebulba import train
+from sebulba.agents import muzero
+from sebulba.agents.api import ArraySpec, Box, EnvSpec
+from sebulba.config.sizes import derive_sizes
+from sebulba.errors import ConfigError
+from tests.helpers import (
+    CARTPOLE,
+    agent_config,
+    assert_an_interrupted_run_resumes_exactly,
+    load_config,
+    read_metrics,
+)
+
+GAMMA = 0.5
+
+
+def _targets(rewards, terminations, truncations, valid, values, k_steps, n):
+    column = [np.asarray(x)[:, None] for x in (rewards, terminations, truncations, valid, values)]
+    value, alive, reward_mask = muzero.window_targets(*column, k_steps, n, GAMMA)
+    return np.asarray(value)[:, 0], np.asarray(alive)[:, 0], np.asarray(reward_mask)[:, 0]
+
+
+def test_value_targets_bootstrap_from_the_search_value_n_steps_on():
+    # K = 1, n = 2: positions 0 .. 3, no episode end.
+    value, alive, _ = _targets(
+        rewards=[1.0, 2.0, 4.0, 8.0],
+        terminations=[False] * 4,
+        truncations=[False] * 4,
+        valid=[True] * 4,
+        values=[10.0, 20.0, 40.0, 80.0],
+        k_steps=1,
+        n=2,
+    )
+    np.testing.assert_allclose(value, [1 + 0.5 * 2 + 0.25 * 40, 2 + 0.5 * 4 + 0.25 * 80])
+    np.testing.assert_allclose(alive, [1.0, 1.0])
+
+
+def test_value_targets_stop_at_a_termination_and_bootstrap_a_truncation():
+    # Step 0 terminates its episode: q = 0 earns its reward and nothing after it; q = 1 is
+    # envpool's reset step (invalid) and q = 2 is past the sample's episode.
+    value, alive, reward_mask = _targets(
+        rewards=[1.0, 0.0, 4.0, 8.0, 16.0],
+        terminations=[True, False, False, False, False],
+        truncations=[False] * 5,
+        valid=[True, False, True, True, True],
+        values=[10.0, 20.0, 40.0, 80.0, 160.0],
+        k_steps=2,
+        n=2,
+    )
+    assert value[0] == 1.0
+    np.testing.assert_allclose(alive, [1.0, 0.0, 0.0])
+    np.testing.assert_allclose(reward_mask, [1.0, 0.0])
+    # A time-limit truncation at step 0 bootstraps from the real final observation's
+    # search value (position 1), and the state after it is not the sample's episode.
+    value, alive, _ = _targets(
+        rewards=[1.0, 0.0, 4.0, 8.0, 16.0],
+        terminations=[False] * 5,
+        truncations=[True, False, False, False, False],
+        valid=[True, False, True, True, True],
+        values=[10.0, 20.0, 40.0, 80.0, 160.0],
+        k_steps=2,
+        n=2,
+    )
+    assert value[0] == pytest.approx(1.0 + 0.5 * 20.0)
+    np.testing.assert_allclose(alive, [1.0, 0.0, 0.0])
+
+
+def test_the_support_holds_values_up_to_its_bound():
+    pair = muzero.support_pair(10)
+    values = jnp.asarray([-50.0, -1.5, 0.0, 0.3, 7.0, 99.0])
+    back = pair.apply_inv(pair.apply(values))
+    np.testing.assert_allclose(back, values, rtol=1e-3, atol=1e-3)
+    assert 110 < muzero.largest_value(10) < 130  # h^-1(10), about 120.
+
+
+def _agent(**agent):
+    defaults = dict(
+        buffer_size=8 * 10 * 4,
+        batch_size=16,
+        learning_starts=0,
+        num_simulations=4,
+        max_num_considered_actions=2,
+    )
+    overrides = {f"agent__{key}": value for key, value in {**defaults, **agent}.items()}
+    config = agent_config(muzero, **overrides)
+    return muzero.make(config, CARTPOLE, derive_sizes(config))
+
+
+@pytest.mark.parametrize("search", muzero.SEARCHES)
+def test_each_env_searches_with_its_own_key(search):
+    # An env's action and search results depend on its observation and key alone, not on
+    # the other envs of its batch: the rollout does not depend on the device layout.
+    agent = _agent(search=search)
+    params = agent.policy_params(agent.init(jax.random.key(0)))
+    obs = jax.random.normal(jax.random.key(1), (4, 4))
+    keys = jax.random.split(jax.random.key(2), 4)
+    act = jax.jit(agent.act)
+    actions, outputs = act(params, obs, keys)
+    halves = [act(params, obs[i : i + 2], keys[i : i + 2]) for i in (0, 2)]
+    np.testing.assert_array_equal(actions, np.concatenate([h[0] for h in halves]))
+    for name in ("search_policy", "search_value"):
+        together = np.concatenate([h[1][name] for h in halves])
+        np.testing.assert_allclose(outputs[name], together, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(np.sum(outputs["search_policy"], axis=-1), 1.0, rtol=1e-5)
+    greedy = jax.jit(agent.act_greedy)(params, obs)
+    assert greedy.shape == (4,) and greedy.dtype == jnp.int32
+
+
+@pytest.mark.parametrize(
+    "agent, field",
+    [
+        ({"num_simulations": 0}, "agent.num_simulations"),
+        ({"unroll_steps": 0}, "agent.unroll_steps"),
+        ({"td_steps": 0}, "agent.td_steps"),
+        ({"support_size": 0}, "agent.support_size"),
+        ({"max_depth": 0}, "agent.max_depth"),
+        ({"gumbel_scale": -1.0}, "agent.gumbel_scale"),
+        ({"search": "alphabeta"}, "agent.search"),
+        ({"value_bootstrap": "reanalyse"}, "agent.value_bootstrap"),
+        ({"network": "multi_input"}, "agent.network"),
+        ({"buffer_size": 8 * 10}, "agent.buffer_size"),
+    ],
+)
+def test_bad_settings_are_refused_in_one_line(agent, field):
+    with pytest.raises(ConfigError, match=field.replace(".", r"\.")) as error:
+        _agent(**agent)
+    assert "\n" not in str(error.value)
+
+
+def test_continuous_actions_are_refused():
+    pendulum = EnvSpec("Pendulum-v1", ArraySpec((3,), "float32"), Box((1,), -2.0, 2.0))
+    config = agent_config(muzero)
+    with pytest.raises(ConfigError, match="Discrete"):
+        muzero.make(config, pendulum, derive_sizes(config))
+
+
+def _smoke(**mesh):
+    """configs/muzero_cartpole.py:smoke: 6 updates of 8 envs x 10 steps, learning from
+    update 2 on."""
+    config = load_config("muzero_cartpole", "smoke")
+    config.log.tensorboard = False
+    for key, value in mesh.items():
+        config.mesh[key] = value
+    return config
+
+
+def _anakin_smoke():
+    config = _smoke()
+    config.env.id = "gymnax:CartPole-v1"
+    return config
+
+
+def test_an_interrupted_anakin_run_resumes_with_the_same_checksum(tmp_path):
+    # The search runs inside the Anakin program; the replay ring and the search results
+    # beside it resume to the bit.
+    workdir, state = assert_an_interrupted_run_resumes_exactly(_anakin_smoke, tmp_path)
+    assert int(state.count) == 6 * 10
+    assert float(read_metrics(workdir)[-1]["learning"]) == 1.0
+
+
+def test_a_sebulba_run_on_one_and_two_learner_devices_agrees(tmp_path):
+    # envpool actors: the same global envs, so the same data; the ring and the search
+    # results split along envs on two learner devices.
+    finals = []
+    for name, learners in (("one", (1,)), ("two", (1, 2))):
+        workdir = str(tmp_path / name)
+        state = train.train(_smoke(learner_device_ids=learners), workdir)
+        assert float(read_metrics(workdir)[-1]["learning"]) == 1.0
+        for leaf in jax.tree.leaves((state.buffer, state.search)):
+            assert leaf.sharding.spec == PartitionSpec(None, "batch")
+        finals.append(jax.device_get(((state.params, state.buffer), state.search)))
+    for a, b in zip(*(jax.tree.leaves(final[0]) for final in finals), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    # A search's root value goes through the value support's square roots and the
+    # simulations' backups: the parameters' last-bit differences reach it as ~5e-5.
+    for a, b in zip(*(jax.tree.leaves(final[1]) for final in finals), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
