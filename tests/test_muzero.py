@@ -185,3 +185,23 @@ def test_a_sebulba_run_on_one_and_two_learner_devices_agrees(tmp_path):
     # simulations' backups: the parameters' last-bit differences reach it as ~5e-5.
     for a, b in zip(*(jax.tree.leaves(final[1]) for final in finals), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+
+
+def test_sebulba_check_prices_every_simulation_of_the_search():
+    # The simulations are a loop inside the act step: `sebulba.check` prices the actor's
+    # step with its body once per simulation, so 4 times the simulations cost about 4 times
+    # the FLOPs (the representation runs once per search, whatever their number). Each
+    # simulation's descent to a leaf is a loop whose trip count depends on the tree; it
+    # holds no network call and is priced once (the report says so).
+    from sebulba.preflight import hlo_cost
+
+    obs = jnp.zeros((8, 4))
+    keys = jax.random.split(jax.random.key(0), 8)
+    flops = {}
+    for simulations in (4, 16):
+        agent = _agent(num_simulations=simulations)
+        params = agent.policy_params(agent.init(jax.random.key(0)))
+        compiled = jax.jit(agent.act).lower(params, obs, keys).compile()
+        cost = hlo_cost.program_cost(compiled.as_text(), 1)
+        flops[simulations] = cost.flops
+    assert 3.0 < flops[16] / flops[4] < 4.0, flops

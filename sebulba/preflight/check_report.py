@@ -109,6 +109,7 @@ def format_report(report: dict[str, Any], config_name: str) -> str:
             f"  FLOPs {actor['flops']:.3g}, memory {format_bytes(actor['hbm_needed_bytes'])}"
             f"{held}, predicted {format_seconds(low)} to {format_seconds(high)}",
         ]
+        lines += _unknown_loops_line(actor)
     if report["verdicts"]:
         lines.append("verdicts:")
         lines += [f"  {verdict}" for verdict in report["verdicts"]]
@@ -139,10 +140,7 @@ def _learner_lines(report: dict[str, Any], learner: dict[str, Any], anakin: bool
         f"{format_seconds(learner['collective_s'])} -> predicted {format_seconds(low)} to "
         f"{format_seconds(high)} per update (all overlapped .. nothing overlapped)",
     ]
-    if learner["unknown_loops"]:
-        lines.append(
-            f"  {learner['unknown_loops']} loop(s) with unreadable trip counts were counted once"
-        )
+    lines += _unknown_loops_line(learner)
     if report["predicted_learner_steps_per_s"]:
         slow, fast = report["predicted_learner_steps_per_s"]
         who = "the run" if anakin else "the learner alone"
@@ -206,3 +204,11 @@ def verdicts(report: dict[str, Any], layout) -> list[str]:
                 f"traffic ({format_seconds(busiest)}); fewer learner devices may be as fast"
             )
     return lines
+
+
+def _unknown_loops_line(program: dict[str, Any]) -> list[str]:
+    # A loop whose trip count depends on the data (a search's descent to a leaf) runs an
+    # unknown number of times: its body is priced once, so the figure is a lower bound.
+    if not program["unknown_loops"]:
+        return []
+    return [f"  {program['unknown_loops']} loop(s) with unreadable trip counts were counted once"]
