@@ -557,11 +557,14 @@ def _final_report(summary: dict[str, Any], label: str = "") -> str:
     else:
         counted = "the episode" if episodes == 1 else f"the last {episodes} episodes"
         returns = f"mean return of {counted} {mean_return:.1f}"
+    search = ""
+    if "search_simulations_per_s" in summary:
+        search = f"; search {summary['search_simulations_per_s']:,.0f} sims/s per acting device"
     return (
         f"sebulba: done{f' ({label})' if label else ''}, {summary['global_step']:,} steps in "
         f"{summary['wall_time_s']:.0f}s "
         f"({summary['sps']:,.0f} sps after update 1, {summary['sps_including_compile']:,.0f} "
-        f"including start-up), {returns}\n"
+        f"including start-up{search}), {returns}\n"
         f"sebulba: throughput limited by: {bottleneck['limited_by']} ({bottleneck['detail']})"
     )
 
@@ -878,7 +881,17 @@ def open_outputs(
         # An off-policy agent's random-action phase would make the ETA minutes short.
         learning_starts=config.agent.get("learning_starts", 0),
         update_estimate_s=update_estimate_s,
+        simulations_per_step=setup.agent.simulations_per_step,
+        acting_devices=acting_devices(setup),
     )
+
+
+def acting_devices(setup: RunSetup) -> int:
+    """Every device that runs the policy, all processes' together: in Anakin every learner
+    device acts; in Sebulba each process's actor devices."""
+    if setup.actor_loop == "anakin":
+        return setup.layout.learner_mesh.devices.size
+    return len(setup.layout.actor_devices) * jax.process_count()
 
 
 def describe_run(

@@ -19,6 +19,7 @@ from tests.helpers import (
     assert_an_interrupted_run_resumes_exactly,
     load_config,
     read_metrics,
+    read_summary,
 )
 
 GAMMA = 0.5
@@ -160,12 +161,22 @@ def _anakin_smoke():
     return config
 
 
+def _assert_search_throughput(workdir, acting_devices):
+    # Simulations per second per acting device: each env step runs one search.
+    simulations = _smoke().agent.num_simulations / acting_devices
+    for line in read_metrics(workdir):
+        assert line["search_simulations_per_s"] == pytest.approx(line["sps"] * simulations)
+    summary = read_summary(workdir)
+    assert summary["search_simulations_per_s"] == pytest.approx(summary["sps"] * simulations)
+
+
 def test_an_interrupted_anakin_run_resumes_with_the_same_checksum(tmp_path):
     # The search runs inside the Anakin program; the replay ring and the search results
     # beside it resume to the bit.
     workdir, state = assert_an_interrupted_run_resumes_exactly(_anakin_smoke, tmp_path)
     assert int(state.count) == 6 * 10
     assert float(read_metrics(workdir)[-1]["learning"]) == 1.0
+    _assert_search_throughput(workdir, acting_devices=len(_anakin_smoke().mesh.learner_device_ids))
 
 
 def test_a_sebulba_run_on_one_and_two_learner_devices_agrees(tmp_path):
@@ -176,6 +187,7 @@ def test_a_sebulba_run_on_one_and_two_learner_devices_agrees(tmp_path):
         workdir = str(tmp_path / name)
         state = train.train(_smoke(learner_device_ids=learners), workdir)
         assert float(read_metrics(workdir)[-1]["learning"]) == 1.0
+        _assert_search_throughput(workdir, acting_devices=1)
         for leaf in jax.tree.leaves((state.buffer, state.search)):
             assert leaf.sharding.spec == PartitionSpec(None, "batch")
         finals.append(jax.device_get(((state.params, state.buffer), state.search)))

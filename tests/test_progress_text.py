@@ -59,6 +59,12 @@ def test_an_off_policy_eta_measures_the_learning_updates_not_the_random_actions(
     assert " sps ETA ? (learning starts) return " in line
 
 
+def test_an_agent_that_searches_shows_its_search_throughput():
+    line = progress_line(_line(search_simulations_per_s=16_000.0), 10_000, 10, 5.0)
+    assert line.endswith(" actors=25% search 16,000 sims/s per acting device")
+    assert "search" not in progress_line(_line(), 10_000, 10, 5.0)
+
+
 def _line(**changes):
     line = {
         "global_step": 3_000,

@@ -283,6 +283,9 @@ class Agent:
         into pieces (`update(s, r)` must equal `plan_update(s, r).run()`; build `update`
         with `Agent.update_from_plan`). The fused step (`pipeline.fused`) needs it; None:
         the agent's update cannot be cut, and such runs are not fused.
+      simulations_per_step: the search simulations `act` runs for each env step (MuZero,
+        AlphaZero). The metrics turn it into the search's throughput per acting device
+        (`search_simulations_per_s`); 0: the agent does not search.
     """
 
     init: Callable[[jax.Array], LearnerState]
@@ -294,6 +297,7 @@ class Agent:
     restart_envs: Callable[[LearnerState], LearnerState] | None = None
     state_partition_specs: Callable[[LearnerState], Any] | None = None
     plan_update: Callable[[LearnerState, Rollout], UpdatePlan] | None = None
+    simulations_per_step: int = 0
 
     @staticmethod
     def update_from_plan(plan_update: Callable[[LearnerState, Rollout], UpdatePlan]) -> Callable:

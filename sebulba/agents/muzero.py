@@ -552,4 +552,5 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         act_greedy=act_greedy,
         restart_envs=replay.restart_envs,
         state_partition_specs=state_partition_specs,
+        simulations_per_step=config.agent.num_simulations,
     )

@@ -42,6 +42,7 @@ _TB_NAMESPACE = {
     "learner_wait_fraction": "pipeline",
     "actor_wait_fraction": "pipeline",
     "host_cpu_fraction": "perf",
+    "search_simulations_per_s": "perf",
     "actor_policy_version": "pipeline",
     "learner_policy_version": "pipeline",
 }
@@ -336,7 +337,10 @@ class MetricsLogger:
     text "hyperparameters" at the segment's first step. `learning_starts`: an off-policy
     agent's env steps before learning, from which the console's ETA measures its rate.
     `update_estimate_s`: a floor on an update's time, repeated by the console's notices
-    while an update runs long.
+    while an update runs long. `simulations_per_step` (`Agent.simulations_per_step`) over
+    `acting_devices` (every device that runs `act`, all processes' together) adds the
+    search's throughput, `search_simulations_per_s` per acting device, to the lines, the
+    console and the summary.
 
     Episodes are attributed to the tasks of `task_layout` by their global env index;
     multi-task lines carry per-task fields and summary.json always has `tasks`
@@ -369,8 +373,12 @@ class MetricsLogger:
         agent_keys: Collection[str] = (),
         learning_starts: int = 0,
         update_estimate_s: float | None = None,
+        simulations_per_step: int = 0,
+        acting_devices: int = 1,
     ):
         self.workdir = workdir
+        # Search simulations per env step and acting device: times sps, their rate.
+        self._simulations_per_step_and_device = simulations_per_step / max(acting_devices, 1)
         self.host_cores = host_cores
         self.agent_keys = tuple(agent_keys)
         self.actors_share_an_accelerator = actors_share_an_accelerator
@@ -514,6 +522,8 @@ class MetricsLogger:
             "wall_time_s": self.elapsed_before_s + now - self.start_time,
             **self.task_episodes.window_metrics(),
         }
+        if self._simulations_per_step_and_device:
+            line["search_simulations_per_s"] = line["sps"] * self._simulations_per_step_and_device
         if self.host_cores:
             cpu_s = time.process_time() - self._window_cpu
             line["host_cpu_fraction"] = cpu_fraction(cpu_s, window_s, self.host_cores)
@@ -566,6 +576,9 @@ class MetricsLogger:
         sps = sps_including_compile
         if self._steady_updates:
             sps = self._steady_updates * self.sizes.steps_per_update / max(self._steady_s, 1e-9)
+        search = {}
+        if self._simulations_per_step_and_device:
+            search["search_simulations_per_s"] = sps * self._simulations_per_step_and_device
         return {
             "global_step": global_step,
             "updates": updates,
@@ -576,6 +589,7 @@ class MetricsLogger:
             "episodes": self.episodes_finished,
             "params_checksum": checksum,
             "bottleneck": self.bottleneck(),
+            **search,
             **self.task_episodes.summary(),
             **extra,
         }

@@ -70,6 +70,9 @@ def progress_line(
     done, sps = line["global_step"], line["sps"]
     eta_text = eta if isinstance(eta, str) else format_duration(eta)
     ret = line["episodic_return"]
+    search = ""
+    if "search_simulations_per_s" in line:  # An agent that searches (MuZero).
+        search = f" search {line['search_simulations_per_s']:,.0f} sims/s per acting device"
     return (
         f"update {line['update']}/{num_updates} "
         f"step {done:,}/{total_steps:,} ({100 * done / total_steps:.0f}%) "
@@ -78,7 +81,7 @@ def progress_line(
         f"versions actor={line['actor_policy_version']} "
         f"learner={line['learner_policy_version']} "
         f"waiting learner={100 * line['learner_wait_fraction']:.0f}% "
-        f"actors={100 * line['actor_wait_fraction']:.0f}%"
+        f"actors={100 * line['actor_wait_fraction']:.0f}%{search}"
     )
 
 
