@@ -74,7 +74,8 @@ def pytest_pyfunc_call(pyfuncitem):
     compiles with XLA's defaults: it compares programs of different structure bit for
     bit (several updates per call against one, a fused update against the threaded
     pieces), which XLA's defaults compute alike and the tests' fast compilation does
-    not always (the last bit of a few floats)."""
+    not always (the last bit of a few floats), or it trains long enough that the
+    optimised program's speed outweighs its compile time (docs/architecture.md)."""
     if pyfuncitem.get_closest_marker("xla_default_compilation") is None:
         return None
     if not os.environ[_FLAGS_VARIABLE]:  # This process compiles with the defaults.

@@ -113,6 +113,7 @@ def test_task_configs_select_their_task_and_refuse_others(name):
 
 
 @pytest.mark.slow
+@pytest.mark.xla_default_compilation
 def test_lstm_learns_a_memory_task_that_feed_forward_cannot(tmp_path):
     # configs/ppo_memory.py: CartPole with its velocities hidden, at two thirds of its
     # budget (the assertion's failure message shows both returns). Without memory the

@@ -357,6 +357,7 @@ def test_atari_smoke_runs_with_the_nature_cnn(tmp_path):
     assert len(lines) == 2 and all(np.isfinite(line["loss"]) for line in lines)
 
 
+@pytest.mark.xla_default_compilation
 def test_learns_cartpole(tmp_path):
     config = load_config("pqn_cartpole")
     config.total_timesteps = 120_000

@@ -282,6 +282,7 @@ def test_an_interrupted_anakin_run_resumes_with_the_same_checksum(tmp_path):
     assert int(state.count) == 6 * 4 and float(read_metrics(workdir)[-1]["learning"]) == 1.0
 
 
+@pytest.mark.xla_default_compilation
 def test_sac_learns_pendulum_in_a_short_run(tmp_path):
     # configs/sac_mujoco.py:Pendulum-v1 with 64-64 networks (10x faster here than 256-256,
     # which learn alike), 1k env steps of uniform actions and 10k in all: about 12 s of
