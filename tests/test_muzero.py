@@ -1,6 +1,10 @@
 """MuZero: its value targets on hand-checked windows, the support, each env's search on its
-own key, one-line refusals of bad settings, and its runs in both architectures: resumed to
-the bit, and alike on one and two learner devices."""
+own key, Reanalyse's windows, one-line refusals of bad settings, the search priced by
+sebulba.check, and its runs in both architectures: resumed to the bit, alike on one and
+two learner devices, resumed on another layout, the same checksum under a slow learner,
+and the search's throughput in the metrics."""
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -128,6 +132,7 @@ def test_each_env_searches_with_its_own_key(search):
         ({"gumbel_scale": -1.0}, "agent.gumbel_scale"),
         ({"search": "alphabeta"}, "agent.search"),
         ({"value_bootstrap": "reanalyse"}, "agent.value_bootstrap"),
+        ({"reanalyse_fraction": 1.5}, "agent.reanalyse_fraction"),
         ({"network": "multi_input"}, "agent.network"),
         ({"buffer_size": 8 * 10}, "agent.buffer_size"),
     ],
@@ -181,11 +186,14 @@ def test_an_interrupted_anakin_run_resumes_with_the_same_checksum(tmp_path):
 
 def test_a_sebulba_run_on_one_and_two_learner_devices_agrees(tmp_path):
     # envpool actors: the same global envs, so the same data; the ring and the search
-    # results split along envs on two learner devices.
+    # results split along envs on two learner devices. Half of each env column's windows
+    # are reanalysed (1 of 2): the learner's fresh searches, on the same windows on both.
     finals = []
     for name, learners in (("one", (1,)), ("two", (1, 2))):
         workdir = str(tmp_path / name)
-        state = train.train(_smoke(learner_device_ids=learners), workdir)
+        config = _smoke(learner_device_ids=learners)
+        config.agent.reanalyse_fraction = 0.5
+        state = train.train(config, workdir)
         assert float(read_metrics(workdir)[-1]["learning"]) == 1.0
         _assert_search_throughput(workdir, acting_devices=1)
         for leaf in jax.tree.leaves((state.buffer, state.search)):
@@ -217,3 +225,83 @@ def test_sebulba_check_prices_every_simulation_of_the_search():
         cost = hlo_cost.program_cost(compiled.as_text(), 1)
         flops[simulations] = cost.flops
     assert 3.0 < flops[16] / flops[4] < 4.0, flops
+
+
+def test_same_seed_same_checksum_under_delays(tmp_path):
+    # The one-step lag holds whatever the timing: a slow learner changes nothing.
+    checksums = []
+    for name, delay in (("prompt", 0.0), ("slow", 0.05)):
+        config = _smoke()
+        config.debug.learner_delay_s = delay
+        train.train(config, str(tmp_path / name))
+        checksums.append(read_summary(str(tmp_path / name))["params_checksum"])
+        lines = read_metrics(str(tmp_path / name))
+        lags = [line["learner_policy_version"] - line["actor_policy_version"] for line in lines]
+        assert lags == [1] + [2] * (len(lines) - 1)
+    assert checksums[0] == checksums[1]
+
+
+def _threads_smoke(threads, envs_per_thread, learners):
+    """The smoke run over 16 global envs: 4 updates of 16 x 10 steps, a checkpoint every
+    2, a ring that keeps every step, learning from update 2 on."""
+    config = _smoke(learner_device_ids=learners)
+    config.pipeline.num_actor_threads = threads
+    config.env.num_envs = envs_per_thread
+    config.total_timesteps = config.agent.buffer_size = 16 * 10 * 4
+    config.agent.learning_starts = 16 * 10
+    config.ckpt.every_updates = 2
+    return config
+
+
+def test_a_resume_on_another_layout_keeps_each_envs_steps_and_searches(tmp_path):
+    # 2 threads x 8 envs on 2 learner devices hold env ids [0-3, 8-11, 4-7, 12-15] along
+    # the ring's env axis, 1 thread x 16 on 1 device [0-15]: the ring and the search
+    # results beside it move together into the new order, so both resumes train alike.
+    two_threads = functools.partial(_threads_smoke, 2, 8, (1, 2))
+    one_thread = functools.partial(_threads_smoke, 1, 16, (1,))
+    train.train(two_threads(), str(tmp_path / "saved"))
+    results = {}
+    for name, make_config in (("same", two_threads), ("other", one_thread)):
+        config = make_config()
+        config.ckpt.resume_from = str(tmp_path / "saved" / "checkpoints" / "2")
+        state = train.train(config, str(tmp_path / name))
+        assert read_metrics(str(tmp_path / name))[0]["update"] == 3
+        order = np.argsort(derive_sizes(config).env_order())
+        in_id_order = jax.tree.map(
+            lambda x, order=order: np.asarray(x)[:, order],
+            jax.device_get((state.buffer, state.search)),
+        )
+        results[name] = jax.device_get(state.params), in_id_order
+    (same_params, same_steps), (other_params, other_steps) = results.values()
+    for a, b in zip(jax.tree.leaves(same_steps), jax.tree.leaves(other_steps), strict=True):
+        # Stored observations and actions are the envs' own; search outputs are floats
+        # of networks that differ in their last bits between the layouts.
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+    for a, b in zip(jax.tree.leaves(same_params), jax.tree.leaves(other_params), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_reanalyse_replaces_the_first_windows_of_every_env_column():
+    # Policy targets [K + 1 = 2, B * S = 3 * 4, A = 2], env-major; observations carry
+    # (step, env, window) so the fresh search's inputs can be read back.
+    steps, envs, per_env, reanalysed = 2, 3, 4, 1
+    stored = jnp.zeros((steps, envs * per_env, 2))
+    index = np.stack(
+        np.meshgrid(np.arange(steps), np.arange(envs), np.arange(per_env), indexing="ij"), -1
+    ).reshape(steps, envs * per_env, 3)
+    searched = []
+
+    def fresh_policy(obs):
+        searched.append(np.asarray(obs))
+        return jnp.ones((obs.shape[0], 2)) * 0.5
+
+    policy = np.asarray(
+        muzero.reanalyse(stored, jnp.asarray(index), fresh_policy, per_env, reanalysed)
+    )
+    # The fresh search saw exactly window 0 of each env, at both steps.
+    assert sorted(map(tuple, searched[0])) == [(k, b, 0) for k in range(2) for b in range(3)]
+    replaced = policy.reshape(steps, envs, per_env, 2)
+    np.testing.assert_array_equal(replaced[:, :, :reanalysed], 0.5)
+    np.testing.assert_array_equal(replaced[:, :, reanalysed:], 0.0)
+    assert muzero.reanalyse(stored, index, fresh_policy, per_env, 0) is stored
+    assert [muzero.reanalysed_count(f, 32) for f in (0.0, 0.25, 1.0)] == [0, 8, 32]

@@ -162,6 +162,7 @@ MUZERO_RANGES = {
     "dirichlet_fraction": UNIT_INTERVAL,
     "dirichlet_alpha": POSITIVE,
     "value_loss_coef": NON_NEGATIVE,
+    "reanalyse_fraction": UNIT_INTERVAL,
     "buffer_size": POSITIVE_INT,
     "batch_size": POSITIVE_INT,
     "replay_ratio": POSITIVE,
@@ -396,6 +397,7 @@ def muzero_config() -> ml_collections.ConfigDict:
     config.td_steps = 10  # n: steps of rewards before the value target bootstraps.
     config.value_loss_coef = 1.0  # Weight of the value loss (MuZero Reanalyse's: 0.25).
     config.value_bootstrap = "network"  # Value targets bootstrap from: network | search.
+    config.reanalyse_fraction = 0.0  # Reanalyse: share of windows given fresh search targets.
     config.search = "gumbel"  # gumbel (mctx.gumbel_muzero_policy) | muzero (pUCT).
     config.num_simulations = 16  # Simulations per search.
     config.max_depth = config_dict.placeholder(int)  # Search depth limit (None: none).

@@ -28,18 +28,21 @@ uniformly drawn position p: the representation of o_p, unrolled K = `agent.unrol
 times through the dynamics with the actions taken, a_p .. a_{p+K-1}. Targets, for
 k = 0 .. K at position q = p + k:
 
-* policy: the stored search policy pi_q;
+* policy: the stored search policy pi_q; with Reanalyse (`agent.reanalyse_fraction`),
+  for the first share of each env column's windows, the policy of a fresh search of o_q
+  by the learner's current network, without noise;
 * value: the n-step return (n = `agent.td_steps`) sum_{j<m} gamma^j r_{q+j} +
   gamma^m nu_{q+m}, stopped at the episode's end (no bootstrap after a termination;
-  after a time-limit truncation the root value of the real final observation);
+  after a time-limit truncation the value of the real final observation), where nu is
+  the learner's current value of the stored observation (`agent.value_bootstrap`
+  network, the default) or the root value stored when it was searched (search, the
+  paper's MuZero);
 * reward (k < K): r_q.
 
 Steps past the end of the sample's episode (and envpool's auto-reset steps) are masked
 out of every loss, where the paper trains an absorbing state: a time-limit truncation
 has no absorbing state to learn. The unrolled steps' losses are scaled by 1 / K and the
-gradient entering the dynamics by 1/2, as the paper's. Value targets bootstrap from the
-search values stored when the data was collected (the paper's MuZero; Reanalyse would
-search again with the current network).
+gradient entering the dynamics by 1/2, as the paper's.
 
 The one-step lag: rollout k is searched with version max(1, k - 1), and its stored
 values are those of that version; the replay mixes older versions anyway, which the
@@ -51,7 +54,8 @@ update -> make.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import flax.linen as nn
 import flax.struct
@@ -255,6 +259,37 @@ def window_targets(
     return value, alive, alive[:k_steps]
 
 
+def reanalysed_count(reanalyse_fraction: float, samples_per_env: int) -> int:
+    """How many of each env column's windows Reanalyse searches again (the first ones)."""
+    return round(reanalyse_fraction * samples_per_env)
+
+
+def reanalyse(
+    policy: jax.Array,
+    window_obs: Any,
+    fresh_policy: Callable[[Any], jax.Array],
+    samples_per_env: int,
+    reanalysed: int,
+) -> jax.Array:
+    """Policy targets [K + 1, B * S, A] (env-major: column b's S windows together) with
+    those of each column's first `reanalysed` windows replaced by `fresh_policy` of their
+    stored observations (leaves [K + 1, B * S, ...]): the same windows of each env column
+    on every layout, so the run does not depend on how envs are spread over devices."""
+    if reanalysed == 0:
+        return policy
+    steps, flat = policy.shape[:2]
+    envs = flat // samples_per_env
+
+    def first_windows(x):  # [K + 1, B * S, ...] -> [(K + 1) * B * R, ...]
+        x = x.reshape(steps, envs, samples_per_env, *x.shape[2:])[:, :, :reanalysed]
+        return x.reshape(-1, *x.shape[3:])
+
+    fresh = fresh_policy(jax.tree.map(first_windows, window_obs))
+    fresh = fresh.reshape(steps, envs, reanalysed, -1)
+    by_column = policy.reshape(steps, envs, samples_per_env, -1)
+    return by_column.at[:, :, :reanalysed].set(fresh).reshape(policy.shape)
+
+
 def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> Agent:
     """Builds MuZero's pure functions for this run.
 
@@ -282,6 +317,7 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
     replay_sizes = size_rules.muzero(hp, sizes)
     capacity, samples_per_env = replay_sizes.capacity, replay_sizes.samples_per_env
     gradient_steps = replay_sizes.gradient_steps
+    reanalysed = reanalysed_count(hp.reanalyse_fraction, samples_per_env)
     first_learning_update = replay_sizes.first_learning_update
     support = support_pair(hp.support_size)
     bins = 2 * hp.support_size + 1
@@ -399,11 +435,14 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         actions, policy, value = search(params, obs, keys, exploring=True)
         return actions, {"search_policy": policy, "search_value": value}
 
-    def act_greedy(params, obs):
+    def greedy_search(params, obs):
         batch = jax.tree.leaves(obs)[0].shape[0]
         # Without noise the search is deterministic: one key serves every env.
         keys = jnp.broadcast_to(jax.random.key(0), (batch,))
-        return search(params, obs, keys, exploring=False)[0]
+        return search(params, obs, keys, exploring=False)
+
+    def act_greedy(params, obs):
+        return greedy_search(params, obs)[0]
 
     def env_major(x):
         # [S, B, ...] -> [B * S, ...] keeping the sharded env axis leading (no data moves).
@@ -444,6 +483,15 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
             rewards, terminations, truncations, valid, values, k_steps, n, hp.gamma
         )
         policy = window(results.policy, k_steps + 1)
+        if reanalysed:
+            # Reanalyse: a fresh search by the learner's network, without noise or gradient.
+            policy = reanalyse(
+                policy,
+                window(buffer.obs, k_steps + 1),
+                lambda obs: jax.lax.stop_gradient(greedy_search(params, obs)[1]),
+                samples_per_env,
+                reanalysed,
+            )
         actions = window(buffer.actions, k_steps)
         obs = jax.tree.map(env_major, replay.take(buffer.obs, starts, capacity))
         del reward_mask  # The same as alive[:K].
