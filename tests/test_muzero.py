@@ -13,7 +13,7 @@ import pytest
 from jax.sharding import PartitionSpec
 
 from sebulba import train
-from sebulba.agents import muzero
+from sebulba.agents import muzero, replay
 from sebulba.agents.api import ArraySpec, Box, EnvSpec
 from sebulba.config.sizes import derive_sizes
 from sebulba.errors import ConfigError
@@ -133,6 +133,8 @@ def test_each_env_searches_with_its_own_key(search):
         ({"search": "alphabeta"}, "agent.search"),
         ({"value_bootstrap": "reanalyse"}, "agent.value_bootstrap"),
         ({"reanalyse_fraction": 1.5}, "agent.reanalyse_fraction"),
+        ({"priority_exponent": -1.0}, "agent.priority_exponent"),
+        ({"priority_importance": 2.0}, "agent.priority_importance"),
         ({"network": "multi_input"}, "agent.network"),
         ({"buffer_size": 8 * 10}, "agent.buffer_size"),
     ],
@@ -186,19 +188,27 @@ def test_an_interrupted_anakin_run_resumes_with_the_same_checksum(tmp_path):
 
 def test_a_sebulba_run_on_one_and_two_learner_devices_agrees(tmp_path):
     # envpool actors: the same global envs, so the same data; the ring and the search
-    # results split along envs on two learner devices. Half of each env column's windows
-    # are reanalysed (1 of 2): the learner's fresh searches, on the same windows on both.
+    # results split along envs on two learner devices, and the priorities of prioritised
+    # replay beside them: each column draws its windows from its own priorities. Three
+    # updates, learning in the last two: every rollout is searched with parameters that
+    # have not learnt yet. Later ones would be searched with parameters that differ in
+    # their last bits, and a search's near-tie could then take another action.
     finals = []
     for name, learners in (("one", (1,)), ("two", (1, 2))):
         workdir = str(tmp_path / name)
         config = _smoke(learner_device_ids=learners)
-        config.agent.reanalyse_fraction = 0.5
+        config.total_timesteps = 8 * 10 * 3
+        config.agent.priority_exponent = 1.0
+        config.agent.reanalyse_fraction = 0.5  # The same windows reanalysed on both.
         state = train.train(config, workdir)
         assert float(read_metrics(workdir)[-1]["learning"]) == 1.0
         _assert_search_throughput(workdir, acting_devices=1)
-        for leaf in jax.tree.leaves((state.buffer, state.search)):
+        assert float(jnp.min(state.priorities)) > 0 and float(jnp.max(state.priorities)) != 1
+        for leaf in jax.tree.leaves((state.buffer, state.search, state.priorities)):
             assert leaf.sharding.spec == PartitionSpec(None, "batch")
-        finals.append(jax.device_get(((state.params, state.buffer), state.search)))
+        finals.append(
+            jax.device_get(((state.params, state.buffer), (state.search, state.priorities)))
+        )
     for a, b in zip(*(jax.tree.leaves(final[0]) for final in finals), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     # A search's root value goes through the value support's square roots and the
@@ -242,14 +252,18 @@ def test_same_seed_same_checksum_under_delays(tmp_path):
 
 
 def _threads_smoke(threads, envs_per_thread, learners):
-    """The smoke run over 16 global envs: 4 updates of 16 x 10 steps, a checkpoint every
-    2, a ring that keeps every step, learning from update 2 on."""
+    """The smoke run over 16 global envs: 3 updates of 16 x 10 steps, a checkpoint after
+    update 2, a ring that keeps every step, learning from update 2 on (so every rollout,
+    resumed or not, is searched with the parameters of update 1 at the latest: the
+    layouts' last-bit differences never reach an action)."""
     config = _smoke(learner_device_ids=learners)
     config.pipeline.num_actor_threads = threads
     config.env.num_envs = envs_per_thread
-    config.total_timesteps = config.agent.buffer_size = 16 * 10 * 4
-    config.agent.learning_starts = 16 * 10
+    config.total_timesteps = 16 * 10 * 3
+    config.agent.buffer_size = 16 * 10 * 4
+    config.agent.learning_starts = 16 * 10 * 2
     config.ckpt.every_updates = 2
+    config.agent.reanalyse_fraction = 0.5  # The same windows reanalysed on every layout.
     return config
 
 
@@ -305,3 +319,41 @@ def test_reanalyse_replaces_the_first_windows_of_every_env_column():
     np.testing.assert_array_equal(replaced[:, :, reanalysed:], 0.0)
     assert muzero.reanalyse(stored, index, fresh_policy, per_env, 0) is stored
     assert [muzero.reanalysed_count(f, 32) for f in (0.0, 0.25, 1.0)] == [0, 8, 32]
+
+
+def test_prioritised_starts_follow_the_priorities_within_the_startable_positions():
+    # A ring of 8 slots per column holding positions 6 .. 13 (count 14); windows need 3
+    # steps after their start, so starts 6 .. 10 only. Column 0 weighs slot 9 % 8 = 1
+    # (position 9) 1,000 times the others; column 1 is uniform.
+    capacity, count, lookahead = 8, 14, 3
+    priorities = np.ones((capacity, 2), np.float32)
+    priorities[9 % capacity, 0] = 1000.0
+    env_ids = jnp.array([5, 9])
+    starts, probabilities, startable = replay.sample_prioritised_starts(
+        jnp.asarray(priorities), jnp.int32(count), jax.random.key(0), env_ids, 400, lookahead, 1.0
+    )
+    starts, probabilities = np.asarray(starts), np.asarray(probabilities)
+    assert int(startable) == 5
+    assert starts.min() >= 6 and starts.max() <= 10
+    assert np.mean(starts[:, 0] == 9) > 0.98
+    assert set(starts[:, 1]) == {6, 7, 8, 9, 10}
+    np.testing.assert_allclose(probabilities[:, 1], 0.2, rtol=1e-6)
+    np.testing.assert_allclose(probabilities[starts[:, 0] == 9, 0], 1000 / 1004, rtol=1e-6)
+    # Each column draws with its own env id's key: a column alone draws the same.
+    alone, _, _ = replay.sample_prioritised_starts(
+        jnp.asarray(priorities[:, 1:]),
+        jnp.int32(count),
+        jax.random.key(0),
+        env_ids[1:],
+        400,
+        lookahead,
+        1.0,
+    )
+    np.testing.assert_array_equal(np.asarray(alone)[:, 0], starts[:, 1])
+    # Priorities are written back at the drawn positions' slots, column by column.
+    written = replay.write_at(
+        jnp.zeros((capacity, 2)), jnp.array([[9, 6]]), jnp.array([[3.0, 4.0]])
+    )
+    expected = np.zeros((capacity, 2))
+    expected[1, 0], expected[6, 1] = 3.0, 4.0
+    np.testing.assert_array_equal(np.asarray(written), expected)

@@ -163,6 +163,8 @@ MUZERO_RANGES = {
     "dirichlet_alpha": POSITIVE,
     "value_loss_coef": NON_NEGATIVE,
     "reanalyse_fraction": UNIT_INTERVAL,
+    "priority_exponent": NON_NEGATIVE,
+    "priority_importance": UNIT_INTERVAL,
     "buffer_size": POSITIVE_INT,
     "batch_size": POSITIVE_INT,
     "replay_ratio": POSITIVE,
@@ -398,6 +400,8 @@ def muzero_config() -> ml_collections.ConfigDict:
     config.value_loss_coef = 1.0  # Weight of the value loss (MuZero Reanalyse's: 0.25).
     config.value_bootstrap = "network"  # Value targets bootstrap from: network | search.
     config.reanalyse_fraction = 0.0  # Reanalyse: share of windows given fresh search targets.
+    config.priority_exponent = 0.0  # Prioritised replay: P ~ priority**alpha (0: uniform).
+    config.priority_importance = 1.0  # Prioritised replay: importance weights (N P)**-beta.
     config.search = "gumbel"  # gumbel (mctx.gumbel_muzero_policy) | muzero (pUCT).
     config.num_simulations = 16  # Simulations per search.
     config.max_depth = config_dict.placeholder(int)  # Search depth limit (None: none).

@@ -24,9 +24,11 @@ key, so a rollout does not depend on how the envs are spread over devices.
 **Learning**: each update adds its rollout, search results included, to a replay ring
 on the learner devices, split along envs (`replay.py`), then takes `agent.replay_ratio`
 x env steps gradient steps. A sample is a window of one env column starting at a
-uniformly drawn position p: the representation of o_p, unrolled K = `agent.unroll_steps`
-times through the dynamics with the actions taken, a_p .. a_{p+K-1}. Targets, for
-k = 0 .. K at position q = p + k:
+position p drawn uniformly, or by priority (`agent.priority_exponent`: P proportional to
+priority ** alpha, a step's priority |v - z| at its last draw, losses weighted by
+(N P) ** -beta): the representation of o_p, unrolled K = `agent.unroll_steps` times
+through the dynamics with the actions taken, a_p .. a_{p+K-1}. Targets, for k = 0 .. K
+at position q = p + k:
 
 * policy: the stored search policy pi_q; with Reanalyse (`agent.reanalyse_fraction`),
   for the first share of each env column's windows, the policy of a fresh search of o_q
@@ -85,6 +87,8 @@ HYPERPARAMETER_RANGES = defaults.MUZERO_RANGES
 SEARCHES = ("gumbel", "muzero")
 VALUE_BOOTSTRAPS = ("search", "network")
 # The torsos that end in a linear layer of any width (`make_network(..., q_head=True)`).
+# Added to every priority |v - z| so that no stored step's probability reaches 0.
+PRIORITY_FLOOR = 1e-6
 REPRESENTATION_NETWORKS = ("mlp", "minatar", "nature_cnn", "impala_resnet")
 
 get_config = defaults.muzero_config
@@ -180,6 +184,9 @@ class MuZeroState:
       opt_state: Adam's state.
       buffer: the replay ring, leaves [C, B, ...] sharded along B.
       search: the search results of the stored steps, sharded like `buffer`.
+      priorities: [C, B] each stored step's priority as a window start (prioritised
+        replay, `agent.priority_exponent` > 0: |v - z| of its last sample, the column's
+        largest when stored), sharded like `buffer`; ones otherwise.
       count: int32, steps per env written to the ring so far.
       update_count: int32, updates done (the version is update_count + 1).
     """
@@ -188,6 +195,7 @@ class MuZeroState:
     opt_state: optax.OptState
     buffer: replay.Replay
     search: SearchResults
+    priorities: jax.Array
     count: jax.Array
     update_count: jax.Array
 
@@ -201,12 +209,14 @@ class Targets:
       value: the n-step value targets.
       reward: [K, N] the rewards of the steps taken.
       alive: 1.0 where position p + k is a real state of the sample's episode, else 0.
+      weight: [N] each window's importance weight (prioritised replay; else ones).
     """
 
     policy: jax.Array
     value: jax.Array
     reward: jax.Array
     alive: jax.Array
+    weight: jax.Array
 
 
 def window_targets(
@@ -318,6 +328,7 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
     capacity, samples_per_env = replay_sizes.capacity, replay_sizes.samples_per_env
     gradient_steps = replay_sizes.gradient_steps
     reanalysed = reanalysed_count(hp.reanalyse_fraction, samples_per_env)
+    prioritised = hp.priority_exponent > 0
     first_learning_update = replay_sizes.first_learning_update
     support = support_pair(hp.support_size)
     bins = 2 * hp.support_size + 1
@@ -423,6 +434,7 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
                 policy=jnp.zeros((capacity, num_envs, num_actions), jnp.float32),
                 value=jnp.zeros((capacity, num_envs), jnp.float32),
             ),
+            priorities=jnp.ones((capacity, num_envs), jnp.float32),
             count=zero(),
             update_count=zero(),
         )
@@ -448,11 +460,26 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         # [S, B, ...] -> [B * S, ...] keeping the sharded env axis leading (no data moves).
         return jnp.swapaxes(x, 0, 1).reshape(-1, *x.shape[2:])
 
-    def sample(params, buffer, results, count, step_key, env_ids):
-        """A batch of windows: (first observations [N, ...], actions [K, N], Targets)."""
-        starts = replay.sample_starts(
-            count, capacity, step_key, env_ids, samples_per_env, k_steps + n
-        )  # [S, B]
+    def sample(params, buffer, results, priorities, count, step_key, env_ids):
+        """A batch of windows: (first observations [N, ...], actions [K, N], Targets,
+        the windows' start positions [S, B])."""
+        if prioritised:
+            starts, probabilities, startable = replay.sample_prioritised_starts(
+                priorities,
+                count,
+                step_key,
+                env_ids,
+                samples_per_env,
+                k_steps + n,
+                hp.priority_exponent,
+            )  # [S, B]
+            weight = (startable * probabilities) ** -hp.priority_importance
+            weight = env_major(weight / jnp.max(weight))  # The batch's largest is 1.
+        else:
+            starts = replay.sample_starts(
+                count, capacity, step_key, env_ids, samples_per_env, k_steps + n
+            )  # [S, B]
+            weight = jnp.ones((starts.size,), jnp.float32)
         positions = starts[None] + jnp.arange(k_steps + n + 1)[:, None, None]  # [L, S, B]
         length = positions.shape[0]
 
@@ -495,22 +522,25 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         actions = window(buffer.actions, k_steps)
         obs = jax.tree.map(env_major, replay.take(buffer.obs, starts, capacity))
         del reward_mask  # The same as alive[:K].
-        return obs, actions, Targets(policy, value, rewards[:k_steps], alive)
+        return obs, actions, Targets(policy, value, rewards[:k_steps], alive, weight), starts
 
     def loss_fn(params, obs, actions, targets: Targets):
         batch = actions.shape[1]
         latent = represent(params, obs)
         policy_loss = value_loss = reward_loss = jnp.float32(0.0)
+        value_error = None
         for k in range(k_steps + 1):
             # The paper scales the unrolled steps' losses by 1 / K.
             scale = 1.0 if k == 0 else 1.0 / k_steps
-            alive = targets.alive[k]
+            alive = targets.weight * targets.alive[k]
             policy_logits, value_logits = prediction.apply(params["prediction"], latent)
             cross_entropy = -jnp.sum(targets.policy[k] * jax.nn.log_softmax(policy_logits), axis=-1)
             policy_loss += scale * jnp.sum(alive * cross_entropy) / batch
             value_target = support.apply(jax.lax.stop_gradient(targets.value[k]))
             value_ce = -jnp.sum(value_target * jax.nn.log_softmax(value_logits), axis=-1)
             value_loss += scale * jnp.sum(alive * value_ce) / batch
+            if k == 0:  # A window's priority: |v - z| at its start (the paper's).
+                value_error = jnp.abs(to_scalar(value_logits) - targets.value[0])
             if k < k_steps:
                 reward_logits, latent = dynamics.apply(
                     params["dynamics"], scale_gradient(latent, 0.5), actions[k]
@@ -519,20 +549,29 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
                 reward_ce = -jnp.sum(reward_target * jax.nn.log_softmax(reward_logits), axis=-1)
                 reward_loss += (1.0 / k_steps) * jnp.sum(alive * reward_ce) / batch
         loss = policy_loss + hp.value_loss_coef * value_loss + reward_loss
-        return loss, {
+        metrics = {
             "loss": loss,
             "policy_loss": policy_loss,
             "value_loss": value_loss,
             "reward_loss": reward_loss,
         }
+        return loss, (metrics, jax.lax.stop_gradient(value_error))
 
     def gradient_step(carry, step_key, env_ids, buffer, results, count):
-        params, opt_state = carry
-        obs, actions, targets = sample(params, buffer, results, count, step_key, env_ids)
-        grads, metrics = jax.grad(loss_fn, has_aux=True)(params, obs, actions, targets)
+        params, opt_state, priorities = carry
+        obs, actions, targets, starts = sample(
+            params, buffer, results, priorities, count, step_key, env_ids
+        )
+        grads, (metrics, value_error) = jax.grad(loss_fn, has_aux=True)(
+            params, obs, actions, targets
+        )
         updates, opt_state = optimizer.update(grads, opt_state, params)
         params = optax.apply_updates(params, updates)
-        return (params, opt_state), metrics
+        if prioritised:
+            # Env-major [B * S] back to the starts' [S, B]; a floor keeps every P > 0.
+            errors = value_error.reshape(starts.shape[1], starts.shape[0]).T
+            priorities = replay.write_at(priorities, starts, errors + PRIORITY_FLOOR)
+        return (params, opt_state, priorities), metrics
 
     def update(state: MuZeroState, rollout: Rollout):
         buffer = replay.add(state.buffer, rollout, state.count)
@@ -545,6 +584,12 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
             ),
             state.count,
         )
+        priorities = state.priorities
+        if prioritised:
+            # New steps start at their column's largest priority: each is drawn soon.
+            largest = jnp.max(priorities, axis=0)
+            new = jnp.broadcast_to(largest, (num_steps, *largest.shape))
+            priorities = replay.write_steps(priorities, new, state.count)
         count = state.count + num_steps
         learning = jnp.logical_and(
             state.update_count + 1 >= first_learning_update,
@@ -568,8 +613,8 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
                 name: zero for name in ("loss", "policy_loss", "value_loss", "reward_loss")
             }
 
-        (params, opt_state), metrics = jax.lax.cond(
-            learning, train, wait, (state.params, state.opt_state)
+        (params, opt_state, priorities), metrics = jax.lax.cond(
+            learning, train, wait, (state.params, state.opt_state, priorities)
         )
         valid = rollout.valid.astype(jnp.float32)
         searched = outputs["search_value"][:num_steps]
@@ -583,6 +628,7 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
             opt_state=opt_state,
             buffer=buffer,
             search=results,
+            priorities=priorities,
             count=count,
             update_count=state.update_count + 1,
         )
@@ -590,7 +636,10 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
 
     def state_partition_specs(state):
         specs = replay.state_partition_specs(state)
-        return specs.replace(search=jax.tree.map(lambda _: replay.PARTITION_SPEC, state.search))
+        return specs.replace(
+            search=jax.tree.map(lambda _: replay.PARTITION_SPEC, state.search),
+            priorities=replay.PARTITION_SPEC,
+        )
 
     return Agent(
         init=init,

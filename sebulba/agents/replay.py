@@ -254,6 +254,50 @@ def sample_starts(
     )
 
 
+def sample_prioritised_starts(
+    priorities: jax.Array,
+    count: jax.Array,
+    key: jax.Array,
+    env_ids: jax.Array,
+    samples_per_env: int,
+    lookahead: int,
+    exponent: float,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Positions [S, B] drawn per column with probability P proportional to
+    priority ** `exponent` among the positions `sample_starts` would draw from; column b
+    draws with `fold_in(key, env_ids[b])`, so a sample does not depend on the device layout.
+
+    Args:
+      priorities: [C, B] positive, one per stored step, in the ring's slots.
+
+    Returns:
+      (positions [S, B], their probabilities P [S, B], the number of positions each
+      column drew from), for importance weights (N P) ** -beta.
+    """
+    capacity = priorities.shape[0]
+    low = jnp.maximum(count - capacity, 0)
+    high = count - lookahead
+    # The position each slot holds (the latest written there, or a future one if empty).
+    slot_positions = low + (jnp.arange(capacity) - low) % capacity
+    startable = slot_positions < high
+    logits = jnp.where(startable[:, None], exponent * jnp.log(priorities), -jnp.inf)
+    keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, env_ids)
+
+    def column(column_key, column_logits):
+        slots = jax.random.categorical(column_key, column_logits, shape=(samples_per_env,))
+        return slots, jax.nn.softmax(column_logits)[slots]
+
+    slots, probabilities = jax.vmap(column, in_axes=(0, 1), out_axes=1)(keys, logits)
+    return slot_positions[slots], probabilities, high - low
+
+
+def write_at(ring: jax.Array, positions: jax.Array, values: jax.Array) -> jax.Array:
+    """`ring` [C, B] with `values` [S, B] written at positions [S, B] of each column
+    (device-local). Positions drawn twice in a column must carry the same value."""
+    slots = positions % ring.shape[0]
+    return jax.vmap(lambda r, i, v: r.at[i].set(v), in_axes=1, out_axes=1)(ring, slots, values)
+
+
 def invalidate_last(replay: Replay, count: jax.Array) -> Replay:
     """Marks the last written step invalid: its successor will not be stored.
 
