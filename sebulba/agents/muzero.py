@@ -80,11 +80,11 @@ from sebulba.agents.api import (
     zero_observation,
 )
 from sebulba.agents.networks import check_network_fits, make_network
+from sebulba.agents.search import SEARCHES, search_each_env
 from sebulba.config.sizes import Sizes
 from sebulba.errors import ConfigError
 
 HYPERPARAMETER_RANGES = defaults.MUZERO_RANGES
-SEARCHES = ("gumbel", "muzero")
 VALUE_BOOTSTRAPS = ("search", "network")
 # The torsos that end in a linear layer of any width (`make_network(..., q_head=True)`).
 # Added to every priority |v - z| so that no stored step's probability reaches 0.
@@ -378,39 +378,9 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         policy_logits, value_logits = prediction.apply(params["prediction"], latent)
         root_values = to_scalar(value_logits)
 
-        def one_env(env_key, env_latent, env_logits, env_value):
-            root = mctx.RootFnOutput(
-                prior_logits=env_logits[None], value=env_value[None], embedding=env_latent[None]
-            )
-            if hp.search == "gumbel":
-                output = mctx.gumbel_muzero_policy(
-                    params,
-                    env_key,
-                    root,
-                    recurrent_fn,
-                    hp.num_simulations,
-                    max_depth=hp.max_depth,
-                    max_num_considered_actions=hp.max_num_considered_actions,
-                    gumbel_scale=hp.gumbel_scale if exploring else 0.0,
-                )
-                action = output.action[0]
-            else:
-                output = mctx.muzero_policy(
-                    params,
-                    env_key,
-                    root,
-                    recurrent_fn,
-                    hp.num_simulations,
-                    max_depth=hp.max_depth,
-                    dirichlet_fraction=hp.dirichlet_fraction if exploring else 0.0,
-                    dirichlet_alpha=hp.dirichlet_alpha,
-                )
-                # The greedy action is the most visited one.
-                action = output.action[0] if exploring else jnp.argmax(output.action_weights[0])
-            value = output.search_tree.summary().value[0]
-            return action.astype(jnp.int32), output.action_weights[0], value
-
-        return jax.vmap(one_env)(keys, latent, policy_logits, root_values)
+        return search_each_env(
+            hp, params, keys, policy_logits, root_values, latent, recurrent_fn, exploring
+        )
 
     def init(init_key: jax.Array) -> MuZeroState:
         keys = jax.random.split(init_key, 3)
