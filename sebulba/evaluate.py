@@ -2,7 +2,7 @@
 
     python -m sebulba.evaluate --workdir=DIR [--checkpoint=UPDATE] [--episodes=N] [--seed=S]
                                [--greedy] [--animation=FILE.gif] [--max_steps=T]
-                               [--levels=train,test]
+                               [--levels=train,test] [--opponent=NAME]
 
 Loads the policy of the newest valid checkpoint of `DIR/checkpoints` (or UPDATE) onto one
 local device with `sebulba.policy.load_policy`, and plays it in envpool envs with the
@@ -51,6 +51,13 @@ A run on a JAX-native env (Anakin, `env.id` = `SUITE:TASK`) plays its episodes w
 envs keyed from (seed, step, i) by an evaluation stream of their own, and writes the same
 fields. `--animation` is refused for it in one line: the JAX suites have no common
 renderer.
+
+A run on a two-player game (AlphaZero's self-play) scores 1 for every decisive game,
+whoever won. `--opponent=NAME` (`random`, `one_ply_greedy`, or `exact` for tic-tac-toe:
+`sebulba.anakin.matches.OPPONENTS`) instead plays `--episodes` games (even) against that
+player, moving first in half of them and second in the other half, and writes the
+policy's wins, draws and losses on each side (`moving_first`, `moving_second`) and its
+overall `win_rate`, `draw_rate` and `loss_rate`. Another run refuses the flag in one line.
 """
 
 from __future__ import annotations
@@ -63,6 +70,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+import jax
 import ml_collections
 import numpy as np
 from absl import app, flags
@@ -194,6 +202,76 @@ def _render(envs):
     except RuntimeError as error:
         raise EvaluationError(f"cannot render the env: {error}") from None
     return _animation_frame(screen)
+
+
+def evaluate_against(
+    workdir: str,
+    opponent: str,
+    *,
+    checkpoint: int | None = None,
+    games: int = 10,
+    seed: int = 0,
+    greedy: bool = False,
+) -> dict[str, Any]:
+    """Plays a two-player game's checkpoint against `opponent`; writes and returns the
+    `eval.json` payload (see the module docstring).
+
+    Raises:
+      EvaluationError: no config or checkpoint, a run that is not on a two-player game,
+        an unknown opponent, or an odd number of games.
+    """
+    from sebulba.anakin import matches  # JAX-level players: only this flag needs them.
+
+    if opponent not in matches.OPPONENTS:
+        raise EvaluationError(
+            f"--opponent {opponent!r} is unknown: use one of {', '.join(matches.OPPONENTS)}"
+        )
+    if games < 2 or games % 2:
+        raise EvaluationError(f"--episodes ({games}) must be even and >= 2 against an opponent")
+    workdir = os.path.abspath(workdir)
+    try:
+        policy = load_policy(workdir, checkpoint, greedy, seed=seed)
+    except PolicyError as error:
+        raise EvaluationError(str(error)) from None
+    env = policy.jax_env
+    if env is None or env.spec.game is None:
+        raise EvaluationError(
+            f"--opponent plays two-player games; {policy.task_ids[0]!r} is not one"
+        )
+    try:
+        player_b = matches.OPPONENTS[opponent](env)
+    except ValueError as error:
+        raise EvaluationError(f"--opponent {opponent!r}: {error}") from None
+    act = policy.agent.act_greedy if greedy else policy.agent.act
+    if greedy:
+
+        def player_a(obs, key):
+            del key  # The greedy policy is deterministic.
+            return act(policy.params, obs)
+    else:
+
+        def player_a(obs, key):
+            keys = jax.random.split(key, jax.tree.leaves(obs)[0].shape[0])
+            return act(policy.params, obs, keys)[0]
+
+    results = matches.play_matches(env, player_a, player_b, games, seed=seed).as_dict()
+    sides = (results["moving_first"], results["moving_second"])
+    result = {
+        "env_id": env.spec.env_id,
+        "opponent": opponent,
+        "games": games,
+        **results,
+        **{
+            f"{outcome}_rate": sum(side[counted] for side in sides) / games
+            for outcome, counted in (("win", "wins"), ("draw", "draws"), ("loss", "losses"))
+        },
+        "checkpoint": policy.checkpoint,
+        "global_step": policy.global_step,
+        "greedy": greedy,
+        "seed": seed,
+    }
+    write_json(os.path.join(workdir, "eval.json"), result)
+    return result
 
 
 def evaluate(
@@ -531,6 +609,12 @@ _ANIMATION = flags.DEFINE_string(
 )
 
 
+_OPPONENT = flags.DEFINE_string(
+    "opponent",
+    None,
+    "A two-player game's run: play --episodes games against this player (random, "
+    "one_ply_greedy, exact for tic-tac-toe), half of them moving first.",
+)
 _LEVELS = flags.DEFINE_list(
     "levels",
     None,
@@ -552,6 +636,9 @@ def main(argv: list[str]) -> None:
     if len(argv) > 1:  # One line, as a bad flag gets (parse_flags), not absl's usage text.
         print(f"sebulba.evaluate: unexpected arguments: {' '.join(argv[1:])}", file=sys.stderr)
         sys.exit(2)
+    if _OPPONENT.value is not None:
+        _main_against(_OPPONENT.value)
+        return
     try:
         result = evaluate(
             _WORKDIR.value,
@@ -602,6 +689,37 @@ def main(argv: list[str]) -> None:
             f"mean {result['atari_mean_hns']:.3f}"
         )
     print(f"{line}; wrote {path}")
+
+
+def _main_against(opponent: str) -> None:
+    try:
+        result = evaluate_against(
+            _WORKDIR.value,
+            opponent,
+            checkpoint=_CHECKPOINT.value,
+            games=_EPISODES.value,
+            seed=_SEED.value,
+            greedy=_GREEDY.value,
+        )
+    except EvaluationError as error:
+        print(f"sebulba.evaluate: {error}", file=sys.stderr)
+        sys.exit(2)
+    policy = "greedy" if result["greedy"] else "sampling"
+    print(
+        f"{policy} policy of checkpoint {result['checkpoint']} (step {result['global_step']}) "
+        f"on {result['env_id']} against {opponent}, {result['games']} games:"
+    )
+    for side in ("moving_first", "moving_second"):
+        fields = result[side]
+        print(
+            f"  {side.replace('_', ' ')}: {fields['wins']} wins, {fields['draws']} draws, "
+            f"{fields['losses']} losses"
+        )
+    path = os.path.join(_WORKDIR.value, "eval.json")
+    print(
+        f"win rate {result['win_rate']:.3f}, draw rate {result['draw_rate']:.3f}, "
+        f"loss rate {result['loss_rate']:.3f}; wrote {path}"
+    )
 
 
 def _print_levels(task: dict, indent: str) -> None:

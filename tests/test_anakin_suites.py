@@ -266,8 +266,9 @@ REFUSED = [
     ("xminigrid:XLand-MiniGrid-R1-9x9", "XLand meta-RL task"),
     ("jumanji:Connector-v3", "one reward per agent"),
     ("jumanji:MultiCVRP-v0", "unsupported action spec"),
-    ("pgx:tic_tac_toe", "two-player game: needs self-play, which sebulba does not do"),
-    ("pgx:sparrow_mahjong", "three-player game: needs self-play"),
+    ("pgx:backgammon", "its dice are chance moves"),
+    ("pgx:kuhn_poker", "the players' cards are hidden"),
+    ("pgx:sparrow_mahjong", "three-player game: sebulba's self-play plays two-player games only"),
 ]
 
 

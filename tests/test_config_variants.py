@@ -60,6 +60,8 @@ def test_every_config_reads_smoke_through_the_shared_parser(name):
         ("sac_mujoco", "Pendulum-v1,smoke", "Pendulum-v1"),
         ("sac_mujoco", "Hopper-v4", "Hopper-v4"),
         ("sac_brax", "hopper,smoke", "brax:hopper"),
+        ("alphazero_pgx", "connect_four,smoke", "pgx:connect_four"),
+        ("alphazero_pgx", "smoke", "pgx:tic_tac_toe"),
     ],
 )
 def test_a_task_shortcut_selects_the_task_and_combines_with_smoke(name, arg, env_id):
@@ -88,12 +90,24 @@ def test_the_continuous_config_trains_a_box2d_task_as_a_smoke_run(tmp_path):
     assert [line["update"] for line in read_metrics(str(tmp_path))] == [1, 2, 3, 4]
 
 
+def _searchable_two_player_game(task):
+    # Two players, no dice and no hidden cards: the games a search over the state can play.
+    import pgx
+
+    return pgx.make(task).num_players == 2 and task not in (
+        "backgammon",
+        "kuhn_poker",
+        "leduc_holdem",
+    )
+
+
 @pytest.mark.parametrize(
     "name, suite, keep",
     [
         ("ppo_brax", "brax", lambda task: True),
         ("sac_brax", "brax", lambda task: True),
         ("ppo_xminigrid", "xminigrid", _minigrid),
+        ("alphazero_pgx", "pgx", _searchable_two_player_game),
     ],
 )
 def test_an_anakin_config_lists_the_tasks_its_suite_offers(name, suite, keep):

@@ -94,8 +94,8 @@ def test_a_family_lists_why_a_task_is_refused():
     lines = result.stdout.splitlines()
     assert lines[0] == "pgx: 19 tasks"
     assert (
-        "  Go9x9-v1: refused: is a two-player game: needs self-play, which sebulba does not do"
-        in lines
+        "  Go9x9-v1: refused: is a two-player game: needs self-play, which sebulba runs on "
+        "Pgx's JAX games only (agent.name 'alphazero', env.id 'pgx:GAME')" in lines
     )
     assert "  Play2048-v1: observation MultiBinary((4, 4, 31)); action Discrete(4)" in lines
 

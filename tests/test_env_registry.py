@@ -153,7 +153,8 @@ def test_the_documented_counts_are_the_registry_walks(registry_outcomes):
 def test_the_refusals_say_what_is_missing(registry_outcomes):
     refusals = {i: o.refusal for i, o in registry_outcomes.items() if o.refusal}
     assert refusals["Go9x9-v1"] == (
-        "env.id 'Go9x9-v1' is a two-player game: needs self-play, which sebulba does not do"
+        "env.id 'Go9x9-v1' is a two-player game: needs self-play, which sebulba runs on "
+        "Pgx's JAX games only (agent.name 'alphazero', env.id 'pgx:GAME')"
     )
     assert "three-player game" in refusals["SparrowMahjong-v1"]
     assert "multi-agent training" in refusals["IntersectionMultiAgent-v0"]

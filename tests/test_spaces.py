@@ -98,7 +98,7 @@ def test_unknown_and_untrainable_env_ids_fail_in_one_line(monkeypatch):
         task_checks.check_env_id("HalfCheetah-v9")
     assert "\n" not in str(e.value)
     refused = {
-        "Chess-v1": "is a two-player game: needs self-play, which sebulba does not do",
+        "Chess-v1": "is a two-player game: needs self-play, which sebulba runs on Pgx's JAX",
         "SparrowMahjong-v1": "is a three-player game: needs self-play",
         "intersection-multi-agent-v1": "drives 2 vehicles per env.*multi-agent training",
         "MultiDuel-v1": "is a multiplayer ViZDoom scenario: needs other players",

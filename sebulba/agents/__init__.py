@@ -22,6 +22,7 @@ BUILTIN_AGENTS = {
     "dqn": "sebulba.agents.dqn",
     "sac": "sebulba.agents.sac",
     "muzero": "sebulba.agents.muzero",
+    "alphazero": "sebulba.agents.alphazero",
 }
 
 

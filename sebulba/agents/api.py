@@ -5,7 +5,10 @@ An agent is one module that provides `get_config()` (its hyperparameter defaults
 the agent's own value ranges and divisibility rules (raising `ConfigError`, see
 `sebulba.config.validation`, whose checks are re-exported here). The pipeline only
 ever calls the four pure functions of `Agent`; it never branches on the agent's name.
-Evaluation and `sebulba.load_policy` also call the optional `act_greedy`.
+Evaluation and `sebulba.load_policy` also call the optional `act_greedy`. A module that
+sets `SELF_PLAY = True` plays two-player games against itself (`EnvSpec.game`): it reads
+each step's reward as the mover's and the turn from the game's rules; the pipeline gives
+such games to self-play agents only (`plays_self_play`).
 
 A recurrent agent also declares `initial_carry`: its `act` then takes and returns a
 carry (a pytree of [B, ...] arrays). `Agent.recurrent_act` gives every agent that form
@@ -155,6 +158,11 @@ def episode_starts(valid: jax.Array) -> jax.Array:
     already been reset for it.
     """
     return jnp.concatenate([jnp.zeros_like(valid[:1]), jnp.logical_not(valid)], axis=0)
+
+
+def plays_self_play(agent_module) -> bool:
+    """Whether an agent module plays two-player games against itself (`SELF_PLAY`)."""
+    return bool(getattr(agent_module, "SELF_PLAY", False))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -172,6 +172,20 @@ MUZERO_RANGES = {
     "max_depth": NONE_OR_POSITIVE_INT,
 }
 
+ALPHAZERO_RANGES = {
+    "learning_rate": POSITIVE,
+    "max_grad_norm": POSITIVE,
+    "num_minibatches": POSITIVE_INT,
+    "update_epochs": POSITIVE_INT,
+    "value_loss_coef": NON_NEGATIVE,
+    "num_simulations": POSITIVE_INT,
+    "max_num_considered_actions": POSITIVE_INT,
+    "gumbel_scale": NON_NEGATIVE,
+    "dirichlet_fraction": UNIT_INTERVAL,
+    "dirichlet_alpha": POSITIVE,
+    "max_depth": NONE_OR_POSITIVE_INT,
+}
+
 _RANGES = {
     "ppo": PPO_RANGES,
     "impala": IMPALA_RANGES,
@@ -179,6 +193,7 @@ _RANGES = {
     "dqn": DQN_RANGES,
     "sac": SAC_RANGES,
     "muzero": MUZERO_RANGES,
+    "alphazero": ALPHAZERO_RANGES,
 }
 
 
@@ -416,6 +431,32 @@ def muzero_config() -> ml_collections.ConfigDict:
     return config
 
 
+def alphazero_config() -> ml_collections.ConfigDict:
+    """The `agent` section of an AlphaZero config (Pgx's AlphaZero example's search and loss)."""
+    config = ml_collections.ConfigDict()
+    config.name = "alphazero"  # Agent to train: built-in name or dotted module path.
+    config.num_steps = 32  # Moves per env per rollout (T); learned from once, then dropped.
+    config.network = "mlp"  # Torso on the board planes: mlp | minatar.
+    config.conv_init = "orthogonal"  # CNN kernels: orthogonal | lecun_normal.
+    config.max_pool = "auto"  # auto (slices: CPU, deterministic GPU) | slices | reduce_window.
+    config.hidden_sizes = (128, 128)  # ReLU layers after the torso, before both heads.
+    config.learning_rate = 1e-3  # Adam step size (Pgx's example).
+    config.max_grad_norm = 5.0  # Global gradient-norm clip.
+    config.num_minibatches = 4  # Minibatches per epoch; must divide num_steps.
+    config.update_epochs = 1  # Passes over each rollout (Pgx's example: one).
+    config.value_loss_coef = 1.0  # Weight of the value loss, 0.5 (v - z)^2.
+    config.search = "gumbel"  # gumbel (mctx.gumbel_muzero_policy) | muzero (pUCT).
+    config.num_simulations = 32  # Simulations per search (Pgx's example: 32).
+    config.max_depth = config_dict.placeholder(int)  # Search depth limit (None: none).
+    config.max_num_considered_actions = 16  # Gumbel: root actions sampled without replacement.
+    config.gumbel_scale = 1.0  # Gumbel: noise scale of the root sampling (0: deterministic).
+    config.dirichlet_fraction = 0.25  # muzero: prior mixed with Dirichlet noise at the root.
+    config.dirichlet_alpha = 0.3  # muzero: the root noise's concentration.
+    # auto: rolled lax.scan, except unrolled on CPU learners for strided convolutions.
+    config.minibatch_loop = "auto"  # auto | scan | unrolled.
+    return config
+
+
 _CONFIGS = {
     "ppo": ppo_config,
     "impala": impala_config,
@@ -423,6 +464,7 @@ _CONFIGS = {
     "dqn": dqn_config,
     "sac": sac_config,
     "muzero": muzero_config,
+    "alphazero": alphazero_config,
 }
 
 

@@ -1,4 +1,5 @@
-"""Each env's own tree search with mctx, for the agents that act by planning (MuZero).
+"""Each env's own tree search with mctx, for the agents that act by planning (MuZero,
+AlphaZero).
 
 `search_each_env` runs one mctx search per env of a batch (a vmap of batch-1 searches),
 each with its env's key, so that an env's search does not depend on the other envs of

@@ -186,7 +186,20 @@ def muzero(hp, sizes: Sizes) -> ReplaySizes:
     )
 
 
-_RULES = {"ppo": ppo, "impala": impala, "pqn": pqn, "dqn": dqn, "sac": sac, "muzero": muzero}
+def alphazero(hp, sizes: Sizes) -> None:
+    """AlphaZero's minibatches of time steps (PQN's rule)."""
+    pqn(hp, sizes)
+
+
+_RULES = {
+    "ppo": ppo,
+    "impala": impala,
+    "pqn": pqn,
+    "dqn": dqn,
+    "sac": sac,
+    "muzero": muzero,
+    "alphazero": alphazero,
+}
 # Rules that count the envs of every process (a replay buffer's and batch's multiples).
 _COUNTING_PROCESSES = frozenset({"dqn", "sac", "muzero"})
 

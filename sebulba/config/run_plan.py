@@ -101,6 +101,7 @@ def plan(
     import jax
 
     from sebulba.agents import resolve_agent
+    from sebulba.agents.api import plays_self_play
     from sebulba.anakin import runner as anakin_runner
     from sebulba.environments import envpool_pools, task_checks
     from sebulba.mesh import build_layout
@@ -125,6 +126,12 @@ def plan(
     specs = envpool_pools.task_env_specs(config.env, task_ids)
     tasks.check_compatible(specs)
     env_spec = specs[task_ids[0]]
+    if env_spec.game is not None and not plays_self_play(agent_module):
+        raise ConfigError(
+            f"env.id {env_spec.env_id!r} is a two-player game, which only a self-play agent "
+            f"plays (agent.name 'alphazero'): agent.name {config.agent.name!r} would learn "
+            "from rewards that change sides every move"
+        )
     agent = agent_module.make(config, env_spec, sizes)
     return RunPlan(sizes, layout, env_spec, agent, is_anakin)
 

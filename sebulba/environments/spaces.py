@@ -189,6 +189,9 @@ class EnvSpec:
       is_atari: whether observations are stacked 84x84 frames of an Atari game.
       action_mask: the name of the observation entry that marks the legal actions
         (`with_action_mask`), None when the task has none.
+      game: a two-player game's `sebulba.anakin.games.GameRules` (the env plays both
+        sides; only self-play agents take it), None for every other task. Not compared:
+        two makes of one game are the same spec.
     """
 
     env_id: str
@@ -196,6 +199,7 @@ class EnvSpec:
     action: ActionSpec
     is_atari: bool = False
     action_mask: str | None = None
+    game: Any = dataclasses.field(default=None, compare=False)
 
     @property
     def action_mask_layout(self) -> str | None:

@@ -94,7 +94,7 @@ def check_env_id(env_id: str, field: str = "env.id") -> None:
     """Raises ConfigError, naming `field` and close matches, unless the task is supported.
 
     A task of a supported family that no run can train is refused with the reason
-    (`refusal`), e.g. "env.id 'Chess-v1' is a two-player game: needs self-play, ...".
+    (`refusal`), e.g. "env.id 'Cig-v1' is a multiplayer ViZDoom scenario: ...".
 
     Args:
       env_id: an envpool task id.
@@ -154,7 +154,12 @@ def refusal(env_id: str) -> str | None:
             f"drives {players} vehicles per env, each with its own observation and reward: "
             "needs multi-agent training, which sebulba does not do"
         )
-    if players > 1:
+    if players == 2:
+        return (
+            "is a two-player game: needs self-play, which sebulba runs on Pgx's JAX games "
+            "only (agent.name 'alphazero', env.id 'pgx:GAME')"
+        )
+    if players > 2:
         kind = _PLAYERS.get(players, f"{players}-player")
         return f"is a {kind} game: needs self-play, which sebulba does not do"
     if env_id in _VIZDOOM_MULTIPLAYER:
