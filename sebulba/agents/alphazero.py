@@ -69,7 +69,7 @@ from sebulba.agents.networks import (
     has_convolutions_slow_in_a_loop,
     make_network,
 )
-from sebulba.agents.search import SEARCHES, search_each_env
+from sebulba.agents.search import SEARCHES, acting_functions, search_each_env
 from sebulba.config.sizes import Sizes
 from sebulba.errors import ConfigError
 
@@ -240,16 +240,10 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
     def policy_params(state: AlphaZeroState):
         return state.params
 
-    def act(params, obs, keys: jax.Array):
-        """obs [B, ...], keys [B] -> the searches' actions [B] and their results."""
-        actions, policy, value = search(params, obs, keys, exploring=True)
-        return actions, {"search_policy": policy, "search_value": value}
+    act, greedy_search = acting_functions(search)
 
     def act_greedy(params, obs):
-        batch = jax.tree.leaves(obs)[0].shape[0]
-        # Without noise the search is deterministic: one key serves every env.
-        keys = jnp.broadcast_to(jax.random.key(0), (batch,))
-        return search(params, obs, keys, exploring=False)[0]
+        return greedy_search(params, obs)[0]
 
     def loss_fn(params, batch):
         """Policy cross-entropy + value_loss_coef x 0.5 (v - z)^2 over the valid moves."""

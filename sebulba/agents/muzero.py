@@ -80,7 +80,7 @@ from sebulba.agents.api import (
     zero_observation,
 )
 from sebulba.agents.networks import check_network_fits, make_network
-from sebulba.agents.search import SEARCHES, search_each_env
+from sebulba.agents.search import SEARCHES, acting_functions, search_each_env
 from sebulba.config.sizes import Sizes
 from sebulba.errors import ConfigError
 
@@ -412,16 +412,7 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
     def policy_params(state: MuZeroState):
         return state.params
 
-    def act(params, obs, keys: jax.Array):
-        """obs [B, ...], keys [B] -> the searches' actions [B] and their results."""
-        actions, policy, value = search(params, obs, keys, exploring=True)
-        return actions, {"search_policy": policy, "search_value": value}
-
-    def greedy_search(params, obs):
-        batch = jax.tree.leaves(obs)[0].shape[0]
-        # Without noise the search is deterministic: one key serves every env.
-        keys = jnp.broadcast_to(jax.random.key(0), (batch,))
-        return search(params, obs, keys, exploring=False)
+    act, greedy_search = acting_functions(search)
 
     def act_greedy(params, obs):
         return greedy_search(params, obs)[0]

@@ -92,3 +92,25 @@ def search_each_env(
         return action.astype(jnp.int32), output.action_weights[0], value
 
     return jax.vmap(one_env)(keys, embeddings, prior_logits, values, invalid_actions)
+
+
+def acting_functions(search: Callable) -> tuple[Callable, Callable]:
+    """A planning agent's `act` and greedy search, from its
+    `search(params, obs, keys, exploring) -> (actions, policies, root values)`:
+
+    * `act(params, obs, keys)`: the exploring search's actions, and its improved
+      policies and root values as the rollout's `search_policy` and `search_value`;
+    * `greedy_search(params, obs)`: the search without noise, which is deterministic, so
+      one key serves every env.
+    """
+
+    def act(params, obs, keys: jax.Array):
+        actions, policy, value = search(params, obs, keys, exploring=True)
+        return actions, {"search_policy": policy, "search_value": value}
+
+    def greedy_search(params, obs):
+        batch = jax.tree.leaves(obs)[0].shape[0]
+        keys = jnp.broadcast_to(jax.random.key(0), (batch,))
+        return search(params, obs, keys, exploring=False)
+
+    return act, greedy_search
