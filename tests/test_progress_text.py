@@ -36,6 +36,22 @@ def test_the_console_starts_its_clock_at_the_first_update(monkeypatch):
     assert console.eta_s(3_000) == pytest.approx(7.0)
 
 
+def test_updates_reported_together_give_no_eta_until_a_second_has_passed(monkeypatch):
+    # An Anakin call of 4 updates reports them all at its end: from update 1's report
+    # to update 4's no time passes, and a rate over it would promise the rest in 0 s.
+    now = [30.0]
+    monkeypatch.setattr(progress.time, "perf_counter", lambda: now[0])
+    console = ConsoleProgress(10_000, 10, mode="lines", stream=io.StringIO())
+    for update in range(1, 5):
+        now[0] += 0.001
+        console.on_update(update, update * 1_000)
+    assert console.eta_text(4_000) == "?"
+    now[0] += 2.0  # The next call: 4 updates in 2 s.
+    for update in range(5, 9):
+        console.on_update(update, update * 1_000)
+    assert console.eta_s(8_000) == pytest.approx(2.0 * 2_000 / 7_000, rel=1e-2)
+
+
 def test_an_off_policy_eta_measures_the_learning_updates_not_the_random_actions(monkeypatch):
     # DQN with learning_starts 10,000: ten updates of 1,000 random-action steps take 0.1 s
     # each, then every learning update takes 1 s. A rate from update 1 would promise the

@@ -35,6 +35,10 @@ def format_duration(seconds: float) -> str:
     return f"{hours}:{minutes:02d}:{secs:02d}"
 
 
+# The shortest time over which the ETA's steady-state rate is measured.
+MIN_RATE_WINDOW_S = 1.0
+
+
 def eta_seconds(
     total_steps: int, global_step: int, steady_from: tuple[float, int] | None, now: float
 ) -> float:
@@ -42,7 +46,8 @@ def eta_seconds(
 
     A run's first update (and a resumed run's) includes compiling and the first rollout,
     so a rate that counts it puts the ETA minutes off (3 minutes shown for a one-minute
-    run). The rate counts from the end of that update instead.
+    run). The rate counts from the end of that update instead, once at least
+    `MIN_RATE_WINDOW_S` have passed since.
 
     Args:
       total_steps: env steps of the whole run.
@@ -57,7 +62,9 @@ def eta_seconds(
         return math.inf
     start_time, start_step = steady_from
     elapsed, done = now - start_time, global_step - start_step
-    if elapsed <= 0 or done <= 0:
+    # Updates that arrive together (an Anakin call of `pipeline.updates_per_call` updates
+    # reports them all at its end) would time many steps in no time: an ETA of 0:00:00.
+    if elapsed < MIN_RATE_WINDOW_S or done <= 0:
         return math.inf
     return max(total_steps - global_step, 0) * elapsed / done
 
