@@ -2,7 +2,7 @@
 own key, Reanalyse's windows, one-line refusals of bad settings, the search priced by
 sebulba.check, and its runs in both architectures: resumed to the bit, alike on one and
 two learner devices, resumed on another layout, the same checksum under a slow learner,
-and the search's throughput in the metrics."""
+and the search's throughput in the metrics; the MinAtar and Atari smoke configs end to end."""
 
 import functools
 
@@ -215,6 +215,24 @@ def test_a_sebulba_run_on_one_and_two_learner_devices_agrees(tmp_path):
     # simulations' backups: the parameters' last-bit differences reach it as ~5e-5.
     for a, b in zip(*(jax.tree.leaves(final[1]) for final in finals), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["muzero_minatar", "muzero_atari"])
+def test_the_minatar_and_atari_smoke_configs_search_and_learn(tmp_path, name):
+    # The shipped image configs end to end: MinAtar in Anakin mode (the `minatar` torso),
+    # Atari on envpool (the Nature CNN, searched on the actor device): every update after
+    # the first learns, with finite losses, and searches at the config's simulations.
+    config = load_config(name, "smoke")
+    config.log.tensorboard = False
+    train.train(config, str(tmp_path))
+    lines = read_metrics(str(tmp_path))
+    assert [line["update"] for line in lines] == list(range(1, len(lines) + 1))
+    assert [line["learning"] for line in lines] == [0.0] + [1.0] * (len(lines) - 1)
+    for line in lines[1:]:
+        assert all(np.isfinite(line[key]) for key in ("loss", "value_loss", "reward_loss"))
+        simulations = line["sps"] * config.agent.num_simulations
+        assert line["search_simulations_per_s"] == pytest.approx(simulations)
+    assert read_summary(str(tmp_path))["global_step"] == config.total_timesteps
 
 
 def test_sebulba_check_prices_every_simulation_of_the_search():
