@@ -61,10 +61,8 @@ def render(name: str, style: str) -> str:
             returns = [f"{seeds[s]['mean_return']:.3g}" for s in seeds]
             counted = "the mean over tasks of each task's last 100 episodes"
         listed = ", ".join(returns[:-1]) + f" and {returns[-1]}" if len(returns) > 1 else returns[0]
-        return (
-            f"seeds {', '.join(seeds)} end at {listed} ({counted}; "
-            f"record `docs/records/{name}.json`)\n"
-        )
+        which = f"seeds {', '.join(seeds)} end" if len(seeds) > 1 else f"seed {list(seeds)[0]} ends"
+        return f"{which} at {listed} ({counted}; record `docs/records/{name}.json`)\n"
     if style == "table":
         rows = [
             "| seed | final mean return (last 100 episodes) | evaluation: mean (min) | "

@@ -9,7 +9,7 @@ step of 256 windows per 4 env steps from a 200,000-step ring (about 5.6 GB of st
 frames on the learner devices; the memory pre-check refuses a learner that cannot hold
 it), 10M env steps, clipped rewards, value targets bootstrapped from the learner's
 current value. The Machado et al. (2018) protocol of the other Atari configs (sticky
-actions, full action space), with fire on reset. Not yet measured: a starting point.
+actions, full action space), with fire on reset. Not measured on a GPU yet: a starting point.
 
 `:GAME-v5` selects the game (default Breakout-v5); `:smoke` (or `:smoke,GAME-v5`) is a
 tiny end-to-end run for CPUs and tests.
