@@ -214,7 +214,8 @@ def check(config, topology: str) -> dict[str, Any]:
         return report
 
     learner = analyse(update, num_learner_devices, chip)
-    needed = memory.update_memory(update, rollout)
+    in_flight = max(1, config.pipeline.policy_lag)
+    needed = memory.update_memory(update, rollout, in_flight)
     advice = None
     try:
         memory.check_update_fits(
@@ -222,6 +223,7 @@ def check(config, topology: str) -> dict[str, Any]:
             rollout,
             layout.local_learner_devices,
             agent=config.agent,
+            rollouts_in_flight=in_flight,
             available=chip.allocatable_bytes,
             platform="gpu" if chip.is_gpu else "tpu",  # Not the CPU devices of a GPU proxy.
         )
@@ -378,6 +380,7 @@ def _program_dict(program: ProgramReport, needed) -> dict[str, Any]:
         result["memory_bytes"] = {
             **program.memory_bytes,
             "next_rollout": needed.next_rollout,
+            "rollouts_in_flight": needed.rollouts_in_flight,
             "total": needed.total,
         }
     return result

@@ -6,8 +6,9 @@ process 0 writes the metadata. Checkpoint `checkpoints/<update>/` holds three or
 
   state            the learner state pytree (parameters, optimizer state, counters, a
                    replay buffer split along envs);
-  previous_params  policy_lag 1: the parameters the actors hold (version `update`),
-                   so the resumed lag schedule continues exactly;
+  previous_params  policy_lag L > 0: the lagged parameters, the L versions that collect
+                   the next L rollouts (`lag_schedule.lagged_versions(update + 1, L)`,
+                   oldest first), so the resumed lag schedule continues exactly;
   env_state        Anakin runs only: the JAX envs' state, observations, episode
                    counters and recurrent carries (sharded along envs), so a resumed
                    run continues bit for bit;
@@ -255,7 +256,8 @@ class Restored:
       step: the update after which it was saved.
       path: its step directory.
       state: the learner state, with the target shardings.
-      previous_params: version `step` of the policy parameters (policy_lag 1), or None.
+      previous_params: the lagged parameters (policy_lag L > 0: a tuple of L versions,
+        oldest first), or None.
       meta: its JSON metadata.
       env_state: an Anakin run's env state, or None.
     """
@@ -345,7 +347,8 @@ def restore(
     Args:
       directory: a checkpoints directory.
       abstract_state: ShapeDtypeStructs (with shardings) of the learner state.
-      abstract_previous: the same for the policy parameters; None to not restore them.
+      abstract_previous: the same for the lagged parameters (a tuple of policy
+        parameters); None to not restore them.
       abstract_env_state: the same for an Anakin run's env state (sharded along envs);
         None for a Sebulba run. A checkpoint without one cannot continue such a run.
       step: restore this step only (an unreadable one is then an error).
@@ -388,8 +391,12 @@ def restore(
         if not _all_processes_ok(problem is None, layout):
             return meta, trees, problem or "unreadable on another process"
         items = {_STATE: ocp.args.StandardRestore(abstract_state)}
+        # Checkpoints older than lags beyond one saved the one version itself, not a tuple.
+        single_version = meta.get("previous_params_form") != "lagged"
         if abstract_previous is not None and meta["has_previous_params"]:
-            items[_PREVIOUS] = ocp.args.StandardRestore(abstract_previous)
+            items[_PREVIOUS] = ocp.args.StandardRestore(
+                abstract_previous[0] if single_version else abstract_previous
+            )
         if abstract_env_state is not None:
             items[_ENV_STATE] = ocp.args.StandardRestore(abstract_env_state)
         try:
@@ -401,6 +408,8 @@ def restore(
                 actual = None if expected is None else tree_checksum(trees[name])
                 if actual is not None and actual != expected:
                     problem = f"{name} does not match its checksum"
+            if _PREVIOUS in trees and single_version:
+                trees[_PREVIOUS] = (trees[_PREVIOUS],)
         except Exception as error:  # noqa: BLE001 - any read failure makes it unusable.
             problem = f"unreadable data ({type(error).__name__}: {error})"
         if not _all_processes_ok(problem is None, layout):
@@ -464,8 +473,8 @@ class Checkpointer:
         meta: dict[str, Any],
         env_state: Any = None,
     ) -> str:
-        """Saves the state after `update` with `previous_params` (or None) and an Anakin
-        run's `env_state` (or None); returns its path."""
+        """Saves the state after `update` with the lagged parameters `previous_params` (a
+        tuple, or None) and an Anakin run's `env_state` (or None); returns its path."""
         start = time.perf_counter()
         meta = {
             **meta,
@@ -473,6 +482,7 @@ class Checkpointer:
             "update": update,
             "state_signature": tree_signature({_STATE: state}),
             "has_previous_params": previous_params is not None,
+            "previous_params_form": "lagged",  # A tuple of versions, oldest first.
             "env_state_signature": (
                 None if env_state is None else tree_signature({_ENV_STATE: env_state})
             ),

@@ -187,7 +187,7 @@ class FusedLoop:
         if first_version == first_update:
             first_params = p.agent.policy_params(state)
         elif previous_params is not None:
-            first_params = previous_params
+            first_params = previous_params[0]  # The lagged versions, oldest first.
         else:
             raise ValueError(
                 f"resuming at update {first_update} with policy_lag {lag} needs the "
@@ -248,8 +248,9 @@ class FusedLoop:
                 else:
                     if consistency is not None:  # The version that collects rollout k + 1.
                         params = p.actor_copy(p.agent.policy_params(state), device)
-                    if p.actor_delay_s:
-                        time.sleep(p.actor_delay_s)
+                    delay = p.actor_delay(0, update + 1)
+                    if delay:
+                        time.sleep(delay)
                     state, metrics, collector.states, fields, pieces = fused(
                         state, rollout, collector.states
                     )

@@ -19,8 +19,10 @@ version it needs, and the learner checks the version of every rollout it consume
 
 Double buffering: each actor thread hands over at most one finished rollout while it
 fills the next, and each actor device holds at most two parameter versions (the one in
-use and the one arriving). Only the learner thread (the caller of `Pipeline.run`) issues
-work on the learner mesh; actor threads touch only their own devices.
+use and the one arriving). With `policy_lag` L > 1 the buffers deepen to what the schedule
+lets the actors run ahead: L finished rollouts per thread and L + 1 versions per device.
+Only the learner thread (the caller of `Pipeline.run`) issues work on the learner mesh;
+actor threads touch only their own devices.
 
 Recurrent agents: each actor thread keeps its envs' carry on its actor device, from step
 to step and rollout to rollout, resets it (`reset_carry`) where an observation starts an
@@ -74,7 +76,7 @@ from sebulba.config.sizes import Sizes
 from sebulba.environments import spaces, thread_envs
 from sebulba.environments.episodes import EpisodeTracker, learning_rewards
 from sebulba.errors import InvalidRolloutError
-from sebulba.lag_schedule import required_policy_version
+from sebulba.lag_schedule import lagged_versions, required_policy_version
 from sebulba.mesh import DeviceLayout
 from sebulba.preflight.memory import update_compiler_options
 from sebulba.runtime.distributed import EpisodeGatherer
@@ -144,6 +146,27 @@ def lower_update(agent: Agent, layout: DeviceLayout, state, rollout: Rollout):
     return jitted.lower(state, rollout)
 
 
+def lagged_to_publish(first_update: int, policy_lag: int, lagged) -> list[tuple[int, Any]]:
+    """(version, params) of the lagged versions older than `first_update` that a run
+    starting there hands its actors, each once; `lagged` holds
+    `lagged_versions(first_update, policy_lag)` (None: a fresh run, which needs none).
+
+    Raises:
+      ValueError: a resumed run's lagged parameters are missing or of the wrong count.
+    """
+    versions = lagged_versions(first_update, policy_lag)
+    needed = sorted({v for v in versions if v < first_update})
+    if not needed:
+        return []
+    if lagged is None or len(lagged) != policy_lag:
+        raise ValueError(
+            f"resuming at update {first_update} with policy_lag {policy_lag} needs the "
+            f"parameters of versions {needed}"
+        )
+    by_version = dict(zip(versions, lagged, strict=True))
+    return [(v, by_version[v]) for v in needed]
+
+
 class Pipeline:
     """Runs actor threads and the learner loop for one training run.
 
@@ -156,9 +179,13 @@ class Pipeline:
       env_spec: the pools' spaces; the rollout's arrays are allocated, converted and
         sharded from it.
       seed: the run's seed (action sampling keys derive from it).
-      policy_lag: 0 (synchronous) or 1 (Cleanba's one-step lag).
+      policy_lag: 0 (synchronous), 1 (Cleanba's one-step lag) or L: rollout k is
+        collected with version max(1, k - L).
       clip_rewards: clip learning rewards to their sign.
       learner_delay_s / actor_delay_s: injected delays (reproducibility tests).
+      actor_delay_jitter_s: each rollout's actor delay also gets a uniform [0, this)
+        draw, seeded by (seed, process, thread, update): actors whose speed jitters (the lag
+        benchmark), the same jitter in every rerun; it changes timing only.
       transfer_guard: JAX transfer guard level for steady state ("disallow" proves
         every host/device transfer in the loop is explicit).
       consistency_checks: also re-derive every rollout from its records before the
@@ -183,6 +210,7 @@ class Pipeline:
         clip_rewards: bool,
         learner_delay_s: float = 0.0,
         actor_delay_s: float = 0.0,
+        actor_delay_jitter_s: float = 0.0,
         transfer_guard: str = "disallow",
         consistency_checks: bool = False,
         actor_loop: str = "step",
@@ -200,6 +228,7 @@ class Pipeline:
         self.clip_rewards = clip_rewards
         self.learner_delay_s = learner_delay_s
         self.actor_delay_s = actor_delay_s
+        self.actor_delay_jitter_s = actor_delay_jitter_s
         self.transfer_guard = transfer_guard
         self.consistency_checks = consistency_checks
         self.actor_loop = actor_loop
@@ -358,8 +387,9 @@ class Pipeline:
             wait_start = time.perf_counter()
             params = store.get(version, device_index)
             params_wait_s = time.perf_counter() - wait_start
-            if self.actor_delay_s:
-                time.sleep(self.actor_delay_s)
+            delay = self.actor_delay(thread_index, update)
+            if delay:
+                time.sleep(delay)
             who = (
                 f"actor thread {thread_index} ({self.actor_loop} loop, {device.platform} "
                 f"device {device.id})"
@@ -382,6 +412,14 @@ class Pipeline:
                 handed,
                 control,
             )
+
+    def actor_delay(self, thread_index: int, update: int) -> float:
+        """The injected delay (s) before actor thread `thread_index` collects `update`."""
+        if not self.actor_delay_jitter_s:
+            return self.actor_delay_s
+        rng = np.random.default_rng((self.seed, jax.process_index(), thread_index, update))
+        draw = rng.random()
+        return self.actor_delay_s + self.actor_delay_jitter_s * draw
 
     def _scan_collector(self, groups: list[EnvGroup], device) -> ScanCollector:
         """`collect(params, device, control)` of the scan loop (`scan_actor`)."""
@@ -567,8 +605,9 @@ class Pipeline:
           state: learner state, replicated on the learner mesh; version
             `first_update` of the parameters.
           first_update: the first update to run (1 for a fresh run).
-          previous_params: when resuming with policy_lag 1, the policy parameters of
-            version `first_update - 1`, which collect the first resumed rollout.
+          previous_params: when resuming with policy_lag L > 0, the policy parameters of
+            versions `lagged_versions(first_update, L)` (oldest first), which collect the
+            first L resumed rollouts.
           on_update: called by the learner thread after every update with the report
             and the new state.
           should_stop: polled after every update; True ends the run early (e.g. on
@@ -594,15 +633,12 @@ class Pipeline:
             sizes = self.sizes
             capacity = sizes.num_actor_threads * sizes.envs_per_thread * sizes.num_steps
             gather_episodes = EpisodeGatherer(self.layout, capacity)
-        store = ParamsStore(len(self.layout.actor_devices), control)
-        handoffs = [queue.Queue(maxsize=1) for _ in self.envs_per_thread]
-        if required_policy_version(first_update, self.policy_lag) < first_update:
-            if previous_params is None:
-                raise ValueError(
-                    f"resuming at update {first_update} with policy_lag {self.policy_lag} "
-                    f"needs the parameters of version {first_update - 1}"
-                )
-            self._publish(store, first_update - 1, previous_params)
+        # Version u + 1 arrives while actors may still collect with u + 1 - L.
+        store = ParamsStore(len(self.layout.actor_devices), control, keep=self.policy_lag + 1)
+        # An actor runs up to L rollouts ahead of the update in flight.
+        handoffs = [queue.Queue(maxsize=max(1, self.policy_lag)) for _ in self.envs_per_thread]
+        for version, params in lagged_to_publish(first_update, self.policy_lag, previous_params):
+            self._publish(store, version, params)
         self._publish(store, first_update, self.agent.policy_params(state))
         gate = StartGate(len(self.envs_per_thread), control)
         threads = [

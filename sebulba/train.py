@@ -37,7 +37,7 @@ from sebulba.config.run_plan import RunPlan, plan
 from sebulba.config.sizes import Sizes
 from sebulba.environments import tasks, thread_envs
 from sebulba.errors import ConfigError
-from sebulba.lag_schedule import required_policy_version
+from sebulba.lag_schedule import advance_lagged, lagged_versions, required_policy_version
 from sebulba.mesh import DeviceLayout
 from sebulba.pipeline import Pipeline, rollout_struct
 from sebulba.preflight import memory, update_estimate
@@ -164,6 +164,7 @@ def make_pipeline(setup: RunSetup, **options) -> Pipeline:
         "clip_rewards": config.env.clip_rewards,
         "learner_delay_s": config.debug.learner_delay_s,
         "actor_delay_s": config.debug.actor_delay_s,
+        "actor_delay_jitter_s": config.debug.get("actor_delay_jitter_s", 0.0),
         "transfer_guard": config.debug.transfer_guard,
         "consistency_checks": config.debug.consistency_checks,
         "actor_loop": setup.actor_loop,
@@ -300,7 +301,8 @@ class StartPoint:
     Attributes:
       state: learner state (version `first_update`), replicated on the learner mesh.
       first_update: the first update to run.
-      previous_params: policy parameters of version `first_update - 1` (policy_lag 1).
+      previous_params: the lagged parameters (policy_lag L > 0): versions
+        `lagged_versions(first_update, L)`, oldest first; None for a fresh run.
       meta: the restored checkpoint's metadata (empty for a fresh run).
       env_state: an Anakin run's restored env state (None: fresh envs, or Sebulba).
     """
@@ -354,7 +356,8 @@ def restore_or_init(
     abstract_previous = None
     if config.pipeline.policy_lag:
         params = jax.eval_shape(setup.agent.policy_params, shapes)
-        abstract_previous = ckpt_lib.abstract_replicated(params, layout.replicated)
+        one = ckpt_lib.abstract_replicated(params, layout.replicated)
+        abstract_previous = (one,) * config.pipeline.policy_lag
     kwargs = dict(
         expect=schedule_meta(config, setup.sizes),
         layout=layout,
@@ -396,9 +399,10 @@ class RunCheckpoints:
 
     Saves after every `ckpt.every_updates`-th update, after the last one, and after the
     update during which SIGTERM/SIGINT arrived (then asks the pipeline to stop). With
-    policy_lag 1 a checkpoint after update u must also hold version u, which collects
-    rollout u + 1: the policy parameters of the state *before* update u. That update
-    donated the state, so this keeps a copy of them.
+    policy_lag L > 0 a checkpoint after update u must also hold the lagged parameters,
+    versions `lagged_versions(u + 1, L)` (up to version u), which collect rollouts u + 1 ..
+    u + L: the newest is the policy parameters of the state *before* update u. That update
+    donated the state, so this keeps copies of them.
     """
 
     def __init__(
@@ -414,8 +418,8 @@ class RunCheckpoints:
         self.setup, self.metrics, self.signals = setup, metrics, signals
         # An Anakin run's current env state, saved with every checkpoint.
         self.env_state = env_state
-        # Where version u is at hand already (an Anakin runner's behaviour parameters),
-        # it is read from there instead of copied after every update.
+        # Where the lagged parameters are at hand already (an Anakin runner's), they are
+        # read from there instead of copied after every update.
         self.previous_params = previous_params
         self.saver = ckpt_lib.Checkpointer(
             workdir,
@@ -425,11 +429,16 @@ class RunCheckpoints:
         self.stopping = False
         self.last_update = start.first_update - 1
         self.saved_path: str | None = None
-        # Version u before update u, fresh or resumed alike; not `start.previous_params`,
-        # which is version u - 1 (it collects the first resumed rollout, not the next one).
+        # Before update u: version u (the state's, which that update donates) and the
+        # lagged versions `lagged_versions(u, L)`; after it, the newest is appended.
         self._params_before_update = None
-        if setup.config.pipeline.policy_lag and previous_params is None:
+        self._lagged = None
+        lag = setup.config.pipeline.policy_lag
+        if lag and previous_params is None:
             self._params_before_update = self._copy(setup.agent.policy_params(start.state))
+            # A fresh run's lagged versions are all version 1 (no copy: nothing donates them).
+            fresh = (self._params_before_update,) * lag
+            self._lagged = start.previous_params if start.previous_params is not None else fresh
 
     def _copy(self, params):
         # A real copy: the next update donates the state these parameters belong to.
@@ -470,7 +479,9 @@ class RunCheckpoints:
         if self.stopping or last or self.is_due(report.update):
             if self.stopping and not last:
                 self.metrics.flush()
-            previous = self._params_before_update
+            previous = None
+            if self._lagged is not None:
+                previous = advance_lagged(self._lagged, self._params_before_update)
             if self.previous_params is not None:
                 previous = self.previous_params()
             self.saved_path = self.saver.save(
@@ -481,6 +492,7 @@ class RunCheckpoints:
                 env_state=None if self.env_state is None else self.env_state(),
             )
         if self._params_before_update is not None:
+            self._lagged = advance_lagged(self._lagged, self._params_before_update)
             self._params_before_update = self._copy(self.setup.agent.policy_params(state))
 
     def should_stop(self) -> bool:
@@ -502,6 +514,8 @@ class RunCheckpoints:
             "actor_policy_version": required_policy_version(
                 report.update + 1, config.pipeline.policy_lag
             ),
+            # What the saved lagged parameters are, oldest first.
+            "lagged_versions": lagged_versions(report.update + 1, config.pipeline.policy_lag),
             "episodes_finished": self.metrics.episodes_finished,
             "task_episodes": self.metrics.task_episodes.state(),
             "wall_time_s": self.metrics.wall_time_s(),
@@ -680,6 +694,7 @@ def _train_phases(
                 () if runner is not None else pipeline.rollout_struct(setup.learner_state_shapes),
                 layout.local_learner_devices,
                 agent=config.agent,
+                rollouts_in_flight=max(1, config.pipeline.policy_lag),
             )
         start = restore_or_init(setup, workdir, abstract_env_state, fresh_state)
         if jax.process_count() > 1:
@@ -734,8 +749,8 @@ def _train_phases(
             signals,
             start,
             env_state=None if runner is None else (lambda: runner.acting),
-            # policy_lag 1: the runner holds version u after update u (it collects the
-            # next rollout), so nothing is copied per update.
+            # policy_lag L > 0: the runner holds the lagged parameters after update u
+            # (they collect the next L rollouts), so nothing is copied per update.
             previous_params=(
                 (lambda: runner.behaviour)
                 if runner is not None and config.pipeline.policy_lag

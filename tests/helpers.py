@@ -159,6 +159,7 @@ def make_pipeline(setup, **options):
         "transfer_guard": "disallow",
         "learner_delay_s": 0.0,
         "actor_delay_s": 0.0,
+        "actor_delay_jitter_s": 0.0,
     }
     return train.make_pipeline(setup, **{**pipeline_defaults, **options})
 

@@ -49,11 +49,13 @@ TIMING_METRICS |= {"learner_wait_fraction", "actor_wait_fraction", "host_cpu_fra
 LSTM = {key: value for key, value in LSTM_RUN.items() if not key.startswith("env__")}
 
 # The runs whose outputs several tests read: PPO from configs/ppo_cartpole_anakin.py
-# (smoke sizes, 6 updates), on-policy and with the one-step lag, and PPO with an LSTM.
+# (smoke sizes, 6 updates), on-policy, with the one-step lag and a lag of 3, and PPO with
+# an LSTM.
 CASES = {
     "ppo": {},
     "ppo-lag1": {"pipeline__policy_lag": 1},
     "lstm-lag1": {"pipeline__policy_lag": 1, **LSTM},
+    "ppo-lag3": {"pipeline__policy_lag": 3},
 }
 
 
@@ -219,8 +221,8 @@ def _run_segment(config, workdir, interrupt_after=None):
 
 @pytest.mark.parametrize(
     "case, interrupts",
-    [("ppo", [2]), ("ppo-lag1", [1, 3]), ("lstm-lag1", [2])],
-    ids=["ppo-lag0", "ppo-lag1-resumed-twice", "lstm-lag1"],
+    [("ppo", [2]), ("ppo-lag1", [1, 3]), ("lstm-lag1", [2]), ("ppo-lag3", [2, 4])],
+    ids=["ppo-lag0", "ppo-lag1-resumed-twice", "lstm-lag1", "ppo-lag3-resumed-twice"],
 )
 def test_an_interrupted_run_resumes_bit_identically(finished_run, tmp_path, case, interrupts):
     reference, reference_state = finished_run(case)
@@ -260,7 +262,7 @@ def test_update_blocks_end_at_checkpoints_and_at_the_last_update():
 
 
 @pytest.mark.xla_default_compilation
-@pytest.mark.parametrize("case", ["ppo", "ppo-lag1"])
+@pytest.mark.parametrize("case", ["ppo", "ppo-lag1", "ppo-lag3"])
 def test_several_updates_per_call_give_the_runs_of_one_per_call(finished_run, tmp_path, case):
     reference, reference_state = finished_run(case)
     workdir = str(tmp_path / "blocks")
@@ -303,7 +305,7 @@ def test_updates_per_call_is_refused_for_envpool_tasks():
 # Lag schedule -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("policy_lag", [0, 1])
+@pytest.mark.parametrize("policy_lag", [0, 1, 3])
 def test_rollout_k_is_collected_by_version_k_minus_the_lag(probe_run, policy_lag):
     lines = read_metrics(probe_run(policy_lag))
     assert [line["update"] for line in lines] == list(range(1, NUM_UPDATES + 1))

@@ -77,3 +77,26 @@ def test_seeds_in_blocks_of_updates_end_as_one_update_per_call(tmp_path):
         assert read_summary(block)["params_checksum"] == read_summary(one)["params_checksum"]
         assert _without_timing(read_metrics(block)) == _without_timing(read_metrics(one))
         assert checkpoint.list_steps(checkpoint.checkpoints_dir(block)) == [3, 6]
+
+
+def test_seeds_with_a_lag_of_three_learn_as_each_seed_alone(tmp_path):
+    # Each seed carries its own three lagged versions through the vmapped program and its
+    # checkpoints: the seeds' states are the single runs' (to float tolerance, as the
+    # vmapped program may fuse differently).
+    import jax
+    import numpy as np
+
+    from sebulba import train
+    from sebulba.anakin import seeds as seeds_lib
+    from tests.helpers import read_metrics
+    from tests.test_anakin import anakin_config
+
+    config = anakin_config(pipeline__policy_lag=3, ckpt__every_updates=3)
+    states = seeds_lib.train_seeds(config, str(tmp_path / "seeds"), (1, 2))
+    alone = train.train(anakin_config(pipeline__policy_lag=3, seed=2), str(tmp_path / "alone"))
+    for a, b in zip(
+        jax.tree.leaves(jax.device_get(alone)), jax.tree.leaves(states[1]), strict=True
+    ):
+        np.testing.assert_allclose(a, jax.device_get(b), rtol=1e-5, atol=1e-6)
+    lines = read_metrics(str(tmp_path / "seeds" / "seed=2"))
+    assert [line["actor_policy_version"] for line in lines] == [1, 1, 1, 1, 2, 3]

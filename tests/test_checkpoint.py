@@ -20,6 +20,7 @@ from sebulba.runtime.metrics import MetricsLogger
 from tests import minimal_agent, probe_agent
 from tests.helpers import (
     agent_config,
+    assert_rollouts_came_from_the_lagged_version,
     normalized_continuous_overrides,
     process_env,
     read_metrics,
@@ -230,7 +231,7 @@ def test_two_resumes_of_one_checkpoint_agree(saved_run, tmp_path, capsys):
     assert [line["update"] for line in read_metrics(a)] == [4, 5, 6]
 
 
-@pytest.mark.parametrize("policy_lag", [0, 1])
+@pytest.mark.parametrize("policy_lag", [0, 1, 3])
 def test_resumed_lag_schedule_continues_exactly(tmp_path, policy_lag):
     kwargs = dict(pipeline__policy_lag=policy_lag, ckpt__every_updates=3)
     train.train(agent_config(probe_agent, **kwargs), str(tmp_path / "first"))
@@ -246,7 +247,39 @@ def test_resumed_lag_schedule_continues_exactly(tmp_path, policy_lag):
         assert line["actor_policy_version"] == k - policy_lag
 
 
-@pytest.mark.parametrize("policy_lag", [0, 1])
+def test_a_checkpoint_of_the_one_version_form_resumes_a_one_step_lag_run(tmp_path):
+    # Before lags beyond one, a checkpoint held version u itself as previous_params, not
+    # a tuple of the lagged versions; such a checkpoint still resumes the schedule.
+    kwargs = dict(pipeline__policy_lag=1, ckpt__every_updates=3)
+    train.train(agent_config(probe_agent, **kwargs), str(tmp_path / "first"))
+    config = agent_config(probe_agent, ckpt__resume_from=str(tmp_path / "first"), **kwargs)
+    start = train.restore_or_init(train.prepare(config), str(tmp_path / "unused"))
+    (version_6,) = start.previous_params
+    meta = dict(start.meta)
+    del meta["previous_params_form"]
+    meta["checksums"] = {
+        **meta["checksums"],
+        "previous_params": checkpoint.tree_checksum(version_6),
+    }
+    old = str(tmp_path / "old" / "checkpoints")
+    manager = checkpoint._manager(old, create=True)
+    items = {
+        "state": checkpoint.ocp.args.StandardSave(start.state),
+        "previous_params": checkpoint.ocp.args.StandardSave(version_6),
+        "meta": checkpoint.ocp.args.JsonSave(meta),
+    }
+    manager.save(6, args=checkpoint.ocp.args.Composite(**items), force=True)
+    manager.wait_until_finished()
+    manager.close()
+    more = dict(kwargs, total_timesteps=agent_config(probe_agent).total_timesteps * 3 // 2)
+    resumed = agent_config(probe_agent, ckpt__resume_from=old, **more)
+    train.train(resumed, str(tmp_path / "b"))
+    lines = read_metrics(str(tmp_path / "b"))
+    assert [line["update"] for line in lines] == [7, 8, 9]
+    assert_rollouts_came_from_the_lagged_version(lines, 1)
+
+
+@pytest.mark.parametrize("policy_lag", [0, 1, 3])
 def test_a_chain_of_resumes_keeps_the_lag_schedule(tmp_path, policy_lag):
     # first saves after update 2; second resumes there and saves after every update,
     # the first of them on its first resumed update; third resumes from that checkpoint.
@@ -335,7 +368,8 @@ def test_resume_restores_the_normalization_statistics_exactly_and_restarts_env_r
     stats = start.state.normalization
     assert float(stats.observation.count) == pytest.approx(6 * samples_per_update)
     # policy_lag 1: the actors' version 6 was normalised with the statistics of 5 updates.
-    previous = start.previous_params["observation_stats"]
+    (previous,) = start.previous_params  # The one lagged version, 6.
+    previous = previous["observation_stats"]
     assert float(previous.count) == pytest.approx(5 * samples_per_update)
 
     # Two resumes from update 3 agree, and continue the statistics of updates 1-3.

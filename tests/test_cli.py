@@ -96,7 +96,7 @@ def test_run_leaves_the_documented_workdir(tmp_path):
         ("--config.mesh.learner_device_ids=(5,)", "mesh.learner_device_ids"),
         ("--config.mesh.actor_device_ids=()", "mesh.actor_device_ids"),
         ("--config.total_timesteps=10", "total_timesteps"),
-        ("--config.pipeline.policy_lag=2", "pipeline.policy_lag"),
+        ("--config.pipeline.policy_lag=17", "pipeline.policy_lag"),
         ("--config.pipeline.num_actor_threads=0", "pipeline.num_actor_threads"),
         ("--config.env.num_envs=banana", "env.num_envs"),
         ("--config.log.console=sideways", "log.console"),

@@ -11,7 +11,7 @@ import pytest
 
 from sebulba import train
 from sebulba.agents import impala, ppo
-from sebulba.lag_schedule import required_policy_version
+from sebulba.lag_schedule import advance_lagged, lagged_versions, required_policy_version
 from tests import minimal_agent, probe_agent
 from tests.helpers import (
     LSTM_RUN,
@@ -30,9 +30,11 @@ from tests.helpers import (
 # trained jointly on three tasks with CartPole's spaces (phys2d/ is envpool's second
 # registration of CartPole), whose blocks of 8 envs, [0, 3), [3, 6) and [6, 8), make
 # each of 2 actor threads span two tasks; and PPO and IMPALA with PopArt on two tasks,
-# whose per-task statistics are learner state too.
+# whose per-task statistics are learner state too; and the minimal agent with a lag of 3
+# (`pipeline.policy_lag`), whose actors run up to three rollouts ahead of the learner.
 AGENT_CASES = {
     "minimal": (minimal_agent, {}),
+    "lag-3": (minimal_agent, {"pipeline__policy_lag": 3}),
     "ppo-normalized": (ppo, normalized_continuous_overrides()),
     # 6 updates, as in the other cases (LSTM_RUN keeps `agent_config`'s total_timesteps,
     # 6 rollouts of PPO's default 128 steps: 48 of its 16-step rollouts).
@@ -49,9 +51,20 @@ AGENT_CASES = {
 def test_required_policy_version_table():
     assert [required_policy_version(k, 1) for k in range(1, 6)] == [1, 1, 2, 3, 4]
     assert [required_policy_version(k, 0) for k in range(1, 6)] == [1, 2, 3, 4, 5]
+    assert [required_policy_version(k, 3) for k in range(1, 7)] == [1, 1, 1, 1, 2, 3]
 
 
-@pytest.mark.parametrize("policy_lag", [0, 1])
+def test_lagged_versions_are_the_next_rollouts_versions_oldest_first():
+    assert lagged_versions(1, 0) == []
+    assert lagged_versions(5, 1) == [4]
+    assert lagged_versions(2, 3) == [1, 1, 1]
+    assert lagged_versions(6, 3) == [3, 4, 5]
+    # After update u the newest joins: the window of u + 1.
+    assert list(advance_lagged((3, 4, 5), 6)) == lagged_versions(7, 3)
+    assert advance_lagged((), 6) == ()
+
+
+@pytest.mark.parametrize("policy_lag", [0, 1, 3])
 @pytest.mark.parametrize(
     "delays", [(0.0, 0.0), (0.05, 0.0), (0.0, 0.05)], ids=["no-delay", "slow-learner", "slow-actor"]
 )
@@ -71,8 +84,9 @@ def test_lag_schedule_holds_in_the_data(tmp_path, policy_lag, delays):
     assert [line["update"] for line in lines] == list(range(1, 7))
     # Every sample of rollout k, from both threads, came from version max(1, k - lag).
     assert_rollouts_came_from_the_lagged_version(lines, policy_lag)
-    for line in lines[1:]:
-        assert line["learner_policy_version"] - line["actor_policy_version"] == policy_lag + 1
+    for line in lines:
+        if line["update"] > policy_lag:  # Before that, version 1 collects.
+            assert line["learner_policy_version"] - line["actor_policy_version"] == policy_lag + 1
 
 
 def _checksum_and_params(tmp_path, name, case="minimal", **overrides):
@@ -118,6 +132,19 @@ def test_same_seed_same_checksum_under_injected_delays(tmp_path, one_learner_run
         assert other_seed != reference
 
 
+def test_jittered_actor_delays_change_only_the_timing(tmp_path, one_learner_run):
+    # An actor whose rollouts take 0 to 60 ms longer, a seeded draw per thread and rollout
+    # (`debug.actor_delay_jitter_s`), running up to three rollouts ahead: the same run.
+    _, reference_summary = one_learner_run("lag-3")
+    jittered, _ = _checksum_and_params(tmp_path, "j", "lag-3", debug__actor_delay_jitter_s=0.06)
+    assert jittered == reference_summary["params_checksum"]
+    setup = train.prepare(agent_config(minimal_agent))
+    pipeline = make_pipeline(setup, actor_delay_jitter_s=0.06)
+    delays = [pipeline.actor_delay(thread, update) for thread in (0, 1) for update in (1, 2)]
+    assert all(0.0 <= d < 0.06 for d in delays) and len(set(delays)) == 4
+    assert delays == [pipeline.actor_delay(t, u) for t in (0, 1) for u in (1, 2)]
+
+
 LAYOUTS = {
     "2-learners": {"mesh__learner_device_ids": [1, 2]},
     "4-learners": {"mesh__learner_device_ids": [1, 2, 3, 4]},
@@ -134,6 +161,7 @@ LAYOUTS = {
     "case, layout",
     [("minimal", name) for name in LAYOUTS]
     + [("lstm", "2-learners"), ("lstm", "2-threads")]
+    + [("lag-3", "2-threads")]
     + [("multitask", "2-learners"), ("multitask", "2-threads")]
     + [("ppo-popart", "2-learners"), ("impala-popart", "2-learners")],
 )

@@ -521,3 +521,111 @@ def test_a_resume_accepts_both_details_unchanged_and_refuses_a_change():
     assert resume_config.differences(requested, changed, defaults_now) == [
         "agent.target_kl (stored None, requested 0.02)"
     ]
+
+
+# Decoupled PPO and V-trace advantages (agent.proximal_policy, agent.advantages) ---------
+
+
+def _surrogate_loss(logprob, behaviour, proximal, advantages, weight, clip_coef=0.2, cap=100.0):
+    return ppo.decoupled_pg_loss(
+        logprob, behaviour, proximal, advantages, weight, clip_coef, jnp.log(cap)
+    )
+
+
+def test_the_decoupled_objective_is_ppos_where_the_proximal_policy_is_the_behaviour():
+    rng = np.random.default_rng(3)
+    logprob = jnp.log(rng.uniform(0.05, 0.95, 64)).astype(jnp.float32)
+    behaviour = jnp.log(rng.uniform(0.05, 0.95, 64)).astype(jnp.float32)
+    advantages = jnp.asarray(rng.normal(size=64), jnp.float32)
+    weight = jnp.asarray(rng.random(64) > 0.2, jnp.float32)
+
+    def ppo_loss(logprob):  # As PPO's loss computes it, through rlax.
+        scale = weight.size / jnp.sum(weight)
+        ratio = jnp.exp(logprob - behaviour)
+        return scale * ppo.rlax.clipped_surrogate_pg_loss(ratio, advantages * weight, 0.2)
+
+    def decoupled(logprob):
+        return _surrogate_loss(logprob, behaviour, behaviour, advantages, weight)
+
+    np.testing.assert_allclose(decoupled(logprob), ppo_loss(logprob), rtol=1e-5)
+    np.testing.assert_allclose(
+        jax.grad(decoupled)(logprob), jax.grad(ppo_loss)(logprob), rtol=1e-5, atol=1e-7
+    )
+
+
+@pytest.mark.parametrize(
+    "pi, proximal, behaviour, advantage, loss",
+    [
+        # r = pi / prox = 1.25 clips to 1.2; weighted by prox / mu = 2: min(2.5, 2.4).
+        (0.5, 0.4, 0.2, 1.0, -2.4),
+        # A negative advantage keeps the smaller of -2.5 and -2.4: the unclipped term.
+        (0.5, 0.4, 0.2, -1.0, 2.5),
+        # pi / mu = 900 is capped at 100 (agent.importance_ratio_max), r = 1 unclipped.
+        (0.9, 0.9, 0.001, 1.0, -100.0),
+    ],
+)
+def test_the_decoupled_objective_clips_around_the_proximal_policy_and_caps_pi_over_mu(
+    pi, proximal, behaviour, advantage, loss
+):
+    logs = [jnp.log(jnp.asarray([p], jnp.float32)) for p in (pi, behaviour, proximal)]
+    value = _surrogate_loss(*logs, jnp.asarray([advantage]), jnp.ones(1))
+    np.testing.assert_allclose(value, loss, rtol=1e-5)
+
+
+def _on_policy_rollout(agent, seed=0):
+    """A rollout whose actions and log-probabilities are the initial policy's own."""
+    rollout = random_rollout(seed)
+    params = agent.policy_params(agent.init(jax.random.key(0)))
+    keys = jax.random.split(jax.random.key(seed), T + 1)
+    outputs = [
+        agent.recurrent_act(params, (), rollout.obs[t], jax.random.split(keys[t], B))
+        for t in range(T + 1)
+    ]
+    actions = np.stack([np.asarray(o[1]) for o in outputs])
+    logprob = np.stack([np.asarray(o[2]["logprob"]) for o in outputs])
+    value = np.stack([np.asarray(o[2]["value"]) for o in outputs])
+    return rollout.replace(actions=actions[:T], policy_outputs={"logprob": logprob, "value": value})
+
+
+def test_decoupled_ppo_on_its_own_data_updates_as_ppo():
+    # On-policy (lag 0) the learner's policy at the update's start is the behaviour: the
+    # decoupled objective's weights are 1 and its clipping PPO's.
+    agent = make_agent()
+    rollout = _on_policy_rollout(agent)
+    _assert_same_params(
+        _params_after_update(agent, rollout),
+        _params_after_update(make_agent(proximal_policy="learner"), rollout),
+    )
+    # Off-policy data (random log-probabilities) are weighted: the updates differ.
+    stale = random_rollout()
+    assert _differ(
+        _params_after_update(agent, stale),
+        _params_after_update(make_agent(proximal_policy="learner"), stale),
+    )
+
+
+def test_vtrace_advantages_differ_from_gae_and_agree_across_learner_layouts():
+    rollout = random_rollout()
+    vtrace = make_agent(advantages="vtrace", proximal_policy="learner")
+    assert _differ(
+        _params_after_update(make_agent(), rollout), _params_after_update(vtrace, rollout)
+    )
+    # The learner's forward pass over the whole rollout is global: layouts agree.
+    assert_update_agrees_across_layouts(vtrace, rollout)
+
+
+@pytest.mark.parametrize(
+    "agent, message",
+    [
+        (
+            {"proximal_policy": "ewma"},
+            "agent.proximal_policy 'ewma' must be one of behaviour, learner",
+        ),
+        ({"advantages": "retrace"}, "agent.advantages 'retrace' must be one of gae, vtrace"),
+        ({"importance_ratio_max": 0.5}, "agent.importance_ratio_max must be a number >= 1"),
+    ],
+)
+def test_bad_decoupling_values_name_the_field(agent, message):
+    with pytest.raises(ConfigError) as raised:
+        make_agent(**agent)
+    assert str(raised.value).startswith(message)

@@ -69,19 +69,20 @@ class StartGate:
 
 
 class ParamsStore:
-    """The two newest parameter versions, one copy per actor device."""
+    """The `keep` newest parameter versions (two by default), one copy per actor device."""
 
-    def __init__(self, num_actor_devices: int, control: RunControl):
+    def __init__(self, num_actor_devices: int, control: RunControl, keep: int = 2):
         self._versions: collections.OrderedDict[int, list[Any]] = collections.OrderedDict()
         self._cond = threading.Condition()
         self._control = control
         self._num_devices = num_actor_devices
+        self._keep = max(2, keep)
 
     def publish(self, version: int, params_per_device: list[Any]) -> None:
         assert len(params_per_device) == self._num_devices
         with self._cond:
             self._versions[version] = params_per_device
-            while len(self._versions) > 2:
+            while len(self._versions) > self._keep:
                 self._versions.popitem(last=False)
             self._cond.notify_all()
 

@@ -76,6 +76,8 @@ PPO_RANGES = {
     "lstm_size": POSITIVE_INT,
     "observation_clip": POSITIVE,
     "reward_clip": POSITIVE,
+    # A cap below 1 would clip every on-policy sample's weight of 1.
+    "importance_ratio_max": Range(1, high_open=True),
 }
 
 IMPALA_RANGES = {
@@ -230,6 +232,9 @@ def ppo_config() -> ml_collections.ConfigDict:
     config.clip_coef = 0.1  # Surrogate clipping epsilon.
     config.anneal_clip = False  # Decay clip_coef (policy and value clip) linearly to 0 like the LR.
     config.clip_vloss = True  # Clip the value loss around the behaviour values.
+    config.proximal_policy = "behaviour"  # behaviour (PPO) | learner (decoupled PPO, lag > 1).
+    config.importance_ratio_max = 100.0  # Decoupled PPO: cap on pi/behaviour (PPO-EWMA's).
+    config.advantages = "gae"  # gae (behaviour values) | vtrace (toward the learner's policy).
     config.ent_coef = 0.01  # Entropy bonus coefficient.
     config.vf_coef = 0.5  # Value loss coefficient.
     config.max_grad_norm = 0.5  # Global gradient-norm clip.

@@ -62,6 +62,7 @@ from sebulba import random_streams
 from sebulba.agents import (
     defaults,
     distributions,
+    impala,
     learner,
     minibatches,
     normalization,
@@ -91,6 +92,15 @@ from sebulba.errors import ConfigError
 # Where advantages are standardised: within each minibatch (baselines ppo2), once over
 # the whole global rollout (Cleanba normalises once per rollout), or not at all.
 NORM_ADV_MODES = ("minibatch", "batch", "none")
+
+# Which policy the surrogate's ratio is clipped around: the one that collected the data
+# (PPO), or the learner's at the update's start, with the data importance-weighted from
+# the behaviour to it (decoupled PPO, Hilton et al. 2021; docs/agents.md).
+PROXIMAL_POLICIES = ("behaviour", "learner")
+
+# The advantages and value targets: GAE on the behaviour's values, or V-trace (Espeholt et
+# al. 2018) toward the learner's policy at the update's start, with its values.
+ADVANTAGE_MODES = ("gae", "vtrace")
 
 # The interval of every numeric hyperparameter (`defaults.py`); `make` refuses values
 # outside them.
@@ -140,6 +150,36 @@ def normalized_advantages(advantages: jax.Array, weight: jax.Array) -> jax.Array
     return (advantages - mean) / (jnp.sqrt(learner.masked_var(advantages, weight)) + 1e-8)
 
 
+def decoupled_pg_loss(
+    logprob: jax.Array,
+    behaviour_logprob: jax.Array,
+    proximal_logprob: jax.Array,
+    advantages: jax.Array,
+    weight: jax.Array,
+    clip_coef,
+    log_ratio_max,
+) -> jax.Array:
+    """The decoupled clipped surrogate of Hilton et al. (2021), as a loss.
+
+    -mean over valid samples of (prox / mu) min(r A, clip(r, 1 - eps, 1 + eps) A), with
+    r = pi / prox: the trust region is around the proximal policy prox, while the data
+    are importance-weighted from the behaviour mu that collected them. Computed in log
+    space, with pi / mu capped at exp(`log_ratio_max`) (stale data can make it extreme)
+    by raising log mu where needed, so the gradient still flows through pi.
+
+    Args:
+      logprob, behaviour_logprob, proximal_logprob: [N] log pi, log mu, log prox.
+      advantages, weight: [N]; weight 1 for valid samples, 0 for the others.
+    """
+    behaviour = jnp.maximum(behaviour_logprob, jax.lax.stop_gradient(logprob) - log_ratio_max)
+    unclipped = advantages * jnp.exp(logprob - behaviour)
+    # log(1 - eps) is -inf for eps >= 1: no lower clip, as the ratio is never negative.
+    low, high = jnp.log(jnp.maximum(1.0 - clip_coef, 0.0)), jnp.log1p(clip_coef)
+    clipped_log_ratio = jnp.clip(logprob - proximal_logprob, low, high)
+    clipped = advantages * jnp.exp(clipped_log_ratio + proximal_logprob - behaviour)
+    return -learner.masked_mean(jnp.minimum(unclipped, clipped), weight)
+
+
 def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> Agent:
     """Builds PPO's pure functions for this run.
 
@@ -154,11 +194,25 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
     # config.json of runs from before the modes existed holds a bool.
     norm_adv = ("none", "minibatch")[hp.norm_adv] if isinstance(hp.norm_adv, bool) else hp.norm_adv
     check_choice(norm_adv, "agent.norm_adv", NORM_ADV_MODES)
+    # config.json of runs from before the options existed has neither.
+    proximal = hp.get("proximal_policy", "behaviour")
+    advantage_mode = hp.get("advantages", "gae")
+    check_choice(proximal, "agent.proximal_policy", PROXIMAL_POLICIES)
+    check_choice(advantage_mode, "agent.advantages", ADVANTAGE_MODES)
+    decoupled = proximal == "learner"
+    # Both need the learner's policy on the rollout as the update starts.
+    replays_rollout = decoupled or advantage_mode == "vtrace"
+    log_ratio_max = jnp.log(hp.get("importance_ratio_max", 100.0))
     check_network_fits(hp.network, env_spec)
     hidden = tuple(hp.hidden_sizes)
     if not hidden or not all(isinstance(w, int) and w > 0 for w in hidden):
         raise ConfigError(f"agent.hidden_sizes {hp.hidden_sizes!r} must be positive integers")
     value_normalization = popart.popart_of(config, tasks.task_layout(config, sizes.num_envs))
+    if advantage_mode == "vtrace" and value_normalization.enabled:
+        raise ConfigError(
+            "agent.advantages='vtrace' does not combine with agent.popart: V-trace's targets "
+            "come from the learner's values, PopArt's from each task's normalised ones"
+        )
     # With an action mask (`agent.mask_actions`) the policy never picks an illegal action.
     policy = distributions.for_env_spec(env_spec, hp.mask_actions)
     network = make_network(
@@ -275,19 +329,33 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
             value = popart.select_task(value, batch["tasks"])
         weight = batch["valid"].astype(jnp.float32)
         logprob = policy.logprob(policy_params, batch["actions"])
-        logratio = logprob - batch["logprob"]
+        # The ratio is clipped around the proximal policy: the behaviour's (PPO) or, when
+        # decoupled, the learner's at the update's start.
+        logratio = logprob - batch["proximal_logprob" if decoupled else "logprob"]
         ratio = jnp.exp(logratio)
 
         advantages = batch["advantages"]
         if norm_adv == "minibatch":
             advantages = normalized_advantages(advantages, weight)
-        # rlax averages over every sample; zero advantages drop invalid samples from the
-        # objective, and the ratio of counts turns the mean into a mean over valid ones.
-        num_valid = jnp.maximum(jnp.sum(weight), 1.0)
-        valid_scale = weight.size / num_valid
-        pg_loss = valid_scale * rlax.clipped_surrogate_pg_loss(
-            ratio, advantages * weight, clip_coef
-        )
+        if decoupled:
+            pg_loss = decoupled_pg_loss(
+                logprob,
+                batch["logprob"],
+                batch["proximal_logprob"],
+                advantages,
+                weight,
+                clip_coef,
+                log_ratio_max,
+            )
+        else:
+            # rlax averages over every sample; zero advantages drop invalid samples from
+            # the objective, and the ratio of counts turns the mean into a mean over
+            # valid ones.
+            num_valid = jnp.maximum(jnp.sum(weight), 1.0)
+            valid_scale = weight.size / num_valid
+            pg_loss = valid_scale * rlax.clipped_surrogate_pg_loss(
+                ratio, advantages * weight, clip_coef
+            )
         value_error = (value - batch["returns"]) ** 2
         if hp.clip_vloss:
             # baselines ppo2 clips the value with the policy's cliprange, annealed or not.
@@ -307,6 +375,15 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         }
         return loss, stats
 
+    def learner_policy_on(params, rollout: Rollout):
+        """The learner's log-probabilities [T, B] of the rollout's actions and its values
+        [T + 1, B] of the rollout's observations, as the update starts (no gradient)."""
+        starts = episode_starts(rollout.valid)
+        params = jax.lax.stop_gradient(params)
+        policy_params, values = model.sequence(params, rollout.initial_carry, rollout.obs, starts)
+        head = jax.tree.map(lambda x: x[:-1], policy_params)
+        return policy.logprob(head, rollout.actions), values
+
     def plan_update(state: PPOState, rollout: Rollout) -> UpdatePlan:
         stats = statistics(state)
         # Rewards are scaled before GAE; observations are normalised with this version's
@@ -320,9 +397,28 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
         if value_normalization.enabled:
             column_tasks = value_normalization.tasks(rollout.env_ids)  # [B]
             behaviour_values = popart.select_task(behaviour_values, column_tasks[None])
-        advantages, returns = advantages_and_returns(
-            rollout, hp.gamma, hp.gae_lambda, behaviour_values
-        )
+        behaviour_logprob = rollout.policy_outputs["logprob"][:-1]
+        if replays_rollout:
+            learner_logprob, learner_values = learner_policy_on(state.params, rollout)
+        if advantage_mode == "vtrace":
+            targets = impala.vtrace(
+                learner_values,
+                jnp.exp(learner_logprob - behaviour_logprob),
+                rollout.rewards,
+                rollout.terminations,
+                rollout.truncations,
+                gamma=hp.gamma,
+                vtrace_lambda=hp.gae_lambda,
+                clip_rho_threshold=1.0,
+                clip_pg_rho_threshold=1.0,
+            )
+            # The targets start from the learner's values: the value loss clips around them.
+            behaviour_values = learner_values
+            advantages, returns = targets.pg_advantage, targets.errors + learner_values[:-1]
+        else:
+            advantages, returns = advantages_and_returns(
+                rollout, hp.gamma, hp.gae_lambda, behaviour_values
+            )
         # Value targets: unnormalised, or normalised per task with PopArt's statistics.
         value_targets, stored_values = returns, behaviour_values[:-1]
         if value_normalization.enabled:
@@ -346,13 +442,15 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
             "obs": jax.tree.map(lambda x: x[:-1], rollout.obs),
             "actions": rollout.actions,
             "valid": rollout.valid,
-            "logprob": rollout.policy_outputs["logprob"][:-1],
+            "logprob": behaviour_logprob,
             "value": stored_values,
             "advantages": policy_advantages,
             "returns": value_targets,
         }
         if value_normalization.enabled:
             samples["tasks"] = sample_tasks
+        if decoupled:
+            samples["proximal_logprob"] = learner_logprob
         update_key = jax.random.fold_in(key, state.update_count)
         clip_coef = hp.clip_coef
         if hp.anneal_clip:  # baselines ppo2: cliprange = cliprange(frac), frac as the LR's.

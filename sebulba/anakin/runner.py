@@ -12,12 +12,13 @@ holds its rollout and state. One call of one AOT-compiled program runs a block o
      agents' device-local minibatches stay device-local).
 
 The policy-version schedule is the pipeline's (`sebulba.lag_schedule`): with
-`pipeline.policy_lag` 1 rollout k is collected with version max(1, k - 1) (the runner
-carries the previous parameters), with 0 on-policy with version k. Everything the loop
-carries between updates (the envs' state, observations, episode counters and the agent's
-carry) is `ActingState`, checkpointed with the learner state, so a resumed run continues
-bit for bit. The host sees only the finished episodes and the agent's metrics; `run` has
-the pipeline's signature, so `sebulba.train` drives both the same way.
+`pipeline.policy_lag` L rollout k is collected with version max(1, k - L) (the runner
+carries the L previous versions, the lagged parameters), with 0 on-policy with version k.
+Everything the loop carries between updates (the envs' state, observations, episode
+counters and the agent's carry) is `ActingState`, checkpointed with the learner state, so
+a resumed run continues bit for bit. The host sees only the finished episodes and the
+agent's metrics; `run` has the pipeline's signature, so `sebulba.train` drives both the
+same way.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from sebulba.actors.actor_step import actor_step
 from sebulba.agents.api import Agent, EnvSpec, Rollout, rollout_partition_specs
 from sebulba.anakin.env_api import BatchedEnvs, BatchOfEnvs, reset_envs, step_envs
 from sebulba.config.sizes import Sizes
-from sebulba.lag_schedule import required_policy_version
+from sebulba.lag_schedule import advance_lagged, required_policy_version
 from sebulba.mesh import BATCH_AXIS, DeviceLayout
 from sebulba.preflight.memory import update_compiler_options
 from sebulba.update_report import UpdateReport
@@ -97,7 +98,7 @@ class AnakinRunner:
         running its block of columns.
       env_spec: its spec (observations and actions of the rollout).
       seed: the run's seed (actor, env and learner keys derive from it).
-      policy_lag: 0 (on-policy) or 1 (Cleanba's schedule, as the pipeline).
+      policy_lag: 0 (on-policy), 1 (Cleanba's schedule) or L, as the pipeline.
       clip_rewards: learn from sign(reward), as `env.clip_rewards` says.
       updates_per_call: updates one call of the compiled program runs
         (`pipeline.updates_per_call`); the host reads their episodes and metrics back
@@ -122,8 +123,9 @@ class AnakinRunner:
         self.seed, self.policy_lag, self.clip_rewards = seed, policy_lag, clip_rewards
         self.updates_per_call = updates_per_call
         self.acting: ActingState | None = None
-        # policy_lag 1: the parameters that collect the next rollout (version u after
-        # update u, which a checkpoint after update u holds); None with policy_lag 0.
+        # policy_lag L > 0: the lagged parameters, the L versions that collect the next L
+        # rollouts (oldest first, `lagged_versions`), which a checkpoint after the last
+        # update holds; None with policy_lag 0.
         self.behaviour = None
         self._compiled = None
 
@@ -236,23 +238,26 @@ class AnakinRunner:
 
         Args:
           state: learner state of version `update`.
-          behaviour_params: policy_lag 1: version max(1, update - 1); None for policy_lag 0.
+          behaviour_params: policy_lag L > 0: the lagged parameters, versions
+            `lagged_versions(update, L)`, of which the oldest collects; None for policy_lag 0.
           acting: the acting state after the previous rollout.
           update: int32 scalar, the update's number (from 1).
 
         Returns:
-          (state of version update + 1, the next rollout's behaviour parameters or None,
+          (state of version update + 1, the next update's lagged parameters or None,
           acting state, agent metrics, finished episodes).
         """
         params = self.agent.policy_params(state)
-        collecting = params if behaviour_params is None else behaviour_params
+        collecting = params if behaviour_params is None else behaviour_params[0]
         acting, rollout, episodes = self.collect(collecting, acting, update)
         rollout = jax.lax.with_sharding_constraint(
             rollout, jax.tree.map(self.layout.sharding, rollout_partition_specs(rollout))
         )
         new_state, metrics = self.agent.update(state, rollout)
-        # Version `update` collects rollout update + 1 under the one-step lag.
-        next_behaviour = None if behaviour_params is None else params
+        # Version `update` collects rollout update + L.
+        next_behaviour = (
+            None if behaviour_params is None else advance_lagged(behaviour_params, params)
+        )
         return new_state, next_behaviour, acting, metrics, episodes
 
     def act_and_learn_block(self, state, behaviour_params, acting, first_update, count):
@@ -278,9 +283,10 @@ class AnakinRunner:
         behaviour_params = None
         if self.policy_lag:
             params = jax.eval_shape(self.agent.policy_params, state)
-            behaviour_params = jax.tree.map(
+            one = jax.tree.map(
                 lambda p: jax.ShapeDtypeStruct(p.shape, p.dtype, sharding=replicated), params
             )
+            behaviour_params = (one,) * self.policy_lag
         state_shardings = self.agent.state_shardings(state, self.layout.sharding)
         behaviour_shardings = jax.tree.map(lambda _: replicated, behaviour_params)
         acting = self.abstract_acting_state()
@@ -332,7 +338,8 @@ class AnakinRunner:
 
         `self.acting` must hold the acting state to start from (`initial_acting_state`
         or a restored one); it always holds the current one, for checkpoints.
-        `previous_params` is version `first_update - 1` (policy_lag 1, resumed runs).
+        `previous_params` are the lagged parameters, versions
+        `lagged_versions(first_update, policy_lag)` (policy_lag > 0, resumed runs).
 
         Each program call runs a block of up to `updates_per_call` updates, cut short
         after the last update and after every update for which `ends_block` is True (a
@@ -350,9 +357,9 @@ class AnakinRunner:
         self.behaviour = None
         if self.policy_lag:
             self.behaviour = previous_params
-            if self.behaviour is None:  # Update 1 collects with version 1, as update 2 does.
-                self.behaviour = jax.device_put(
-                    self.agent.policy_params(state), self.layout.replicated, may_alias=False
+            if self.behaviour is None:  # Updates 1 .. L + 1 collect with version 1.
+                self.behaviour = initial_lagged(
+                    self.agent.policy_params(state), self.policy_lag, self.layout.replicated
                 )
         if self._compiled is None:
             self.compile_update(state)
@@ -512,9 +519,20 @@ def update_report(
 
 def describe_schedule(policy_lag: int) -> str:
     """Which policy version collects rollout k, in words (summary.json's `schedule`)."""
-    if policy_lag:
+    if policy_lag == 1:
         return "one-step lag: rollout k is collected with policy version max(1, k - 1)"
+    if policy_lag:
+        return (
+            f"{policy_lag}-step lag: rollout k is collected with policy version "
+            f"max(1, k - {policy_lag})"
+        )
     return "on-policy: rollout k is collected with policy version k (no lag)"
+
+
+def initial_lagged(params, policy_lag: int, sharding) -> tuple:
+    """A fresh run's lagged parameters: `policy_lag` copies of version 1, each its own
+    buffers (the program donates them, and one buffer cannot be donated twice)."""
+    return tuple(jax.device_put(params, sharding, may_alias=False) for _ in range(policy_lag))
 
 
 def check_config(config, task_ids) -> bool:
@@ -552,6 +570,11 @@ def check_config(config, task_ids) -> bool:
         "pipeline.num_actor_threads": (config.pipeline.num_actor_threads, 1, "actor threads"),
         "pipeline.overlap_env_steps": (config.pipeline.overlap_env_steps, False, "envpool pools"),
         "debug.actor_delay_s": (config.debug.actor_delay_s, 0.0, "actors to delay"),
+        "debug.actor_delay_jitter_s": (
+            config.debug.get("actor_delay_jitter_s", 0.0),
+            0.0,
+            "actors to delay",
+        ),
         "debug.learner_delay_s": (config.debug.learner_delay_s, 0.0, "learner thread to delay"),
         "mesh.actor_platform": (
             config.mesh.get("actor_platform", "default"),

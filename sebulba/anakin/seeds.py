@@ -255,7 +255,8 @@ def _train_seeds(
                 [
                     start.previous_params
                     if start.previous_params is not None
-                    else setup.agent.policy_params(start.state)
+                    # Updates 1 .. L + 1 collect with version 1 (stacking copies it).
+                    else (setup.agent.policy_params(start.state),) * config.pipeline.policy_lag
                     for setup, start in zip(setups, starts, strict=True)
                 ],
                 replicated,

@@ -64,7 +64,7 @@ def base_config(agent: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
 
     config.pipeline = ml_collections.ConfigDict()
     config.pipeline.num_actor_threads = 1  # Actor threads per process (round-robin devices).
-    config.pipeline.policy_lag = 1  # 1: rollout k uses version max(1, k-1); 0: synchronous.
+    config.pipeline.policy_lag = 1  # L: rollout k uses version max(1, k-L); 0: synchronous; 0..16.
     # For inference on an accelerator; on CPU-only hosts it rarely pays (docs/benchmarks.md).
     config.pipeline.overlap_env_steps = False  # Two env halves: one steps while the other infers.
     # Same data either way; auto takes scan where the actor devices and task allow it.
@@ -92,6 +92,7 @@ def base_config(agent: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     config.debug = ml_collections.ConfigDict()
     config.debug.learner_delay_s = 0.0  # Sleep before each update (reproducibility tests).
     config.debug.actor_delay_s = 0.0  # Sleep before each rollout (reproducibility tests).
+    config.debug.actor_delay_jitter_s = 0.0  # Plus a seeded uniform [0, this) per rollout.
     config.debug.transfer_guard = "disallow"  # jax.transfer_guard level in the loop.
     config.debug.skip_memory_check = False  # Train even if the update seems not to fit.
     # Policy outputs recomputed, actions resampled, obs[0] against the last rollout's obs[T].

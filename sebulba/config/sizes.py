@@ -14,6 +14,10 @@ import numpy as np
 from sebulba.config.validation import FINITE_NON_NEGATIVE, check_range
 from sebulba.errors import ConfigError
 
+# The largest `pipeline.policy_lag`: each step of lag keeps one more copy of the policy
+# parameters on every actor device and the learner, and one more rollout in flight.
+MAX_POLICY_LAG = 16
+
 
 @dataclasses.dataclass(frozen=True)
 class Sizes:
@@ -102,9 +106,12 @@ def derive_sizes(config: ml_collections.ConfigDict, num_processes: int = 1) -> S
             f"({num_actor_threads}) x processes ({num_processes}) x agent.num_steps "
             f"({num_steps}) = {steps_per_update} steps"
         )
-    if config.pipeline.policy_lag not in (0, 1):
-        raise ConfigError(f"pipeline.policy_lag must be 0 or 1, got {config.pipeline.policy_lag!r}")
-    for name in ("learner_delay_s", "actor_delay_s"):
+    lag = config.pipeline.policy_lag
+    if isinstance(lag, bool) or not isinstance(lag, int) or not 0 <= lag <= MAX_POLICY_LAG:
+        raise ConfigError(
+            f"pipeline.policy_lag must be an integer from 0 to {MAX_POLICY_LAG}, got {lag!r}"
+        )
+    for name in ("learner_delay_s", "actor_delay_s", "actor_delay_jitter_s"):
         check_range(config.debug[name], f"debug.{name}", FINITE_NON_NEGATIVE)
     return Sizes(
         num_processes=num_processes,

@@ -76,10 +76,12 @@ def format_report(report: dict[str, Any], config_name: str) -> str:
     if learner is not None:
         memory = learner["memory_bytes"]
         what = "act-and-learn program" if anakin else "learner update"
+        in_flight = max(1, memory.get("rollouts_in_flight", 1))
+        one_rollout = memory.get("next_rollout", 0) // in_flight
         rollouts = (
             " (its rollout, env states and env steps inside)"
             if anakin
-            else f", rollouts 2 x {format_bytes(memory.get('next_rollout', 0))}"
+            else f", rollouts {1 + in_flight} x {format_bytes(one_rollout)}"
         )
         lines.append(
             f"  {what}: arguments {format_bytes(memory['arguments'])}, temporaries "

@@ -47,8 +47,10 @@ class UpdateMemory:
       outputs: new state and metrics.
       temporaries: XLA's temporary buffers (activations, gradients, shuffled copies).
       aliased: output bytes that reuse donated argument buffers (counted once).
-      next_rollout: this device's share of the rollout the actors hand over while the
-        update runs (double buffering keeps up to two rollouts on the learner devices).
+      next_rollout: this device's share of the rollouts the actors hand over while the
+        update runs (double buffering keeps up to two rollouts on the learner devices;
+        `pipeline.policy_lag` L > 1 lets L of them wait besides the one consumed).
+      rollouts_in_flight: how many rollouts `next_rollout` counts.
     """
 
     arguments: int
@@ -56,18 +58,25 @@ class UpdateMemory:
     temporaries: int
     aliased: int
     next_rollout: int
+    rollouts_in_flight: int = 1
+
+    def describe_rollouts(self) -> str:
+        """The rollouts' share, as the messages give it: "rollouts 2 x 1.0 MiB"."""
+        one = self.next_rollout // max(1, self.rollouts_in_flight)
+        return f"rollouts {1 + self.rollouts_in_flight} x {_size(one)}"
 
     @property
     def total(self) -> int:
         return self.arguments + self.outputs + self.temporaries - self.aliased + self.next_rollout
 
 
-def update_memory(compiled, rollout_struct) -> UpdateMemory | None:
+def update_memory(compiled, rollout_struct, rollouts_in_flight: int = 1) -> UpdateMemory | None:
     """Per-device needs of a compiled update; None where the backend does not report them.
 
     Args:
       compiled: the ahead-of-time compiled update (`jit(...).lower(...).compile()`).
       rollout_struct: the rollout's `jax.ShapeDtypeStruct`s with their shardings.
+      rollouts_in_flight: rollouts handed over while the update runs (`max(1, lag)`).
     """
     try:
         analysis = compiled.memory_analysis()
@@ -84,7 +93,8 @@ def update_memory(compiled, rollout_struct) -> UpdateMemory | None:
         outputs=analysis.output_size_in_bytes,
         temporaries=analysis.temp_size_in_bytes,
         aliased=analysis.alias_size_in_bytes,
-        next_rollout=rollout_shard,
+        next_rollout=rollout_shard * rollouts_in_flight,
+        rollouts_in_flight=rollouts_in_flight,
     )
 
 
@@ -136,6 +146,7 @@ def check_update_fits(
     agent: Mapping[str, Any],
     available: int | None = None,
     platform: str | None = None,
+    rollouts_in_flight: int = 1,
 ) -> UpdateMemory | None:
     """Stops the run before training if the update cannot fit on a learner device.
 
@@ -148,6 +159,7 @@ def check_update_fits(
       platform: the platform whose memory `available` is, which the figures and advice
         name (default: the devices'; `sebulba.check` names its target's, whose CPU
         devices stand in for GPUs).
+      rollouts_in_flight: rollouts handed over while the update runs (`max(1, lag)`).
 
     Returns:
       The update's needs per device (None where the backend does not report them).
@@ -155,7 +167,7 @@ def check_update_fits(
     Raises:
       ConfigError: one line with both figures and the config keys that lower the need.
     """
-    needed = update_memory(compiled, rollout_struct)
+    needed = update_memory(compiled, rollout_struct, rollouts_in_flight)
     if available is None:
         available = available_bytes(devices)
     if needed is None or available is None:
@@ -168,18 +180,18 @@ def check_update_fits(
     else:  # An accelerator's own memory, as its allocator hands it out.
         kind = "the device memory of a learner device"
     logging.info(
-        "learner update needs %s per learner device (temporaries %s, rollouts 2 x %s); %s: %s",
+        "learner update needs %s per learner device (temporaries %s, %s); %s: %s",
         _size(needed.total),
         _size(needed.temporaries),
-        _size(needed.next_rollout),
+        needed.describe_rollouts(),
         kind,
         _size(available),
     )
     if needed.total > available:
         raise ConfigError(
             f"the learner update needs {_size(needed.total)} per learner device "
-            f"(temporaries {_size(needed.temporaries)}, rollouts 2 x "
-            f"{_size(needed.next_rollout)}) but {kind} is {_size(available)}: "
+            f"(temporaries {_size(needed.temporaries)}, {needed.describe_rollouts()}) "
+            f"but {kind} is {_size(available)}: "
             f"{lowering_advice(agent, on_cpu)} (debug.skip_memory_check=True skips this check)"
         )
     return needed
