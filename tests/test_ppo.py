@@ -629,3 +629,18 @@ def test_bad_decoupling_values_name_the_field(agent, message):
     with pytest.raises(ConfigError) as raised:
         make_agent(**agent)
     assert str(raised.value).startswith(message)
+
+
+def test_ppo_at_a_lag_beyond_one_is_told_of_the_decoupled_objective(caplog):
+    def make(proximal):
+        config = small_update_config(ppo, T, B, proximal_policy=proximal)
+        config.pipeline.policy_lag = 2
+        ppo.make(config, CARTPOLE, derive_sizes(config))
+
+    with caplog.at_level("WARNING"):
+        make("behaviour")
+    assert "agent.proximal_policy='learner'" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        make("learner")
+    assert "proximal_policy" not in caplog.text

@@ -57,6 +57,7 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 import rlax
+from absl import logging
 
 from sebulba import random_streams
 from sebulba.agents import (
@@ -202,6 +203,16 @@ def make(config: ml_collections.ConfigDict, env_spec: EnvSpec, sizes: Sizes) -> 
     decoupled = proximal == "learner"
     # Both need the learner's policy on the rollout as the update starts.
     replays_rollout = decoupled or advantage_mode == "vtrace"
+    policy_lag = config.pipeline.policy_lag
+    if policy_lag > 1 and not decoupled:
+        logging.warning(
+            "PPO at pipeline.policy_lag=%d clips its ratio around the policy that collected "
+            "the data, up to %d versions older than the learner's; "
+            "agent.proximal_policy='learner' (decoupled PPO) clips around the learner's "
+            "(docs/agents.md)",
+            policy_lag,
+            policy_lag,
+        )
     log_ratio_max = jnp.log(hp.get("importance_ratio_max", 100.0))
     check_network_fits(hp.network, env_spec)
     hidden = tuple(hp.hidden_sizes)
