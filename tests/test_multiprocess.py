@@ -441,8 +441,10 @@ def test_episodes_of_every_process_are_attributed_to_their_task(minimal_runs):
                 assert line[key] == ref[key], (line["update"], key)
 
 
-def test_lag_schedule_holds_across_processes(tmp_path):
+@pytest.mark.parametrize("policy_lag", [1, 3])
+def test_lag_schedule_holds_across_processes(tmp_path, policy_lag):
     total = f"--config.total_timesteps={GLOBAL_ENVS * 4 * UPDATES}"
+    lag = f"--config.pipeline.policy_lag={policy_lag}"
     # A slow learner on process 0 and a slow actor on process 1 change only the speed.
     probe = f"{TEST_CONFIG}:probe"
     _, processes = launch(
@@ -450,6 +452,7 @@ def test_lag_schedule_holds_across_processes(tmp_path):
         "two",
         *TWO_PROCESS_LAYOUT,
         total,
+        lag,
         config=probe,
         per_process={
             0: ["--config.debug.learner_delay_s=0.05"],
@@ -457,7 +460,7 @@ def test_lag_schedule_holds_across_processes(tmp_path):
         },
     )
     _, reference = launch(
-        tmp_path, "one", *ONE_PROCESS_LAYOUT, total, config=probe, num_processes=1, devices=3
+        tmp_path, "one", *ONE_PROCESS_LAYOUT, total, lag, config=probe, num_processes=1, devices=3
     )
     assert_all_succeeded(processes)
     assert_all_succeeded(reference)
@@ -466,8 +469,9 @@ def test_lag_schedule_holds_across_processes(tmp_path):
     for line, ref in zip(lines, ref_lines, strict=True):
         k = line["update"]
         # The min and max run over the global rollout: both processes' data.
-        assert line["behaviour_version_min"] == line["behaviour_version_max"] == max(1, k - 1)
-        assert line["actor_policy_version"] == max(1, k - 1)
+        expected = max(1, k - policy_lag)
+        assert line["behaviour_version_min"] == line["behaviour_version_max"] == expected
+        assert line["actor_policy_version"] == expected
         assert line["learner_version_in"] == k
         assert line["learner_policy_version"] == k + 1
         # Env seeds and sampling keys follow the global env index: identical rewards.
