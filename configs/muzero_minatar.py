@@ -7,8 +7,8 @@ filters, 2x2 average pooling, a 64-unit dense layer) with one 128-unit ReLU laye
 x 10 steps per update, 16 simulations per search, windows of K = 5 and n = 10 steps,
 one gradient step of 256 windows per 10 env steps from a 512,000-step ring, 5M env
 steps, value targets bootstrapped from the learner's current value. A starting point,
-not a tuned setting: measured only on Breakout at a CPU budget of 300k env steps, beside
-PPO at the same budget (docs/benchmarks.md, "MuZero on MinAtar at a CPU budget").
+not a tuned setting: measured only on Breakout and SpaceInvaders at a CPU budget of 300k
+env steps, beside PPO at the same budget (docs/benchmarks.md, "MuZero on MinAtar at a CPU budget").
 
 `:Breakout` (the default), `:Asterix`, `:Freeway`, `:SpaceInvaders` or `:Seaquest`
 selects the game; `:smoke` is a seconds-long run used by the tests (with a game:
