@@ -502,7 +502,7 @@ def max_relative_difference(a, b) -> float:
 
 
 def vmapped_program_call(config, setup, seeds: list[int]):
-    """A call of the seeds' vmapped act-and-learn program (`SeedBatch.compile`, as
+    """A call of the seeds' vmapped act-and-learn program (`SeedBatch.lower`, as
     `train_seeds` calls it)."""
     batch = SeedBatch(config, setup, seeds)
     state = train.init_learner_state(setup)  # The same start for every seed: only timed.
@@ -512,14 +512,14 @@ def vmapped_program_call(config, setup, seeds: list[int]):
         params = _stacked(setup.agent.policy_params(state), len(seeds))
         behaviours = jax.device_put(params, setup.layout.replicated)
     actings = batch.initial_acting_states()
-    program = batch.compile(states, behaviours, actings)
+    program = batch.compile(batch.lower(states, behaviours, actings))
     seed_array = jax.device_put(np.asarray(seeds, np.int32), setup.layout.replicated)
     loop = {"args": (states, behaviours, actings), "update": 1}
     per_call = config.pipeline.updates_per_call
 
     def act_and_learn():
         update, count = np.int32(loop["update"]), np.int32(per_call)
-        *args, metrics, episodes = program(*loop["args"], update, count, seed_array)
+        *args, metrics, episodes = program(*loop["args"], update, count, seed_array, {})
         loop["args"] = tuple(args)
         loop["update"] += per_call
         return metrics, episodes

@@ -34,6 +34,7 @@ from sebulba.config import flag as config_flag
 from sebulba.config.run_plan import plan
 from sebulba.config.validation import FINITE_NON_NEGATIVE, Range, check_range
 from sebulba.errors import ConfigError, InvalidRolloutError, TrainingDivergedError
+from sebulba.pbt.settings import in_one_program as trains_a_population
 from sebulba.runtime import distributed, gpu_determinism, platforms
 from sebulba.runtime.stop_signals import StopSignals
 from sebulba.runtime.workdir import check_not_in_use, check_workdir
@@ -205,7 +206,14 @@ def _run(signals: StopSignals) -> None:
         distributed.log_process_start(source)
         monitor = distributed.start_monitor(_WATCHDOG_TIMEOUT.value)
     try:
-        if seeds is not None:
+        if trains_a_population(config_flag.CONFIG.value) and seeds is None:
+            from sebulba.anakin import population
+
+            states = population.train_population(
+                config_flag.CONFIG.value, _WORKDIR.value, stop_signals=signals
+            )
+            state = states[0]
+        elif seeds is not None:
             from sebulba.anakin import seeds as seeds_lib
 
             states = seeds_lib.train_seeds(

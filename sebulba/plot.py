@@ -16,6 +16,11 @@ time. When the runs cover two or more Atari-57 games, a third panel aggregates
 human-normalized final scores per agent (median and interquartile mean with stratified
 bootstrap confidence intervals, via rliable; Agarwal et al. 2021).
 
+A population's workdir (`pbt.population`, its `member=<i>` runs) given alone gets its own
+figure: each member's return, and each mutated hyperparameter's value per member, against
+env steps, the exploit/explore steps marked (`sebulba.pbt.plot`); given beside other runs,
+its members are one curve like a `--seeds` directory's.
+
 Multi-task runs (`env.ids`; their metrics lines hold `episodic_return/<task id>`) get one
 panel per task, return against env steps, and an aggregate panel: the mean return over
 the tasks, or for a set of Atari-57 games the median human-normalized score over them,
@@ -35,6 +40,7 @@ import sys
 import numpy as np
 
 from sebulba.experiments.atari_scores import human_normalized_score
+from sebulba.pbt.plot import member_dirs, plot_population
 from sebulba.runtime.workdir import check_writable_dir, runs_inside
 
 # Config sections that change how a run is logged or saved, not what it learns.
@@ -412,6 +418,9 @@ def plot(run_dirs: list[str], out: str) -> dict:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    if len(run_dirs) == 1 and member_dirs(run_dirs[0]):
+        # A population's workdir: each member's curve and hyperparameters.
+        return plot_population(run_dirs[0], out, plt)
     groups = group_by_config(load_runs(run_dirs))
     repeated = repeated_seeds(groups)
     for entry in repeated:

@@ -1,7 +1,7 @@
 """Every random stream of a run, named and derived here and nowhere else.
 
 A run draws randomness in four places (five with a JAX-native env, six when one is
-evaluated). Each is a *stream*:
+evaluated, seven in a population). Each is a *stream*:
 its keys descend from `fold_in(key(seed), tag)` with a tag that no other stream uses,
 followed by counters that never name a thread, device or process (so layouts change
 nothing):
@@ -18,6 +18,8 @@ nothing):
   EVALUATION_ENV  a JAX-native env's resets and steps in evaluation (`sebulba.evaluate`):
                   one key per (env step, episode), from evaluation's `--seed`; a stream
                   of its own, so no evaluation episode replays a training episode.
+  POPULATION      a population's (PBT, `sebulba.pbt`) draws: one key per (exploit/explore
+                  step, member); step 0 draws the initial hyperparameters.
 
 Two keys of different streams can only coincide if the Threefry hash behind `fold_in`
 collides: whatever the counters, their fold-in chains start from different tags. Before
@@ -54,6 +56,7 @@ class Stream(enum.IntEnum):
     INFERENCE = 4
     JAX_ENV = 5
     EVALUATION_ENV = 6
+    POPULATION = 7
 
 
 @enum.unique
@@ -144,6 +147,29 @@ def evaluation_env_keys(seed: int, env_step: jax.Array, episode_ids: jax.Array) 
       [b] typed keys, one per episode.
     """
     return _per_step_and_id(stream_key(seed, Stream.EVALUATION_ENV), env_step, episode_ids)
+
+
+def population_key(seed: int, step: int, member: int) -> jax.Array:
+    """The key of a population's member at one of its steps (`population_uniforms`)."""
+    step_key = jax.random.fold_in(stream_key(seed, Stream.POPULATION), step)
+    return jax.random.fold_in(step_key, member)
+
+
+def population_uniforms(seed: int, step: int, member: int, count: int) -> np.ndarray:
+    """`count` uniform draws in [0, 1) of a population's member at one of its steps.
+
+    Args:
+      seed: the population's seed (its run's `seed`).
+      step: 0 for the initial hyperparameters, g for exploit/explore step g.
+      member: the member's index.
+      count: how many draws.
+
+    Returns:
+      [count] float64, from the key's 32-bit words (the same on every backend).
+    """
+    key = population_key(seed, step, member)
+    bits = np.asarray(jax.random.bits(key, (count,), np.uint32), np.float64)
+    return bits / 2.0**32
 
 
 def _env_seed_base(*entropy: int) -> int:

@@ -77,12 +77,27 @@ class _Running:
 
 
 class LocalRunner:
-    """Runs a sweep's unfinished runs as subprocesses, `parallel` at a time."""
+    """Runs a sweep's unfinished runs as subprocesses, `parallel` at a time.
 
-    def __init__(self, sweep: Sweep, parallel: int, out=sys.stdout):
+    `sweep` is anything with a `workdir` and `runs()` of objects with `index`, `workdir`,
+    `done` and `main_arguments()` (a population's rounds pass their own,
+    `sebulba.pbt.runs`); `name` prefixes the console lines; `command_prefix` goes before
+    each run's command (`srun ...` inside a SLURM allocation).
+    """
+
+    def __init__(
+        self,
+        sweep: Sweep,
+        parallel: int,
+        out=sys.stdout,
+        name: str = "sebulba.sweep",
+        command_prefix: tuple[str, ...] = (),
+    ):
         self.sweep = sweep
         self.parallel = parallel
         self.out = out
+        self.name = name
+        self.command_prefix = tuple(command_prefix)
         self.failures: dict[int, str] = {}
         self.durations: list[float] = []
         self.stop_signal: int | None = None
@@ -93,7 +108,7 @@ class LocalRunner:
 
     def _say(self, message: str) -> None:
         try:
-            print(f"sebulba.sweep: {message}", file=self.out, flush=True)
+            print(f"{self.name}: {message}", file=self.out, flush=True)
         except OSError:
             pass  # The console is gone (closed terminal or pipe); the runs go on.
 
@@ -134,9 +149,15 @@ class LocalRunner:
 
     def _start(self, run: Run) -> None:
         os.makedirs(run.workdir, exist_ok=True)
-        command = [sys.executable, "-m", "sebulba.main", *run.main_arguments()]
+        command = [
+            *self.command_prefix,
+            sys.executable,
+            "-m",
+            "sebulba.main",
+            *run.main_arguments(),
+        ]
         log = open(os.path.join(run.workdir, _LOG_NAME), "a", encoding="utf-8")  # noqa: SIM115
-        log.write(f"# sebulba.sweep {datetime.datetime.now().isoformat()}: {shlex.join(command)}\n")
+        log.write(f"# {self.name} {datetime.datetime.now().isoformat()}: {shlex.join(command)}\n")
         log.flush()
         # A session of its own: Ctrl-C in the terminal reaches the sweep only, which
         # passes exactly one signal on (a second one would abort the run unsaved).

@@ -39,6 +39,7 @@ from sebulba.environments import tasks, thread_envs
 from sebulba.errors import ConfigError
 from sebulba.lag_schedule import advance_lagged, lagged_versions, required_policy_version
 from sebulba.mesh import DeviceLayout
+from sebulba.pbt import settings as pbt_settings
 from sebulba.pipeline import Pipeline, rollout_struct
 from sebulba.preflight import memory, update_estimate
 from sebulba.runtime import compile_progress, distributed, gpu_determinism
@@ -414,8 +415,11 @@ class RunCheckpoints:
         start: StartPoint,
         env_state: Callable[[], Any] | None = None,
         previous_params: Callable[[], Any] | None = None,
+        extra_meta: Callable[[], dict[str, Any]] | None = None,
     ):
         self.setup, self.metrics, self.signals = setup, metrics, signals
+        # More metadata for every checkpoint, read as it is saved (a population's state).
+        self.extra_meta = extra_meta
         # An Anakin run's current env state, saved with every checkpoint.
         self.env_state = env_state
         # Where the lagged parameters are at hand already (an Anakin runner's), they are
@@ -445,9 +449,15 @@ class RunCheckpoints:
         return jax.device_put(params, self.setup.layout.replicated, may_alias=False)
 
     def is_due(self, update: int) -> bool:
-        """Whether `ckpt.every_updates` asks for a checkpoint after `update`."""
+        """Whether `ckpt.every_updates` asks for a checkpoint after `update`, or
+        `ckpt.stop_after_update` a stop."""
         every = self.setup.config.ckpt.every_updates
-        return bool(every) and update % every == 0
+        return (bool(every) and update % every == 0) or update == self.stop_after
+
+    @property
+    def stop_after(self) -> int:
+        """`ckpt.stop_after_update` (0: none; a config from before the key has none)."""
+        return self.setup.config.ckpt.get("stop_after_update", 0)
 
     def on_update(self, report: UpdateReport, state) -> None:
         """Records metrics, then saves if due; runs on the learner thread after each update.
@@ -471,6 +481,8 @@ class RunCheckpoints:
             return
         # Every process must stop after the same update: the update is a collective.
         self.stopping = ckpt_lib.any_process(self.signals.received is not None, self.setup.layout)
+        # Asked for by the config, as a preemption at a known update (`python -m sebulba.pbt`).
+        self.stopping = self.stopping or report.update == self.stop_after
         if state is None:
             # An Anakin block whose state went to the next block, already running: a stop
             # saves once that one returns (`AnakinRunner.run`).
@@ -522,6 +534,7 @@ class RunCheckpoints:
             "rng": "none saved: keys derive from seed, update counter, step and env index",
             "jax_version": jax.__version__,
             "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            **(self.extra_meta() if self.extra_meta is not None else {}),
         }
 
 
@@ -616,6 +629,11 @@ def train(
     """
     # The run's wall time counts from here: start-up and compiling are part of it.
     started_at = time.perf_counter()
+    if pbt_settings.in_one_program(config):
+        raise ConfigError(
+            "pbt.population trains a population, not one run: call "
+            "sebulba.anakin.population.train_population (python -m sebulba.main does)"
+        )
     # Before envs and compiling: a path that cannot hold the outputs fails in seconds,
     # and so does a resume with a config the stored run did not use.
     workdir_lib.check_workdir(workdir)
@@ -898,6 +916,7 @@ def open_outputs(
         update_estimate_s=update_estimate_s,
         simulations_per_step=setup.agent.simulations_per_step,
         acting_devices=acting_devices(setup),
+        line_fields=pbt_settings.member_line_fields(config),
     )
 
 
@@ -910,13 +929,19 @@ def acting_devices(setup: RunSetup) -> int:
 
 
 def describe_run(
-    config: ml_collections.ConfigDict, sizes: Sizes, workdir: str, seeds: str | None = None
+    config: ml_collections.ConfigDict,
+    sizes: Sizes,
+    workdir: str,
+    seeds: str | None = None,
+    member_dirs: bool = False,
 ) -> str:
     """The line that opens a run: what trains, how much, and where every setting is.
 
-    `seeds` names a vmapped run's seeds (each writes config.json in its own workdir).
+    `seeds` names a vmapped run's seeds (each writes config.json in its own workdir,
+    `seed=<seed>`, or with `member_dirs` a population's `member=<i>`).
     """
-    where = os.path.join(workdir, "seed=*" if seeds else "", "config.json")
+    subdir = ("member=*" if member_dirs else "seed=*") if seeds else ""
+    where = os.path.join(workdir, subdir, "config.json")
     return (
         f"sebulba: {config.agent.name} on {', '.join(tasks.task_ids(config.env))}, "
         f"{seeds or f'seed {config.seed}'}: {sizes.num_updates:,} updates of "
@@ -933,17 +958,22 @@ def finish_run(
     state,
     signals: ckpt_lib.StopSignals,
     label: str = "",
+    summary_extra: dict[str, Any] | None = None,
 ) -> dict[str, Any] | None:
     """Reports a run that stopped early, or writes the summary of a finished one.
 
-    `label` names the run in its final line where several finish together (`--seeds`).
+    `label` names the run in its final line where several finish together (`--seeds`);
+    `summary_extra` adds sections to summary.json (a population member's `pbt`).
     Returns the summary (None for a run that stopped early).
     """
     config, sizes, layout = setup.config, setup.sizes, setup.layout
     is_main_process = jax.process_index() == 0
     if checkpoints.last_update < sizes.num_updates:
+        reason = signals.received or "a signal to another process"
+        if checkpoints.last_update == checkpoints.stop_after and signals.received is None:
+            reason = "ckpt.stop_after_update"
         message = (
-            f"sebulba: stopped by {signals.received or 'a signal to another process'} after "
+            f"sebulba: stopped by {reason} after "
             f"update {checkpoints.last_update}/"
             f"{sizes.num_updates}; checkpoint saved to {checkpoints.saved_path} "
             "(run the same command again to resume)"
@@ -958,10 +988,15 @@ def finish_run(
         global_step=sizes.num_updates * sizes.steps_per_update,
         updates=sizes.num_updates,
         checksum=params_checksum(setup.agent.policy_params(state)),
-        extra=_summary_extra(config, layout, setup.actor_loop, setup.fused),
+        extra={
+            **_summary_extra(config, layout, setup.actor_loop, setup.fused),
+            **(summary_extra or {}),
+        },
     )
     if is_main_process:
         write_json(os.path.join(workdir, "summary.json"), summary)
-        logging.info("finished: %s; checkpoint %s", summary, checkpoints.saved_path)
+        # A population member's lineage is the population's, in summary.json; not logged.
+        logged = {key: value for key, value in summary.items() if key != "pbt"}
+        logging.info("finished: %s; checkpoint %s", logged, checkpoints.saved_path)
         print(_final_report(summary, label), flush=True)
     return summary

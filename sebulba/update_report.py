@@ -8,6 +8,7 @@ checkpoints, so neither needs to know which runner produced it.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import jax
 
@@ -41,6 +42,9 @@ class UpdateReport:
     # the program's, without the time spent recording and saving the others. None: the
     # time the report is recorded.
     call_returned_at: float | None = None
+    # Metrics the run adds beside the agent's, written as they are: a population member's
+    # hyperparameters and lineage (`sebulba.pbt.population.Population.member_metrics`).
+    run_metrics: dict[str, Any] | None = None
 
     @property
     def call_ends_here(self) -> bool:

@@ -184,6 +184,41 @@ def evaluation_env_keys(seed):
     return set().union(*(_rows(r) for r in recorded))
 
 
+def population_keys(seed, monkeypatch):
+    """Keys a population draws: its initial values and UPDATES exploit/explore steps."""
+    from sebulba.pbt.population import Population
+    from sebulba.pbt.settings import PopulationSettings
+
+    recorded = []
+    original = random_streams.population_key
+
+    def recording(*args):
+        key = original(*args)
+        recorded.append(np.asarray(_key_data(key))[None])
+        return key
+
+    monkeypatch.setattr(random_streams, "population_key", recording)
+    settings = PopulationSettings(
+        population=ENVS,
+        names=("learning_rate",),
+        base=(1e-3,),
+        low=(1e-4,),
+        high=(1e-2,),
+        interval_updates=1,
+        replaced=ENVS // 2,
+        perturb=1.25,
+        resample_probability=0.25,
+    )
+    members = Population(settings, seed)
+    for update in range(1, UPDATES + 1):
+        for member in range(ENVS):
+            members.record(member, [float(member)])
+        members.step(update, update)
+    rows = set().union(*(_rows(r) for r in recorded))
+    assert len(rows) == len(recorded)  # No repeats within the stream.
+    return rows
+
+
 def test_no_two_streams_ever_share_a_key(monkeypatch):
     streams = {
         "init": init_keys(SEED),
@@ -197,12 +232,15 @@ def test_no_two_streams_ever_share_a_key(monkeypatch):
         "inference": inference_keys(SEED),  # An evaluation may use the training seed.
         "jax env": jax_env_keys(SEED),
         "evaluation env": evaluation_env_keys(SEED),
+        "population": population_keys(SEED, monkeypatch),
     }
     # Anakin: the first reset and T steps of every update, one key per env.
     assert len(streams["jax env"]) == (1 + UPDATES * STEPS) * ENVS
     # Evaluation: the reset and 3 steps of every episode (each env's first episode).
     assert len(streams["evaluation env"]) == 4 * ENVS
     assert len(streams["actor"]) == STEPS * ENVS
+    # The initial draws of members 1.. and each step's draws for the replaced half.
+    assert len(streams["population"]) == ENVS - 1 + UPDATES * ENVS // 2
     names = list(streams)
     for i, a in enumerate(names):
         for b in names[i + 1 :]:

@@ -186,3 +186,46 @@ def test_cli_refuses_a_changed_config_in_one_line(tmp_path):
     assert "seed (stored 1, requested 5)" in lines[0]
     assert "total_timesteps (stored 256, requested 512)" in lines[0]
     assert (workdir / "config.json").read_text() == stored
+
+
+def test_stop_after_update_stops_like_a_preemption_and_the_run_resumes_exactly(tmp_path):
+    # The Sebulba pipeline (probe agent, lag 1): saved and stopped after update 3, then the
+    # same run without the stop ends where a run never stopped ends.
+    from sebulba import checkpoint
+
+    whole, stopped = str(tmp_path / "whole"), str(tmp_path / "stopped")
+    train.train(agent_config(probe_agent, ckpt__every_updates=0), whole)
+    train.train(
+        agent_config(probe_agent, ckpt__every_updates=0, ckpt__stop_after_update=3), stopped
+    )
+    assert [line["update"] for line in read_metrics(stopped)] == [1, 2, 3]
+    assert checkpoint.list_steps(checkpoint.checkpoints_dir(stopped)) == [3]
+    assert not os.path.exists(os.path.join(stopped, "summary.json"))
+    train.train(agent_config(probe_agent, ckpt__every_updates=0), stopped)
+    assert read_summary(stopped)["params_checksum"] == read_summary(whole)["params_checksum"]
+
+
+def test_a_population_member_run_may_change_only_its_mutated_keys_on_resume(stopped_run):
+    # A member run of `python -m sebulba.pbt` resumes with new values of the keys the
+    # population mutates; any other agent key, or a run that is no member, is refused.
+    import ml_collections
+
+    path = os.path.join(stopped_run, "config.json")
+    with open(path, encoding="utf-8") as f:
+        stored = json.load(f)
+    stored["pbt"].update(population=2, member=0, hyperparameters="learning_rate")
+    stored["agent"].update(learning_rate=0.25, max_grad_norm=1.0)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(stored, f)
+
+    def requested(member=0, **agent):
+        config = ml_collections.ConfigDict(stored)
+        config.pbt.member = member
+        config.agent.update(agent)
+        return config
+
+    resume_config.check(requested(learning_rate=0.5), stopped_run)
+    with pytest.raises(ConfigError, match=r"agent.max_grad_norm \(stored 1.0, requested 9.0\)"):
+        resume_config.check(requested(learning_rate=0.5, max_grad_norm=9.0), stopped_run)
+    with pytest.raises(ConfigError, match=r"agent.learning_rate \(stored 0.25, requested 0.5\)"):
+        resume_config.check(requested(member=-1, learning_rate=0.5), stopped_run)

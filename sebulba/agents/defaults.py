@@ -478,3 +478,9 @@ def builtin_section(agent: ml_collections.ConfigDict) -> bool:
     another agent (or a plugin) is left to `make`, which names what it lacks."""
     defaults = _CONFIGS.get(agent.name)
     return defaults is not None and set(defaults()) <= set(agent)
+
+
+def declared_range(agent_name: str, key: str) -> Range | None:
+    """The interval a built-in agent declares for `key` (None: a custom agent, or a key
+    without one); PBT keeps a mutated hyperparameter inside it."""
+    return _RANGES.get(agent_name, {}).get(key)

@@ -291,7 +291,12 @@ def normalizer_of(agent_config: Any, observation_spec: Any, num_envs: int) -> No
         num_envs=num_envs,
         normalize_observations=bool(agent_config.normalize_observations),
         normalize_rewards=bool(agent_config.normalize_rewards),
-        observation_clip=float(agent_config.observation_clip),
-        reward_clip=float(agent_config.reward_clip),
-        gamma=float(agent_config.gamma),
+        observation_clip=_number(agent_config.observation_clip),
+        reward_clip=_number(agent_config.reward_clip),
+        gamma=_number(agent_config.gamma),
     )
+
+
+def _number(value: Any):
+    """`float(value)`, but a traced value (a population member's, docs/pbt.md) as it is."""
+    return value if isinstance(value, jax.core.Tracer) else float(value)

@@ -20,6 +20,7 @@ after the same update, and the same command resumes them together.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections.abc import Sequence
@@ -38,6 +39,8 @@ from sebulba.config import resume as resume_config
 from sebulba.config.run_plan import plan
 from sebulba.errors import ConfigError
 from sebulba.mesh import BATCH_AXIS
+from sebulba.pbt import settings as pbt_settings
+from sebulba.preflight import memory
 from sebulba.preflight.memory import update_compiler_options
 from sebulba.runtime import compile_progress
 from sebulba.runtime import workdir as workdir_lib
@@ -58,10 +61,15 @@ def check_seeds(seeds: Sequence[int]) -> tuple[int, ...]:
     return seeds
 
 
-def _with_seed(config: ml_collections.ConfigDict, seed) -> ml_collections.ConfigDict:
-    # Not type-safe: inside the traced program the seed is a traced integer.
+def _with_seed(
+    config: ml_collections.ConfigDict, seed, hyperparameters: dict | None = None
+) -> ml_collections.ConfigDict:
+    # Not type-safe: inside the traced program the seed (and a population member's
+    # hyperparameters, `agent.<name>`) are traced numbers.
     copy = ml_collections.ConfigDict(config.to_dict(), type_safe=False)
     copy.seed = seed
+    for name, value in (hyperparameters or {}).items():
+        copy.agent[name] = value
     return copy
 
 
@@ -78,11 +86,11 @@ class SeedBatch:
         self.config, self.setup, self.seeds = config, setup, tuple(seeds)
         self.agent_module = resolve_agent(config.agent.name, config.agent)
 
-    def _runner(self, seed, agent=None) -> AnakinRunner:
+    def _runner(self, seed, agent=None, hyperparameters=None) -> AnakinRunner:
         setup = self.setup
         if agent is None:
             agent = self.agent_module.make(
-                _with_seed(self.config, seed), setup.env_spec, setup.sizes
+                _with_seed(self.config, seed, hyperparameters), setup.env_spec, setup.sizes
             )
         return AnakinRunner(
             agent,
@@ -126,15 +134,24 @@ class SeedBatch:
         """One seed's acting state (shapes and shardings), to restore its checkpoint."""
         return self._runner(self.seeds[0], self.setup.agent).abstract_acting_state()
 
-    def compile(self, states, behaviours, actings):
-        """The vmapped step, compiled ahead of time for the stacked arguments."""
+    def _step(self, state, behaviour, acting, update, seed, hyperparameters):
+        runner = self._runner(seed, hyperparameters=hyperparameters)
+        return runner.act_and_learn(state, behaviour, acting, update)
 
-        def step(state, behaviour, acting, update, seed):
-            return self._runner(seed).act_and_learn(state, behaviour, acting, update)
+    def lower(self, states, behaviours, actings, hyperparameters=None):
+        """The vmapped step, traced and lowered for the stacked arguments (`compile` it).
 
+        `hyperparameters` ({agent key: [S] float32}, a population's): each seed's agent
+        reads its own values, traced, so new values need no new program.
+
+        Raises:
+          ConfigError: a hyperparameter the agent uses as a Python number (a shape, a
+            branch), which no traced value can stand for.
+        """
+        hyperparameters = hyperparameters or {}
         # The block's loop runs outside the vmap: every seed runs the same updates.
         batched = repeat_updates(
-            jax.vmap(step, in_axes=(0, 0, 0, None, 0)),
+            jax.vmap(self._step, in_axes=(0, 0, 0, None, 0, 0)),
             self.setup.config.pipeline.updates_per_call,
         )
         replicated = self.setup.layout.replicated
@@ -145,14 +162,58 @@ class SeedBatch:
         )
         jitted = jax.jit(
             batched,
-            in_shardings=(*shardings, replicated, replicated, replicated),
+            in_shardings=(*shardings, replicated, replicated, replicated, replicated),
             out_shardings=(*shardings, replicated, replicated),
             donate_argnums=(0, 1, 2),
         )
         seeds = jnp.asarray(self.seeds, jnp.int32)
-        lowered = jitted.lower(states, behaviours, actings, jnp.int32(1), jnp.int32(1), seeds)
+        one = jnp.int32(1)
+        try:
+            lowered = jitted.lower(states, behaviours, actings, one, one, seeds, hyperparameters)
+        except _TRACED_VALUE_ERRORS:
+            if not hyperparameters:
+                raise
+            self._name_untraceable(states, behaviours, actings, hyperparameters)
+            raise
+        return lowered
+
+    def compile(self, lowered):
+        """The program `lower` traced, compiled ahead of time."""
         options = update_compiler_options(self.setup.layout.local_learner_devices)
         return lowered.compile(compiler_options=options or None)
+
+    def _name_untraceable(self, states, behaviours, actings, hyperparameters) -> None:
+        """Raises ConfigError naming the first hyperparameter the agent cannot trace."""
+        step = jax.vmap(self._step, in_axes=(0, 0, 0, None, 0, 0))
+        seeds = jnp.asarray(self.seeds, jnp.int32)
+        for name, values in hyperparameters.items():
+            try:
+                jax.eval_shape(step, states, behaviours, actings, 1, seeds, {name: values})
+            except _TRACED_VALUE_ERRORS as error:
+                reason = str(error).strip().splitlines()[0]
+                raise ConfigError(
+                    f"pbt.hyperparameters: agent.{name} cannot change inside the compiled "
+                    f"program: agent {self.config.agent.name!r} uses it as a Python number "
+                    f"({reason})"
+                ) from None
+
+    def exploit(self, tree, sources: np.ndarray):
+        """`tree` (stacked [S, ...]) with seed i's slice replaced by seed `sources[i]`'s."""
+        if tree is None:
+            return None
+        shardings = jax.tree.map(lambda x: x.sharding, tree)
+        taken = _take_sources(tree, jax.device_put(sources, self.setup.layout.replicated))
+        return jax.device_put(taken, shardings)
+
+
+@functools.partial(jax.jit, donate_argnums=0)
+def _take_sources(tree, sources):
+    # A gather along the seed axis, which no device splits: nothing moves between devices.
+    return jax.tree.map(lambda x: x[sources], tree)
+
+
+# What tracing raises where an agent needs a Python number (a tracer made concrete).
+_TRACED_VALUE_ERRORS = (jax.errors.ConcretizationTypeError, TypeError)
 
 
 def _stack(trees, shardings):
@@ -189,6 +250,11 @@ def train_seeds(
     """
     started_at = time.perf_counter()  # Every seed's wall time counts start-up and compiling.
     seeds = check_seeds(seeds)
+    if pbt_settings.in_one_program(config):
+        raise ConfigError(
+            "--seeds and pbt.population both make a batch of runs: a population's members "
+            "take seeds seed, seed + 1, ...; drop --seeds (or set pbt.population=0)"
+        )
     configs, workdirs = [], []
     for seed in seeds:
         seeded = ml_collections.ConfigDict(config.to_dict())
@@ -197,12 +263,12 @@ def train_seeds(
         workdirs.append(seed_workdir(workdir, seed))
         workdir_lib.check_workdir(workdirs[-1])
         resume_config.check(seeded, workdirs[-1])
-    # Process 0 holds them (from before compiling, in _train_seeds).
+    # Process 0 holds them (from before compiling, in train_stacked).
     with workdir_lib.reserved(workdirs, check=jax.process_index() == 0):
-        return _train_seeds(config, workdir, seeds, configs, workdirs, stop_signals, started_at)
+        return train_stacked(config, workdir, seeds, configs, workdirs, stop_signals, started_at)
 
 
-def _train_seeds(
+def train_stacked(
     config: ml_collections.ConfigDict,
     workdir: str,
     seeds: tuple[int, ...],
@@ -210,8 +276,10 @@ def _train_seeds(
     workdirs: list[str],
     stop_signals: ckpt_lib.StopSignals | None,
     started_at: float,
+    population: bool = False,
 ) -> list:
-    """`train_seeds` once every seed's workdir and config have passed their first checks."""
+    """`train_seeds` once every seed's workdir and config have passed their first checks;
+    with `population` the seeds are a population's members (`sebulba.anakin.population`)."""
     from sebulba import train as train_lib  # The run's phases; train imports anakin.
 
     with stop_signals or ckpt_lib.StopSignals() as signals:
@@ -243,6 +311,7 @@ def _train_seeds(
             )
         first_update = first_updates.pop()
         sizes = setups[0].sizes
+        members = _population(config, sizes, starts) if population else None
         if first_update > sizes.num_updates:
             print(f"sebulba: nothing to do, every seed in {workdir} is complete", flush=True)
             return [start.state for start in starts]
@@ -265,12 +334,23 @@ def _train_seeds(
             actings = batch.initial_acting_states()
         else:
             actings = _stack([start.env_state for start in starts], batch._acting_sharding)
+
+        def hyperparameters():
+            if members is None:
+                return {}
+            return jax.device_put(members.columns(), layout.replicated)
+
+        what = f"the act-and-learn program of {len(seeds)} {'members' if population else 'seeds'}"
+        with compile_progress.announced(what, show=jax.process_index() == 0):
+            compiled = batch.compile(batch.lower(states, behaviours, actings, hyperparameters()))
+        if not config.debug.skip_memory_check:
+            # The whole batch's program: every seed's state, rollout and temporaries.
+            memory.check_update_fits(compiled, (), layout.local_learner_devices, agent=config.agent)
+        # A hyperparameter no member can change, or a batch that does not fit, has failed
+        # by now with no workdir made.
         if jax.process_index() == 0:  # Every seed's workdir before any is written.
             for path in workdirs:
                 workdir_lib.hold(path)
-        what = f"the act-and-learn program of {len(seeds)} seeds"
-        with compile_progress.announced(what, show=jax.process_index() == 0):
-            compiled = batch.compile(states, behaviours, actings)
         logging.info("%d seeds in one program: %s", len(seeds), ", ".join(map(str, seeds)))
         outputs = [
             train_lib.open_outputs(
@@ -279,7 +359,11 @@ def _train_seeds(
             for index, (setup, path, start) in enumerate(zip(setups, workdirs, starts, strict=True))
         ]
         seeds_named = f"seeds {', '.join(map(str, seeds))}"
-        outputs[0].print(train_lib.describe_run(config, sizes, workdir, seeds_named))
+        outputs[0].print(
+            train_lib.describe_run(config, sizes, workdir, seeds_named, member_dirs=population)
+        )
+        if members is not None:
+            outputs[0].print(f"sebulba: population of {members.settings.describe()}")
         current = {"behaviours": behaviours, "actings": actings}
         checkpoints = [
             train_lib.RunCheckpoints(
@@ -294,6 +378,7 @@ def _train_seeds(
                     if config.pipeline.policy_lag
                     else None
                 ),
+                extra_meta=None if members is None else lambda: {"pbt": members.state_dict()},
             )
             for i, (setup, path, metrics, start) in enumerate(
                 zip(setups, workdirs, outputs, starts, strict=True)
@@ -301,18 +386,23 @@ def _train_seeds(
         ]
         seed_array = jax.device_put(np.asarray(seeds, np.int32), layout.replicated)
         policy_lag = config.pipeline.policy_lag
+        step_due = (
+            (lambda _: False)
+            if members is None
+            else (lambda update: members.settings.is_due(update, sizes.num_updates))
+        )
         blocks = update_blocks(
             first_update,
             sizes.num_updates,
             config.pipeline.updates_per_call,
-            checkpoints[0].is_due,
+            lambda update: checkpoints[0].is_due(update) or step_due(update),
         )
+        hyper = hyperparameters()
         try:
             for first, count in blocks:
                 states, behaviours, actings, metrics, episodes = compiled(
-                    states, behaviours, actings, np.int32(first), np.int32(count), seed_array
+                    states, behaviours, actings, np.int32(first), np.int32(count), seed_array, hyper
                 )
-                current.update(behaviours=behaviours, actings=actings)
                 # [updates in the block, seeds, ...]
                 metrics, episodes = jax.device_get((metrics, episodes))
                 returned = time.perf_counter()  # Every seed's updates are timed by it.
@@ -320,6 +410,20 @@ def _train_seeds(
                     list(block_reports(first, count, sizes, policy_lag, metrics, episodes, seed=i))
                     for i in range(len(seeds))
                 ]
+                last = first + count - 1
+                if members is not None:
+                    for i, reports in enumerate(per_seed):
+                        for report in reports:  # The hyperparameters these updates used.
+                            report.run_metrics = members.member_metrics(i)
+                            members.record(i, report.episode_returns)
+                    if step_due(last):
+                        sources = members.step(last, last * sizes.steps_per_update)
+                        if sources is not None:
+                            states = batch.exploit(states, sources)
+                            behaviours = batch.exploit(behaviours, sources)
+                            hyper = hyperparameters()
+                        outputs[0].print(_describe_step(members, last, sources))
+                current.update(behaviours=behaviours, actings=actings)
                 for index in range(count):
                     for i, saver in enumerate(checkpoints):
                         report = per_seed[i][index]
@@ -335,14 +439,89 @@ def _train_seeds(
                 metrics_logger.close()
                 saver.saver.close()
     finals = [_take(states, i) for i in range(len(seeds))]
+    summaries = []
     for i, setup in enumerate(setups):
-        train_lib.finish_run(
-            setup,
-            workdirs[i],
-            outputs[i],
-            checkpoints[i],
-            finals[i],
-            signals,
-            label=f"seed {seeds[i]}, {workdirs[i]}",
+        summaries.append(
+            train_lib.finish_run(
+                setup,
+                workdirs[i],
+                outputs[i],
+                checkpoints[i],
+                finals[i],
+                signals,
+                label=f"{'member ' + str(i) if population else 'seed ' + str(seeds[i])}, "
+                f"{workdirs[i]}",
+                summary_extra=None if members is None else {"pbt": members.member_summary(i)},
+            )
         )
+    if members is not None and all(summary is not None for summary in summaries):
+        _write_population_summary(workdir, members, summaries, workdirs)
     return finals
+
+
+def _population(config, sizes, starts):
+    """The population to train: fresh, or as every member's checkpoint left it."""
+    from sebulba.pbt.population import Population
+    from sebulba.pbt.settings import settings_of
+
+    settings = settings_of(config, sizes)
+    saved = [start.meta.get("pbt") for start in starts]
+    if any(state != saved[0] for state in saved):
+        raise ConfigError(
+            "the members' checkpoints hold different population states: they were not "
+            "saved by one population run; start it again in a new --workdir"
+        )
+    return Population(settings, config.seed, saved[0])
+
+
+def _describe_step(members, update: int, sources) -> str:
+    """The console's line for an exploit/explore step."""
+    if sources is None:
+        waiting = [m for m, r in enumerate(members.window_returns()) if r is None]
+        return (
+            f"sebulba: pbt after update {update}: no step, member(s) "
+            f"{', '.join(map(str, waiting))} finished no episode yet"
+        )
+    step = members.lineage[-1]
+    moves = ", ".join(f"{r['member']}<-{r['copied_from']}" for r in step["replaced"])
+    return f"sebulba: pbt step {step['generation']} after update {update}: {moves}"
+
+
+def _write_population_summary(workdir, members, summaries, workdirs) -> None:
+    """WORKDIR/population.json: every member's result and hyperparameters, and the lineage."""
+    if jax.process_index() != 0:
+        return
+    from sebulba.runtime.metrics import write_json
+
+    returns = [summary.get("mean_return") for summary in summaries]
+    ranked = [m for m in range(len(returns)) if returns[m] is not None]
+    best = max(ranked, key=lambda m: (returns[m], -m)) if ranked else None
+    path = os.path.join(workdir, "population.json")
+    write_json(
+        path,
+        {
+            "population": members.settings.population,
+            "best_member": best,
+            "members": [
+                {
+                    "member": m,
+                    "workdir": os.path.abspath(workdirs[m]),
+                    "seed": members.seed + m,
+                    "mean_return": returns[m],
+                    "params_checksum": summaries[m]["params_checksum"],
+                    "hyperparameters": members.hyperparameters(m),
+                    "copied_from": members.copied_from[m],
+                }
+                for m in range(len(summaries))
+            ],
+            "generation": members.generation,
+            "lineage": members.lineage,
+        },
+    )
+    if best is not None:
+        values = ", ".join(f"{k} {v:.3g}" for k, v in members.hyperparameters(best).items())
+        print(
+            f"sebulba: population done after {members.generation} pbt steps: best member "
+            f"{best} ({returns[best]:.1f}; {values}); every member in {path}",
+            flush=True,
+        )

@@ -43,6 +43,7 @@ RUN_RANGES = {
     # 4) leading channels: a deeper stack would be refused by them, or misread as a grid.
     "env.frame_stack": Range(1, 4, integer=True),
     "pipeline.updates_per_call": POSITIVE_INT,
+    "ckpt.stop_after_update": NON_NEGATIVE_INT,
 }
 
 
@@ -74,6 +75,17 @@ def base_config(agent: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     # Anakin only: the host reads the block's episodes and metrics back once per call.
     config.pipeline.updates_per_call = 1  # Anakin updates per program call (1: one each).
 
+    # Population-based training (Anakin): members train as one program in WORKDIR/member=<i>.
+    config.pbt = ml_collections.ConfigDict()
+    config.pbt.population = 0  # Members (member i: seed + i); 0: one run, no PBT. docs/pbt.md.
+    config.pbt.interval = 0  # Env steps per member between exploit/explore steps (0: a tenth).
+    config.pbt.hyperparameters = "learning_rate"  # Agent keys the members mutate, comma-separated.
+    config.pbt.spread = 4.0  # Each key's range: [value / spread, value * spread], in agent bounds.
+    config.pbt.truncation = 0.25  # Share replaced per step: the bottom members copy top ones.
+    config.pbt.perturb = 1.25  # Explore: multiply or divide each copied value by this factor,
+    config.pbt.resample_probability = 0.25  # or with this probability redraw it from its range.
+    config.pbt.member = -1  # Set by python -m sebulba.pbt: this run is member i of a population.
+
     config.log = ml_collections.ConfigDict()
     config.log.every_updates = 1  # Write a metrics line every this many updates.
     config.log.tensorboard = True  # Write TensorBoard event files into the workdir.
@@ -88,6 +100,7 @@ def base_config(agent: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     config.ckpt.max_to_keep = 3  # Keep the newest this many checkpoints (older ones deleted).
     config.ckpt.resume_from = ""  # Start from another run: its workdir, checkpoints/ or a step.
     config.ckpt.async_save = True  # Write files in the background; the learner waits for D2H only.
+    config.ckpt.stop_after_update = 0  # Save and stop after this update, resumable (0: never).
 
     config.debug = ml_collections.ConfigDict()
     config.debug.learner_delay_s = 0.0  # Sleep before each update (reproducibility tests).

@@ -21,6 +21,7 @@ from sebulba import checkpoint as ckpt_lib
 from sebulba.agents import resolve_agent
 from sebulba.config import base_config
 from sebulba.errors import ConfigError
+from sebulba.pbt.settings import hyperparameter_names, member_of_runs
 
 CONFIG_FILENAME = "config.json"
 
@@ -31,6 +32,7 @@ MAY_CHANGE_ON_RESUME: dict[str, str] = {
     "ckpt.max_to_keep": "how many old checkpoints stay on disk",
     "ckpt.async_save": "whether files are written in the background",
     "ckpt.resume_from": "used only while the workdir has no checkpoint of its own",
+    "ckpt.stop_after_update": "where this segment stops, as a preemption would",
     "debug.*": "injected delays and transfer checks change timing, never which data is used",
     "env.num_threads": "envpool worker threads: speed only (sync mode steps every env alike)",
     "mesh.*": "device layout: numbers change only by float reduction order (resume tested)",
@@ -135,6 +137,12 @@ def check(config: ml_collections.ConfigDict, workdir: str) -> None:
     except (OSError, ValueError) as error:
         raise ConfigError(f"cannot read the stored config {path} to resume: {error}") from None
     found = differences(stored, flatten(config.to_dict()), _defaults(config))
+    member = member_of_runs(config)
+    if member is not None and stored.get("pbt.member") == member:
+        # A population's member run: an exploit/explore step resumes it with new values of
+        # the keys the population mutates (`python -m sebulba.pbt`, docs/pbt.md).
+        mutated = {f"agent.{name}" for name in hyperparameter_names(config.pbt.hyperparameters)}
+        found = [entry for entry in found if entry.split(" ", 1)[0] not in mutated]
     if found:
         raise ConfigError(
             f"this config differs from the run it resumes ({path}) in {'; '.join(found)}. "

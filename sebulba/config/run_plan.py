@@ -19,7 +19,8 @@ Each concern has one place, and the pass runs them cheapest first:
    (`sebulba.config.sizes`), the run-level values (`sebulba.config.check_run_config`),
    every joint task's share of the envs (`sebulba.environments.tasks`), a built-in
    agent's hyperparameter ranges (`sebulba.agents.defaults`) and its size rules
-   (`sebulba.agents.size_rules`: minibatches, gradient accumulation, a replay buffer);
+   (`sebulba.agents.size_rules`: minibatches, gradient accumulation, a replay buffer),
+   a population's `pbt` section (`sebulba.pbt.settings`);
 2. devices: `mesh.*_device_ids` against the devices (`sebulba.mesh`), and a thread for
    every actor device;
 3. envs: every task id (envpool's registry, or a JAX suite's), what an Anakin run cannot
@@ -46,6 +47,8 @@ from sebulba.config import check_run_config
 from sebulba.config.sizes import Sizes, derive_sizes
 from sebulba.environments import tasks
 from sebulba.errors import ConfigError
+from sebulba.pbt.settings import in_one_program as trains_a_population
+from sebulba.pbt.settings import settings_of
 
 if TYPE_CHECKING:  # The values alone are checked before JAX is imported.
     import jax
@@ -122,6 +125,11 @@ def plan(
         # With env.ids set, env.id is ignored: errors name the field the task came from.
         task_checks.check_env_id(task_id, f"env.ids[{index}]" if config.env.ids else "env.id")
     is_anakin = anakin_runner.check_config(config, task_ids)
+    if trains_a_population(config) and not is_anakin:
+        raise ConfigError(
+            f"pbt.population trains its members as one program, which needs a JAX env "
+            f"(Anakin); env.id {task_ids[0]!r} is an envpool task"
+        )
     agent_module = resolve_agent(config.agent.name, config.agent)
     specs = envpool_pools.task_env_specs(config.env, task_ids)
     tasks.check_compatible(specs)
@@ -143,6 +151,7 @@ def _check_values(config: ml_collections.ConfigDict, num_processes: int | None) 
     if num_processes is not None:  # Every task has an env (more processes: more envs).
         tasks.task_layout(config, sizes.num_envs)
     check_builtin_ranges(config.agent)
+    settings_of(config, sizes)  # The `pbt` section, if any.
     # A process count not known yet leaves the rules that count every process's envs.
     check_builtin_sizes(config.agent, sizes, processes_known=num_processes is not None)
     return sizes

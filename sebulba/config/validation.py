@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -56,6 +57,12 @@ def _number(bound: float) -> str:
     return str(int(bound)) if float(bound).is_integer() else str(bound)
 
 
+def _is_traced(value: Any) -> bool:
+    # Without importing JAX: this module is checked before JAX starts.
+    jax = sys.modules.get("jax")
+    return jax is not None and isinstance(value, jax.core.Tracer)
+
+
 POSITIVE = Range(0, low_open=True)
 NON_NEGATIVE = Range(0)
 # A duration in seconds: infinity would overflow the clocks that wait on it.
@@ -66,7 +73,14 @@ NON_NEGATIVE_INT = Range(0, integer=True)
 
 
 def check_range(value: Any, name: str, allowed: Range) -> None:
-    """Raises ConfigError unless `value` lies in `allowed`, naming `name` and both."""
+    """Raises ConfigError unless `value` lies in `allowed`, naming `name` and both.
+
+    A value traced inside a compiled program (a PBT member's hyperparameter, which the
+    agent reads as a traced number) passes: its range was checked before tracing
+    (`sebulba.pbt.settings`).
+    """
+    if _is_traced(value):
+        return
     if value not in allowed:
         raise ConfigError(f"{name} must be {allowed}, got {value!r}")
 
@@ -90,7 +104,10 @@ def check_choice(value: Any, name: str, choices: tuple[str, ...]) -> None:
 
 def check_decays(start: float, start_name: str, end: float, end_name: str, what: str) -> None:
     """Raises ConfigError if a schedule that only decays (`what`, e.g. an exploration
-    epsilon) would rise from `start` to `end`: most likely the two keys swapped."""
+    epsilon) would rise from `start` to `end`: most likely the two keys swapped. Traced
+    values pass, as in `check_range`."""
+    if _is_traced(start) or _is_traced(end):
+        return
     if start < end:
         raise ConfigError(f"{start_name} ({start}) must be >= {end_name} ({end}): {what} decays")
 

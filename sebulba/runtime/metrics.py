@@ -340,7 +340,8 @@ class MetricsLogger:
     while an update runs long. `simulations_per_step` (`Agent.simulations_per_step`) over
     `acting_devices` (every device that runs `act`, all processes' together) adds the
     search's throughput, `search_simulations_per_s` per acting device, to the lines, the
-    console and the summary.
+    console and the summary. `line_fields` go into every line as they are (a population
+    member run's index and hyperparameters, `sebulba.pbt.settings.member_line_fields`).
 
     Episodes are attributed to the tasks of `task_layout` by their global env index;
     multi-task lines carry per-task fields and summary.json always has `tasks`
@@ -375,8 +376,11 @@ class MetricsLogger:
         update_estimate_s: float | None = None,
         simulations_per_step: int = 0,
         acting_devices: int = 1,
+        line_fields: Mapping[str, Any] | None = None,
     ):
         self.workdir = workdir
+        # Written into every line as they are: a population member run's values.
+        self.line_fields = dict(line_fields or {})
         # Search simulations per env step and acting device: times sps, their rate.
         self._simulations_per_step_and_device = simulations_per_step / max(acting_devices, 1)
         self.host_cores = host_cores
@@ -529,6 +533,8 @@ class MetricsLogger:
             line["host_cpu_fraction"] = cpu_fraction(cpu_s, window_s, self.host_cores)
         for name, value in sorted(agent_metrics.items()):
             line[name] = _finite_or_none(float(value))
+        line.update(self.line_fields)
+        line.update(report.run_metrics or {})
         self.last_line = line
         self._window_reset(now, report.global_step)
         if not self.is_main_process:

@@ -90,8 +90,9 @@ def check_workdir(workdir: str) -> None:
 def runs_inside(path: str) -> list[str]:
     """The run workdirs directly inside `path` (those holding a `config.json`), sorted.
 
-    A `--seeds` run writes `WORKDIR/seed=<seed>`, one workdir per seed: the tools that read
-    a workdir name these when given the parent instead.
+    A `--seeds` run writes `WORKDIR/seed=<seed>`, one workdir per seed, and a population
+    `WORKDIR/member=<i>`: the tools that read a workdir name these when given the parent
+    instead.
     """
     if not os.path.isdir(path):
         return []
@@ -105,7 +106,8 @@ def not_a_workdir_hint(path: str) -> str:
     if not runs:
         return ""
     names = ", ".join(os.path.basename(run) for run in runs)
-    return f"; it holds the runs {names} (a --seeds directory): pass one, e.g. {runs[0]}"
+    kind = "a population" if os.path.basename(runs[0]).startswith("member=") else "a --seeds"
+    return f"; it holds the runs {names} ({kind} directory): pass one, e.g. {runs[0]}"
 
 
 # A run holds this file of its workdir locked (flock) from its first write to its end: a
