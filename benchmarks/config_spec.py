@@ -31,6 +31,15 @@ def apply_overrides(config, overrides: list[str]) -> None:
         node[name] = value
 
 
+def quiet_training_run(config) -> None:
+    """Sets `config` up for a benchmark's training run: no TensorBoard, no checkpoints but
+    the last, and only the run's last console line."""
+    config.log.tensorboard = False
+    config.log.console = "lines"
+    config.log.console_every_s = 1e9
+    config.ckpt.every_updates = 0
+
+
 def benchmark_parser(doc: str, default: str | None = None) -> argparse.ArgumentParser:
     """A benchmark's flags parser, described by its docstring's first line, with `--config`
     (required unless given a default) and `--set`."""

@@ -36,7 +36,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
-from config_spec import apply_overrides, load_config  # noqa: E402
+from config_spec import apply_overrides, load_config, quiet_training_run  # noqa: E402
 
 from sebulba.anakin import population, seeds  # noqa: E402
 from sebulba.runtime import platforms  # noqa: E402
@@ -56,10 +56,7 @@ def _summaries(run_dirs: list[str]) -> list[dict]:
 def run_batch(config, arm: str, size: int, interval: int | None) -> tuple[list[dict], float]:
     """The summaries of one batch's runs, and its wall time in s."""
     config = config.copy_and_resolve_references()
-    config.log.tensorboard = False
-    config.log.console = "lines"
-    config.log.console_every_s = 1e9
-    config.ckpt.every_updates = 0
+    quiet_training_run(config)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as workdir, contextlib.redirect_stdout(sys.stderr):
         if arm == "independent seeds":

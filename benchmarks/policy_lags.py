@@ -42,7 +42,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ceilings  # noqa: E402
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
-from config_spec import apply_overrides, load_config  # noqa: E402
+from config_spec import apply_overrides, load_config, quiet_training_run  # noqa: E402
 
 from sebulba import train  # noqa: E402
 from sebulba.runtime import platforms  # noqa: E402
@@ -59,10 +59,7 @@ def final_return(config, policy_lag: int, proximal: str, seed: int) -> tuple[flo
     config.seed = seed
     config.pipeline.policy_lag = policy_lag
     config.agent.proximal_policy = proximal
-    config.log.tensorboard = False
-    config.log.console = "lines"
-    config.log.console_every_s = 1e9
-    config.ckpt.every_updates = 0
+    quiet_training_run(config)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as workdir, contextlib.redirect_stdout(sys.stderr):
         train.train(config, workdir)

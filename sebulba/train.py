@@ -917,6 +917,7 @@ def open_outputs(
         simulations_per_step=setup.agent.simulations_per_step,
         acting_devices=acting_devices(setup),
         line_fields=pbt_settings.member_line_fields(config),
+        updates_per_call=config.pipeline.updates_per_call if setup.actor_loop == "anakin" else 1,
     )
 
 

@@ -312,6 +312,26 @@ def test_wandb_gets_the_metrics_lines_when_enabled(tmp_path, monkeypatch):
     assert "charts/episodic_return" in logged[-1][2] and "losses/loss" in logged[-1][2]
 
 
+def test_a_long_call_of_several_updates_names_how_many_it_may_hold():
+    stream = io.StringIO()
+    progress = ConsoleProgress(
+        400, 6, mode="lines", stream=stream, stall_notice_s=0.2, updates_per_call=4
+    )
+    try:
+        progress.on_update(4, 400)  # The first call ran updates 1-4; 5 and 6 are left.
+        deadline = time.monotonic() + 10
+        while "running for" not in stream.getvalue():
+            assert time.monotonic() < deadline, stream.getvalue()
+            time.sleep(0.05)
+        assert (
+            stream.getvalue()
+            .splitlines()[0]
+            .startswith("update 5/6 and up to 1 more in one call running for")
+        )
+    finally:
+        progress.close()
+
+
 def test_an_update_that_takes_long_says_so_while_it_runs():
     stream = io.StringIO()
     progress = ConsoleProgress(400, 4, mode="lines", stream=stream, stall_notice_s=0.2)

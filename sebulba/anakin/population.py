@@ -26,7 +26,6 @@ import ml_collections
 
 from sebulba import checkpoint as ckpt_lib
 from sebulba.anakin import seeds as seeds_lib
-from sebulba.config import resume as resume_config
 from sebulba.config.run_plan import plan
 from sebulba.errors import ConfigError
 from sebulba.pbt.settings import in_one_program
@@ -55,14 +54,8 @@ def train_population(
         raise ConfigError("pbt.population is 0: this config trains one run, not a population")
     plan(config, values_only=True)  # The `pbt` section's values, before any workdir.
     seeds = tuple(config.seed + member for member in range(config.pbt.population))
-    configs, workdirs = [], []
-    for member, seed in enumerate(seeds):
-        seeded = ml_collections.ConfigDict(config.to_dict())
-        seeded.seed = seed
-        configs.append(seeded)
-        workdirs.append(member_workdir(workdir, member))
-        workdir_lib.check_workdir(workdirs[-1])
-        resume_config.check(seeded, workdirs[-1])
+    workdirs = [member_workdir(workdir, member) for member in range(len(seeds))]
+    configs = seeds_lib.seeded_configs(config, seeds, workdirs)
     with workdir_lib.reserved(workdirs, check=jax.process_index() == 0):
         return seeds_lib.train_stacked(
             config,

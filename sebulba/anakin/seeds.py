@@ -235,6 +235,25 @@ def _take(tree, index: int):
     return jax.tree.map(lambda x: x[index], tree)
 
 
+def seeded_configs(
+    config: ml_collections.ConfigDict, seeds: Sequence[int], workdirs: Sequence[str]
+) -> list[ml_collections.ConfigDict]:
+    """`config` once per seed, each checked against its workdir (writable, and a resume's
+    stored config) before any work.
+
+    Raises:
+      ConfigError: a workdir that cannot hold a run, or a resume with another config.
+    """
+    configs = []
+    for seed, path in zip(seeds, workdirs, strict=True):
+        seeded = ml_collections.ConfigDict(config.to_dict())
+        seeded.seed = seed
+        workdir_lib.check_workdir(path)
+        resume_config.check(seeded, path)
+        configs.append(seeded)
+    return configs
+
+
 def train_seeds(
     config: ml_collections.ConfigDict,
     workdir: str,
@@ -255,14 +274,8 @@ def train_seeds(
             "--seeds and pbt.population both make a batch of runs: a population's members "
             "take seeds seed, seed + 1, ...; drop --seeds (or set pbt.population=0)"
         )
-    configs, workdirs = [], []
-    for seed in seeds:
-        seeded = ml_collections.ConfigDict(config.to_dict())
-        seeded.seed = seed
-        configs.append(seeded)
-        workdirs.append(seed_workdir(workdir, seed))
-        workdir_lib.check_workdir(workdirs[-1])
-        resume_config.check(seeded, workdirs[-1])
+    workdirs = [seed_workdir(workdir, seed) for seed in seeds]
+    configs = seeded_configs(config, seeds, workdirs)
     # Process 0 holds them (from before compiling, in train_stacked).
     with workdir_lib.reserved(workdirs, check=jax.process_index() == 0):
         return train_stacked(config, workdir, seeds, configs, workdirs, stop_signals, started_at)

@@ -128,7 +128,8 @@ def plan(
     if trains_a_population(config) and not is_anakin:
         raise ConfigError(
             f"pbt.population trains its members as one program, which needs a JAX env "
-            f"(Anakin); env.id {task_ids[0]!r} is an envpool task"
+            f"(Anakin); env.id {task_ids[0]!r} is an envpool task: `python -m sebulba.pbt "
+            "--config=... --set pbt.population=N` trains a population of separate runs"
         )
     agent_module = resolve_agent(config.agent.name, config.agent)
     specs = envpool_pools.task_env_specs(config.env, task_ids)

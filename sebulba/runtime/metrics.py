@@ -340,8 +340,10 @@ class MetricsLogger:
     while an update runs long. `simulations_per_step` (`Agent.simulations_per_step`) over
     `acting_devices` (every device that runs `act`, all processes' together) adds the
     search's throughput, `search_simulations_per_s` per acting device, to the lines, the
-    console and the summary. `line_fields` go into every line as they are (a population
-    member run's index and hyperparameters, `sebulba.pbt.settings.member_line_fields`).
+    console and the summary. `updates_per_call`: an Anakin run's updates per program call,
+    which the console's stall notices name. `line_fields` go into every line as they are
+    (a population member run's index and hyperparameters,
+    `sebulba.pbt.settings.member_line_fields`).
 
     Episodes are attributed to the tasks of `task_layout` by their global env index;
     multi-task lines carry per-task fields and summary.json always has `tasks`
@@ -377,6 +379,7 @@ class MetricsLogger:
         simulations_per_step: int = 0,
         acting_devices: int = 1,
         line_fields: Mapping[str, Any] | None = None,
+        updates_per_call: int = 1,
     ):
         self.workdir = workdir
         # Written into every line as they are: a population member run's values.
@@ -436,6 +439,7 @@ class MetricsLogger:
             first_update=first_update,
             learning_starts=learning_starts,
             update_estimate_s=update_estimate_s,
+            updates_per_call=updates_per_call,
         )
 
     def _window_reset(self, now: float, global_step: int) -> None:

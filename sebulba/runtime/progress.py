@@ -105,6 +105,9 @@ class ConsoleProgress:
       first_update: the update this process starts with (a resumed run's is later).
       update_estimate_s: a floor on one update's time, estimated before training (the
         stall notices repeat it); None where there is none.
+      updates_per_call: updates one program call runs (an Anakin run's
+        `pipeline.updates_per_call`): a stall notice names the call's first update and how
+        many more it may hold (a call can end earlier, at a checkpoint).
       learning_starts: env steps before an off-policy agent's first gradient step
         (`agent.learning_starts`). Until then its updates only act and store, many
         times faster than the learning ones, so the ETA's rate is measured from the
@@ -121,6 +124,7 @@ class ConsoleProgress:
         first_update: int = 1,
         learning_starts: int = 0,
         update_estimate_s: float | None = None,
+        updates_per_call: int = 1,
     ):
         if mode not in CONSOLE_MODES:
             raise ValueError(f"console mode {mode!r} is not one of {CONSOLE_MODES}")
@@ -131,6 +135,7 @@ class ConsoleProgress:
         self._steady_from: tuple[float, int] | None = None
         self.learning_starts = learning_starts
         self.update_estimate_s = update_estimate_s
+        self.updates_per_call = updates_per_call
         self._bar_drawn = False
         # The stall notices come from a thread of their own: the learner thread that
         # calls on_update is the one blocked in the long update.
@@ -159,9 +164,11 @@ class ConsoleProgress:
                 interval = max(every_s, min(_LONGEST_NOTICE_GAP_S, running_s / 2))
                 if running_s >= every_s and now - self._last_notice >= interval:
                     self._last_notice = now
+                    more = min(self.updates_per_call, self.num_updates - self._running_update + 1)
+                    more_text = f" and up to {more - 1} more in one call" if more > 1 else ""
                     line = (
-                        f"update {self._running_update}/{self.num_updates} running for "
-                        f"{format_duration(running_s)}"
+                        f"update {self._running_update}/{self.num_updates}{more_text} running "
+                        f"for {format_duration(running_s)}"
                     )
                     if self.update_estimate_s is not None:
                         line += (
