@@ -233,6 +233,21 @@ def test_a_population_writes_each_members_run_and_its_lineage(population_run):
     assert os.path.getsize(out) > 0
 
 
+def test_one_and_two_learner_devices_give_the_same_population(population_run, tmp_path):
+    # The member axis is never split; each member's envs are, as a single run's: the same
+    # episodes, so the same lineage, and parameters equal to float reduction order.
+    reference, reference_states = population_run
+    workdir = str(tmp_path / "two")
+    states = population_lib.train_population(
+        population_config(mesh__learner_device_ids=[0, 1]), workdir
+    )
+    assert _lineage(workdir)["lineage"] == _lineage(reference)["lineage"]
+    for member in range(3):
+        one, two = reference_states[member].params, jax.device_get(states[member].params)
+        for a, b in zip(jax.tree.leaves(one), jax.tree.leaves(two), strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-6)
+
+
 def test_a_replaced_member_continues_from_its_sources_state(tmp_path):
     # Stopped right after the first step, the replaced member's checkpoint holds its
     # source's learner state (parameters, optimiser state, counters): the same checksum.
