@@ -435,7 +435,7 @@ def train_stacked(
                             states = batch.exploit(states, sources)
                             behaviours = batch.exploit(behaviours, sources)
                             hyper = hyperparameters()
-                        outputs[0].print(_describe_step(members, last, sources))
+                        outputs[0].print("sebulba: " + members.describe_step(last, sources))
                 current.update(behaviours=behaviours, actings=actings)
                 for index in range(count):
                     for i, saver in enumerate(checkpoints):
@@ -485,19 +485,6 @@ def _population(config, sizes, starts):
             "saved by one population run; start it again in a new --workdir"
         )
     return Population(settings, config.seed, saved[0])
-
-
-def _describe_step(members, update: int, sources) -> str:
-    """The console's line for an exploit/explore step."""
-    if sources is None:
-        waiting = [m for m, r in enumerate(members.window_returns()) if r is None]
-        return (
-            f"sebulba: pbt after update {update}: no step, member(s) "
-            f"{', '.join(map(str, waiting))} finished no episode yet"
-        )
-    step = members.lineage[-1]
-    moves = ", ".join(f"{r['member']}<-{r['copied_from']}" for r in step["replaced"])
-    return f"sebulba: pbt step {step['generation']} after update {update}: {moves}"
 
 
 def _write_population_summary(workdir, members, summaries, workdirs) -> None:

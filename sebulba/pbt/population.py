@@ -167,6 +167,18 @@ class Population:
         self.window_counts = [0] * size
         return sources
 
+    def describe_step(self, update: int, sources: np.ndarray | None) -> str:
+        """The console's line for what `step(update, ...)` returned (`sources`)."""
+        if sources is None:
+            waiting = [m for m, r in enumerate(self.window_returns()) if r is None]
+            return (
+                f"pbt after update {update}: no step, member(s) "
+                f"{', '.join(map(str, waiting))} finished no episode yet"
+            )
+        step = self.lineage[-1]
+        moves = ", ".join(f"{r['member']}<-{r['copied_from']}" for r in step["replaced"])
+        return f"pbt step {step['generation']} after update {update}: {moves}"
+
     def member_metrics(self, member: int) -> dict[str, Any]:
         """What a member's metrics lines carry: its hyperparameters and lineage so far."""
         metrics: dict[str, Any] = {

@@ -186,15 +186,12 @@ class PopulationOfRuns:
             self.members.record(member, returns)
         sources = self.members.step(last, last * self.sizes.steps_per_update)
         self.considered_through = last
-        if sources is None:
-            return f"pbt after update {last}: no step, a member has no return in its lines yet"
-        for member, source in enumerate(sources):
-            if source != member:
-                self._copy_checkpoint(int(source), member, last)
-        self.save()
-        replaced = self.members.lineage[-1]["replaced"]
-        moves = ", ".join(f"{r['member']}<-{r['copied_from']}" for r in replaced)
-        return f"pbt step {self.members.generation} after update {last}: {moves}"
+        if sources is not None:
+            for member, source in enumerate(sources):
+                if source != member:
+                    self._copy_checkpoint(int(source), member, last)
+            self.save()
+        return self.members.describe_step(last, sources)
 
     def _copy_checkpoint(self, source: int, member: int, step: int) -> None:
         """Replaces `member`'s checkpoints by `source`'s of `step` (idempotent)."""
