@@ -27,6 +27,7 @@ CALLED = re.compile(
     r"\b(calls|body|condition|to_apply|true_computation|false_computation)=%([\w.\-]+)"
 )
 BRANCHES = re.compile(r"branch_computations=\{([^}]*)\}")
+_PARENTHESIS = re.compile(r"[()]")
 _TRIP = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
 
 
@@ -57,14 +58,24 @@ def array_dims(shape: str) -> list[int]:
     return [int(d) for d in match.group(2).split(",") if d] if match else []
 
 
+def _closing(text: str, start: int, depth: int) -> int:
+    """Index of the ')' that brings the parenthesis depth `depth` at `start` to 0; -1 if none.
+
+    Only parentheses are visited (a program's text has tens of thousands of lines,
+    parsed before every run's first update)."""
+    for match in _PARENTHESIS.finditer(text, start):
+        depth += 1 if match.group() == "(" else -1
+        if depth == 0:
+            return match.start()
+    return -1
+
+
 def _split_shape(text: str) -> tuple[str, str]:
     """'(a, b) op(...)' or 'f32[2]{0} op(...)' -> (shape, the rest)."""
     if text.startswith("("):
-        depth = 0
-        for i, char in enumerate(text):
-            depth += {"(": 1, ")": -1}.get(char, 0)
-            if depth == 0:
-                return text[: i + 1], text[i + 1 :].lstrip()
+        end = _closing(text, 1, 1)
+        if end >= 0:
+            return text[: end + 1], text[end + 1 :].lstrip()
     shape, _, rest = text.partition(" ")
     return shape, rest
 
@@ -72,12 +83,12 @@ def _split_shape(text: str) -> tuple[str, str]:
 def _split_call(text: str) -> tuple[str, str, str]:
     """'op(operands), attributes' -> (op, operands, attributes)."""
     op, _, rest = text.partition("(")
-    depth = 1
-    for i, char in enumerate(rest):
-        depth += {"(": 1, ")": -1}.get(char, 0)
-        if depth == 0:
-            return op.strip(), rest[:i], rest[i + 1 :]
-    return op.strip(), rest, ""
+    end = rest.find(")")
+    if end >= 0 and "(" in rest[:end]:  # Nested: tuple-shaped operands.
+        end = _closing(rest, 0, 1)
+    if end < 0:
+        return op.strip(), rest, ""
+    return op.strip(), rest[:end], rest[end + 1 :]
 
 
 def parse(hlo_text: str) -> tuple[dict[str, list[Instruction]], str, dict[str, Instruction]]:
