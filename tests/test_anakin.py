@@ -262,36 +262,46 @@ def test_update_blocks_end_at_checkpoints_and_at_the_last_update():
 
 
 @pytest.mark.xla_default_compilation
-@pytest.mark.parametrize("case", ["ppo", "ppo-lag1", "ppo-lag3"])
-def test_several_updates_per_call_give_the_runs_of_one_per_call(finished_run, tmp_path, case):
-    reference, reference_state = finished_run(case)
-    workdir = str(tmp_path / "blocks")
-    # Blocks of up to 4 updates, ended at the checkpoints after updates 3 and 6.
-    config = anakin_config(**CASES[case], pipeline__updates_per_call=4, ckpt__every_updates=3)
-    updates, state = _run_segment(config, workdir)
-    assert updates == list(range(1, NUM_UPDATES + 1))  # Every update reports, in order.
-    assert read_summary(workdir)["params_checksum"] == read_summary(reference)["params_checksum"]
-    for a, b in zip(jax.tree.leaves(reference_state), jax.tree.leaves(state), strict=True):
-        np.testing.assert_array_equal(a, jax.device_get(b))
-    assert _without_timing(read_metrics(workdir)) == _without_timing(read_metrics(reference))
-    assert checkpoint.list_steps(checkpoint.checkpoints_dir(workdir)) == [3, 6]
+def test_several_updates_per_call_give_the_runs_of_one_per_call(finished_run, tmp_path):
+    # The three lag schedules in one test rather than three parametrizations: a test
+    # compiling with XLA's defaults runs in a pytest process of its own, whose start-up
+    # (imports, JAX's devices, the module's compilation cache) the cases then share.
+    for case in ("ppo", "ppo-lag1", "ppo-lag3"):
+        reference, reference_state = finished_run(case)
+        workdir = str(tmp_path / case)
+        # Blocks of up to 4 updates, ended at the checkpoints after updates 3 and 6.
+        config = anakin_config(**CASES[case], pipeline__updates_per_call=4, ckpt__every_updates=3)
+        updates, state = _run_segment(config, workdir)
+        assert updates == list(range(1, NUM_UPDATES + 1)), case  # Every update, in order.
+        summary, expected = read_summary(workdir), read_summary(reference)
+        assert summary["params_checksum"] == expected["params_checksum"], case
+        for a, b in zip(jax.tree.leaves(reference_state), jax.tree.leaves(state), strict=True):
+            np.testing.assert_array_equal(a, jax.device_get(b), err_msg=case)
+        metrics, expected_metrics = read_metrics(workdir), read_metrics(reference)
+        assert _without_timing(metrics) == _without_timing(expected_metrics), case
+        assert checkpoint.list_steps(checkpoint.checkpoints_dir(workdir)) == [3, 6], case
 
 
-@pytest.mark.xla_default_compilation
-def test_a_run_of_blocks_stops_after_the_block_in_flight_and_resumes_bit_identically(
-    finished_run, tmp_path
-):
-    reference, _ = finished_run("ppo-lag1")
+def test_a_run_of_blocks_stops_after_the_block_in_flight_and_resumes_bit_identically(tmp_path):
+    # The reference is the same blocks of 2 run without a stop: one program, which the
+    # stopped and resumed segments load from the module's cache, so the test runs with the
+    # tests' fast compilation (blocks giving the numbers of one update per call, which needs
+    # XLA's defaults, is the test above).
     config = anakin_config(**CASES["ppo-lag1"], pipeline__updates_per_call=2, ckpt__every_updates=0)
+    reference = str(tmp_path / "uninterrupted")
+    updates, reference_state = _run_segment(config, reference)
+    assert updates == list(range(1, NUM_UPDATES + 1))
     workdir = str(tmp_path / "run")
     # SIGINT while update 1's report is made: block 1-2 is done and block 3-4 already runs
     # (a block's reports are made while the next one runs), so the run saves after 4.
     updates, _ = _run_segment(config, workdir, interrupt_after=1)
     assert updates == [1, 2, 3, 4]
     assert checkpoint.list_steps(checkpoint.checkpoints_dir(workdir)) == [4]
-    updates, _ = _run_segment(config, workdir)
+    updates, state = _run_segment(config, workdir)
     assert updates == [5, 6]
     assert read_summary(workdir)["params_checksum"] == read_summary(reference)["params_checksum"]
+    for a, b in zip(jax.tree.leaves(reference_state), jax.tree.leaves(state), strict=True):
+        np.testing.assert_array_equal(jax.device_get(a), jax.device_get(b))
     assert _without_timing(read_metrics(workdir)) == _without_timing(read_metrics(reference))
 
 

@@ -2,6 +2,7 @@
 guarantee of the threaded pipeline: the same numbers, the lag schedule, exact resume, the
 rollout checks, and one-line refusals where it cannot run."""
 
+import functools
 import shutil
 
 import jax
@@ -66,10 +67,12 @@ def test_the_pieces_do_not_change_the_numbers_of_an_unrolled_cut_update(tmp_path
 
 
 @pytest.mark.xla_default_compilation
-@pytest.mark.parametrize("agent", [impala, pqn])
-def test_impala_and_pqn_fused_train_the_same_parameters(tmp_path, agent):
-    found = _checksums(lambda: agent_config(agent), tmp_path)
-    assert found["on"] == found["off"]
+def test_impala_and_pqn_fused_train_the_same_parameters(tmp_path):
+    # Both agents in one test rather than a parametrization: a test compiling with XLA's
+    # defaults runs in a pytest process of its own, whose start-up the agents then share.
+    for agent in (impala, pqn):
+        found = _checksums(functools.partial(agent_config, agent), tmp_path / agent.__name__)
+        assert found["on"] == found["off"], agent.__name__
 
 
 def test_the_fused_step_keeps_the_lag_schedule(tmp_path):

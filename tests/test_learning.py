@@ -150,21 +150,23 @@ def test_lstm_atari_configs_run_end_to_end(tmp_path, name, arg):
 
 @pytest.mark.slow
 def test_joint_ppo_learns_every_task(tmp_path):
-    # configs/ppo_joint.py (three MiniGrid tasks, one policy) for 20 updates of 2048
-    # steps, 35-40 s on 2 busy CPU cores. A MiniGrid return is 1 - 0.9 * steps / limit on
+    # configs/ppo_joint.py (three MiniGrid tasks, one policy) for 16 updates of 2048
+    # steps, 30 s on 2 busy CPU cores. A MiniGrid return is 1 - 0.9 * steps / limit on
     # reaching the goal, else 0; a uniformly random policy averages 0.21 (Empty-5x5), 0.27
-    # (Empty-Random-6x6) and 0.07 (Empty-8x8). Seeds 1-3 end at (summary.json, each
-    # task's last 100 episodes) 0.914 / 0.940 / 0.918, 0.910 / 0.936 / 0.912 and 0.912 /
-    # 0.941 / 0.910 (with the unrolled minibatch loop, which compiles for 1-1.5 min instead
-    # of ~10 s: 0.914 / 0.941 / 0.918, 0.911 / 0.939 / 0.913 and 0.918 / 0.941 / 0.918).
+    # (Empty-Random-6x6) and 0.07 (Empty-8x8). Seeds 1 and 2 end at (summary.json, each
+    # task's last 100 episodes, 5x5 / Random-6x6 / 8x8) 0.796 / 0.816 / 0.710 and 0.839 /
+    # 0.878 / 0.765; after 20 updates, seeds 1-3 end at 0.914 / 0.940 / 0.918, 0.910 /
+    # 0.936 / 0.912 and 0.912 / 0.941 / 0.910 (with the unrolled minibatch loop, which
+    # compiles for 1-1.5 min instead of ~10 s: 0.914 / 0.941 / 0.918, 0.911 / 0.939 /
+    # 0.913 and 0.918 / 0.941 / 0.918); after 14, seed 1 ends at 0.742 / 0.741 / 0.569.
     config = load_config("ppo_joint")
-    config.total_timesteps = 20 * 2048
+    config.total_timesteps = 16 * 2048
     config.log.tensorboard = False
     train.train(config, str(tmp_path))
     summary = read_summary(str(tmp_path))
     assert set(summary["tasks"]) == set(config.env.ids)
     returns = {task_id: task["mean_return"] for task_id, task in summary["tasks"].items()}
-    assert all(r is not None and r >= 0.8 for r in returns.values()), returns
+    assert all(r is not None and r >= 0.6 for r in returns.values()), returns
 
 
 def test_impala_atari_multitask_config_is_atari_57_with_popart():

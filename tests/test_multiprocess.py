@@ -508,8 +508,14 @@ def test_killing_one_process_makes_the_other_exit(tmp_path, victim):
     assert "another process" in lines[-1]
 
 
+HEARTBEAT_S = 5
+
+
 def test_a_frozen_process_is_caught_by_the_heartbeat(tmp_path):
-    processes = _endless_run(tmp_path)
+    # The heartbeat timeout is the test's wait: 5s, half of the other runs' (JAX's runtime
+    # beats from a thread of its own, so a busy host misses no beat for that long).
+    heartbeat = [f"--heartbeat_timeout_s={HEARTBEAT_S}"]
+    processes = _endless_run(tmp_path, per_process={0: heartbeat, 1: heartbeat})
     processes[1].popen.send_signal(signal.SIGSTOP)
     stopped_at = time.monotonic()
     try:
@@ -519,7 +525,7 @@ def test_a_frozen_process_is_caught_by_the_heartbeat(tmp_path):
         wait_all(processes, 30)
     elapsed = time.monotonic() - stopped_at
     assert code != 0
-    assert elapsed < 10 + 10, elapsed  # --heartbeat_timeout_s=10, plus detection slack.
+    assert elapsed < HEARTBEAT_S + 10, elapsed  # The timeout, plus detection slack.
     assert "another task died" in processes[0].stderr
 
 
@@ -627,12 +633,14 @@ def test_normalization_statistics_agree_between_two_processes_and_one(tmp_path):
         "--config.agent.update_epochs=2",
         "--config.log.tensorboard=False",
     )
+    # Both runs at once, as the other comparisons here start them: one's start-up and
+    # compilation overlap the other's waits on the coordination service.
     two, processes = launch(tmp_path, "two", *TWO_PROCESS_LAYOUT, *small, config=config)
-    assert_all_succeeded(processes)
-    one, processes = launch(
+    one, reference = launch(
         tmp_path, "one", *ONE_PROCESS_LAYOUT, *small, num_processes=1, devices=3, config=config
     )
     assert_all_succeeded(processes)
+    assert_all_succeeded(reference)
     final, final_ref = saved_state(two, 4), saved_state(one, 4)
     stats = final["normalization"]
     assert stats["observation"]["count"] == pytest.approx(GLOBAL_ENVS * 16 * 4)

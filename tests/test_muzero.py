@@ -186,21 +186,40 @@ def test_an_interrupted_anakin_run_resumes_with_the_same_checksum(tmp_path):
     _assert_search_throughput(workdir, acting_devices=len(_anakin_smoke().mesh.learner_device_ids))
 
 
-def test_a_sebulba_run_on_one_and_two_learner_devices_agrees(tmp_path):
+def _prioritised_smoke(delay_s=0.0, **mesh):
+    """The smoke run cut to 3 updates, learning in the last two, with prioritised replay
+    and Reanalyse (the same windows reanalysed on every layout)."""
+    config = _smoke(**mesh)
+    config.total_timesteps = 8 * 10 * 3
+    config.agent.priority_exponent = 1.0
+    config.agent.reanalyse_fraction = 0.5
+    config.debug.learner_delay_s = delay_s
+    return config
+
+
+@pytest.fixture(scope="module")
+def one_learner_device_run(tmp_path_factory):
+    """`_prioritised_smoke` on learner device 1, trained once for the tests comparing
+    another run with it: its workdir and its final state."""
+    workdir = str(tmp_path_factory.mktemp("one_learner_device"))
+    state = train.train(_prioritised_smoke(learner_device_ids=(1,)), workdir)
+    return workdir, state
+
+
+def test_a_sebulba_run_on_one_and_two_learner_devices_agrees(tmp_path, one_learner_device_run):
     # envpool actors: the same global envs, so the same data; the ring and the search
     # results split along envs on two learner devices, and the priorities of prioritised
     # replay beside them: each column draws its windows from its own priorities. Three
     # updates, learning in the last two: every rollout is searched with parameters that
     # have not learnt yet. Later ones would be searched with parameters that differ in
     # their last bits, and a search's near-tie could then take another action.
+    two = str(tmp_path / "two")
+    runs = [
+        one_learner_device_run,
+        (two, train.train(_prioritised_smoke(learner_device_ids=(1, 2)), two)),
+    ]
     finals = []
-    for name, learners in (("one", (1,)), ("two", (1, 2))):
-        workdir = str(tmp_path / name)
-        config = _smoke(learner_device_ids=learners)
-        config.total_timesteps = 8 * 10 * 3
-        config.agent.priority_exponent = 1.0
-        config.agent.reanalyse_fraction = 0.5  # The same windows reanalysed on both.
-        state = train.train(config, workdir)
+    for workdir, state in runs:
         assert float(read_metrics(workdir)[-1]["learning"]) == 1.0
         _assert_search_throughput(workdir, acting_devices=1)
         assert float(jnp.min(state.priorities)) > 0 and float(jnp.max(state.priorities)) != 1
@@ -255,18 +274,18 @@ def test_sebulba_check_prices_every_simulation_of_the_search():
     assert 3.0 < flops[16] / flops[4] < 4.0, flops
 
 
-def test_same_seed_same_checksum_under_delays(tmp_path):
-    # The one-step lag holds whatever the timing: a slow learner changes nothing.
-    checksums = []
-    for name, delay in (("prompt", 0.0), ("slow", 0.05)):
-        config = _smoke()
-        config.debug.learner_delay_s = delay
-        train.train(config, str(tmp_path / name))
-        checksums.append(read_summary(str(tmp_path / name))["params_checksum"])
-        lines = read_metrics(str(tmp_path / name))
+def test_same_seed_same_checksum_under_delays(tmp_path, one_learner_device_run):
+    # The one-step lag holds whatever the timing: a slow learner changes nothing. The
+    # prompt run is the one-learner-device run (3 updates: the lag reaches its steady 2
+    # from update 2 on).
+    prompt, _ = one_learner_device_run
+    slow = str(tmp_path / "slow")
+    train.train(_prioritised_smoke(delay_s=0.05, learner_device_ids=(1,)), slow)
+    for workdir in (prompt, slow):
+        lines = read_metrics(workdir)
         lags = [line["learner_policy_version"] - line["actor_policy_version"] for line in lines]
         assert lags == [1] + [2] * (len(lines) - 1)
-    assert checksums[0] == checksums[1]
+    assert read_summary(prompt)["params_checksum"] == read_summary(slow)["params_checksum"]
 
 
 def _threads_smoke(threads, envs_per_thread, learners):

@@ -359,8 +359,11 @@ def test_atari_smoke_runs_with_the_nature_cnn(tmp_path):
 
 @pytest.mark.xla_default_compilation
 def test_learns_cartpole(tmp_path):
+    # configs/pqn_cartpole.py cut to 60k env steps (29 updates, the step size and epsilon
+    # annealed over them). Random actions score about 22; seeds 1 and 2 ended at 373 and
+    # 274 (the last 100 episodes), seed 1 at 381 after 80k steps.
     config = load_config("pqn_cartpole")
-    config.total_timesteps = 120_000
+    config.total_timesteps = 60_000
     config.log.tensorboard = False
     config.log.every_updates = 100
     train.train(config, str(tmp_path))

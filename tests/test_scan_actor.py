@@ -105,13 +105,18 @@ def _assert_same(step_run, scan_run, episodes_end=True):
 
 
 @pytest.mark.xla_default_compilation
-@pytest.mark.parametrize("case", list(CASES))
-def test_scan_and_step_give_the_same_data(case):
-    agent_module, overrides = CASES[case]
-    config = agent_config(agent_module, **overrides)
-    # Three updates: the first two rollouts share policy version 1, the third uses 2.
-    config.total_timesteps = config.env.num_envs * config.agent.num_steps * 3
-    _assert_same(_run(config, "step"), _run(config, "scan"))
+def test_scan_and_step_give_the_same_data():
+    # Every case in one test rather than a parametrization: a test compiling with XLA's
+    # defaults runs in a pytest process of its own, whose start-up (imports, envpool, JAX's
+    # devices: seconds) the cases then share.
+    for case, (agent_module, overrides) in CASES.items():
+        config = agent_config(agent_module, **overrides)
+        # Three updates: the first two rollouts share policy version 1, the third uses 2.
+        config.total_timesteps = config.env.num_envs * config.agent.num_steps * 3
+        try:
+            _assert_same(_run(config, "step"), _run(config, "scan"))
+        except AssertionError as error:
+            raise AssertionError(f"case {case}: {error}") from error
 
 
 def test_scan_keeps_the_same_data_under_injected_delays():
