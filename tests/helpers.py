@@ -226,6 +226,21 @@ def read_summary(workdir):
         return json.load(f)
 
 
+def assert_a_search_run_searches_and_learns(workdir):
+    """A MuZero/AlphaZero run's metrics: every update after the first learns, with finite
+    losses, and searches at its config's simulations; the run ends at its step budget."""
+    with open(os.path.join(workdir, "config.json"), encoding="utf-8") as f:
+        config = json.load(f)
+    lines = read_metrics(workdir)
+    assert [line["update"] for line in lines] == list(range(1, len(lines) + 1))
+    assert [line["learning"] for line in lines] == [0.0] + [1.0] * (len(lines) - 1)
+    for line in lines[1:]:
+        assert all(np.isfinite(line[key]) for key in ("loss", "value_loss", "reward_loss"))
+        simulations = line["sps"] * config["agent"]["num_simulations"]
+        assert line["search_simulations_per_s"] == pytest.approx(simulations)
+    assert read_summary(workdir)["global_step"] == config["total_timesteps"]
+
+
 def mesh_of(n):
     """A learner mesh over the first n devices."""
     return Mesh(jax.devices()[:n], ("batch",))

@@ -236,22 +236,9 @@ def test_a_sebulba_run_on_one_and_two_learner_devices_agrees(tmp_path, one_learn
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("name", ["muzero_minatar", "muzero_atari"])
-def test_the_minatar_and_atari_smoke_configs_search_and_learn(tmp_path, name):
-    # The shipped image configs end to end: MinAtar in Anakin mode (the `minatar` torso),
-    # Atari on envpool (the Nature CNN, searched on the actor device): every update after
-    # the first learns, with finite losses, and searches at the config's simulations.
-    config = load_config(name, "smoke")
-    config.log.tensorboard = False
-    train.train(config, str(tmp_path))
-    lines = read_metrics(str(tmp_path))
-    assert [line["update"] for line in lines] == list(range(1, len(lines) + 1))
-    assert [line["learning"] for line in lines] == [0.0] + [1.0] * (len(lines) - 1)
-    for line in lines[1:]:
-        assert all(np.isfinite(line[key]) for key in ("loss", "value_loss", "reward_loss"))
-        simulations = line["sps"] * config.agent.num_simulations
-        assert line["search_simulations_per_s"] == pytest.approx(simulations)
-    assert read_summary(str(tmp_path))["global_step"] == config.total_timesteps
+# configs/muzero_minatar.py:smoke and configs/muzero_atari.py:smoke are trained, and their
+# searches and learning checked, by their documented commands (tests/test_readme.py,
+# SEARCH_SMOKE_CONFIGS).
 
 
 def test_sebulba_check_prices_every_simulation_of_the_search():
