@@ -226,8 +226,8 @@ def read_summary(workdir):
         return json.load(f)
 
 
-def assert_a_search_run_searches_and_learns(workdir):
-    """A MuZero/AlphaZero run's metrics: every update after the first learns, with finite
+def assert_a_muzero_run_searches_and_learns(workdir):
+    """A MuZero run's metrics: every update after the first learns, with finite
     losses, and searches at its config's simulations; the run ends at its step budget."""
     with open(os.path.join(workdir, "config.json"), encoding="utf-8") as f:
         config = json.load(f)

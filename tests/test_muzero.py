@@ -238,7 +238,7 @@ def test_a_sebulba_run_on_one_and_two_learner_devices_agrees(tmp_path, one_learn
 
 # configs/muzero_minatar.py:smoke and configs/muzero_atari.py:smoke are trained, and their
 # searches and learning checked, by their documented commands (tests/test_readme.py,
-# SEARCH_SMOKE_CONFIGS).
+# MUZERO_SMOKE_CONFIGS).
 
 
 def test_sebulba_check_prices_every_simulation_of_the_search():

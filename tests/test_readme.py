@@ -23,7 +23,7 @@ from ml_collections import config_flags
 from sebulba import train
 from sebulba.config import run_plan
 from sebulba.environments import envpool_pools
-from tests.helpers import assert_a_search_run_searches_and_learns, run_python
+from tests.helpers import assert_a_muzero_run_searches_and_learns, run_python
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCUMENTS = ["README.md", *sorted(glob.glob("docs/*.md", root_dir=ROOT)), "slurm/README.md"]
@@ -209,17 +209,17 @@ def _distinct_runs(commands):
     return list(runs.values())
 
 
-# The shipped image configs of the search agents end to end, as documented: MinAtar in
+# The shipped image configs of MuZero end to end, as documented: MinAtar in
 # Anakin mode (the `minatar` torso), Atari on envpool (the Nature CNN, searched on the
 # actor device). Their runs are the tests of those configs (tests/test_muzero.py does not
 # train them again).
-SEARCH_SMOKE_CONFIGS = ("configs/muzero_minatar.py:smoke", "configs/muzero_atari.py:smoke")
+MUZERO_SMOKE_CONFIGS = ("configs/muzero_minatar.py:smoke", "configs/muzero_atari.py:smoke")
 
 
-def test_the_search_smoke_configs_are_documented_commands():
+def test_the_muzero_smoke_configs_are_documented_commands():
     # Otherwise nothing trains them: their checks ride on the documented commands' runs.
     documented = {c.config for c in _distinct_runs(c for c in COMMANDS if c.is_cheap)}
-    assert set(SEARCH_SMOKE_CONFIGS) <= documented
+    assert set(MUZERO_SMOKE_CONFIGS) <= documented
 
 
 @pytest.mark.parametrize(
@@ -236,8 +236,8 @@ def test_cheap_documented_commands_run_as_written(command, tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert (workdir / "summary.json").exists()
     assert re.search(r"^update \d+/\d+ step ", result.stdout, re.M)  # Progress is visible.
-    if command.config in SEARCH_SMOKE_CONFIGS:
-        assert_a_search_run_searches_and_learns(str(workdir))
+    if command.config in MUZERO_SMOKE_CONFIGS:
+        assert_a_muzero_run_searches_and_learns(str(workdir))
 
 
 def _readme_library_example() -> str:
