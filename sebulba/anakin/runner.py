@@ -450,9 +450,13 @@ def repeat_updates(act_and_learn: Callable, length: int) -> Callable:
 
     def block(state, behaviour, acting, first_update, count, *extra):
         def one_update(carry, index):
-            def run(carry):
+            # Jitted and inlined, so that `skip` takes its outputs' shapes from the trace
+            # `run`'s branch made rather than tracing the whole update a second time.
+            def update(carry):
                 *carried, metrics, episodes = act_and_learn(*carry, first_update + index, *extra)
                 return tuple(carried), (metrics, episodes)
+
+            run = jax.jit(update, inline=True)
 
             def skip(carry):
                 outputs = jax.eval_shape(run, carry)[1]
