@@ -566,6 +566,11 @@ class Pipeline:
         self._compiled_update = lowered.compile(compiler_options=options)
         return self._compiled_update
 
+    def use_compiled_update(self, compiled) -> None:
+        """Runs `compiled`, the `compile_update` of a pipeline with the same agent, layout
+        and sizes, instead of compiling the update again (runs that share one program)."""
+        self._compiled_update = compiled
+
     def _publish(self, store: ParamsStore, version: int, params) -> None:
         """Copies policy parameters to every actor device and waits until they land.
 

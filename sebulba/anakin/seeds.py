@@ -118,9 +118,11 @@ class SeedBatch:
             return self._runner(seed)._initial_acting(None)
 
         seeds = jnp.asarray(self.seeds, jnp.int32)
-        shapes = jax.eval_shape(jax.vmap(initial), seeds)
-        out = jax.tree.map(self._acting_sharding, shapes)
-        return jax.jit(jax.vmap(initial), out_shardings=out)(seeds)
+        # Jitted and inlined, so that the shapes and the placed program reuse one trace of
+        # every seed's resets (the program is the same as tracing them twice).
+        reset_all = jax.jit(jax.vmap(initial), inline=True)
+        out = jax.tree.map(self._acting_sharding, jax.eval_shape(reset_all, seeds))
+        return jax.jit(reset_all, out_shardings=out)(seeds)
 
     def state_shardings(self, state):
         """Shardings of the stacked learner states, given one seed's state (or its shapes)."""
