@@ -13,9 +13,10 @@ import pytest
 
 # Tests check what programs compute, not how fast: XLA:CPU compiles them without LLVM's
 # optimizations and with its classic loop emitters, in 0.6x the time (tests/test_ppo.py:
-# 107 s against 173 s on 2 cores; most of a test's time is compilation). The records, the
-# documented commands the tests run and the tests marked `xla_default_compilation` (below)
-# compile with XLA's defaults, as a user's run is compiled. An XLA that does not know the
+# 107 s against 173 s on 2 cores; most of a test's time is compilation). The records and
+# the tests marked `xla_default_compilation` (below) compile with XLA's defaults, as a
+# user's run is compiled; so do the two documented commands for which that costs less
+# (tests/test_readme.py). An XLA that does not know the
 # flags aborts at start, so they are tried once, in a subprocess, by the process that
 # starts the workers (which inherit the answer); `helpers.process_env` gives them to the
 # processes tests start.

@@ -23,10 +23,10 @@ from sebulba.config.sizes import derive_sizes
 from sebulba.errors import ConfigError
 from tests.helpers import (
     agent_config,
-    assert_an_interrupted_run_resumes_exactly,
     load_config,
     read_metrics,
     read_summary,
+    sigint_after,
 )
 
 pytest.importorskip("pgx")
@@ -168,29 +168,48 @@ def _smoke(**mesh):
     return config
 
 
-def test_an_interrupted_run_resumes_with_the_same_checksum(tmp_path):
-    workdir, _ = assert_an_interrupted_run_resumes_exactly(_smoke, tmp_path)
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    """configs/alphazero_pgx.py:smoke trained once, on the default devices (learner and
+    actor device 0), for the tests that need a finished run: the resume's reference, the
+    one-learner-device run, the run `evaluate` plays. Its workdir and final state."""
+    workdir = str(tmp_path_factory.mktemp("smoke"))
+    return workdir, jax.device_get(train.train(_smoke(), workdir))
+
+
+def test_an_interrupted_run_resumes_with_the_same_checksum(tmp_path, smoke_run):
+    # Stopped by SIGINT after update 3 and resumed, the run ends where the uninterrupted
+    # smoke run ends, to the bit (tests/helpers.py:assert_an_interrupted_run_resumes_exactly,
+    # with the module's smoke run as its reference rather than a run of its own).
+    reference, expected = smoke_run
+    workdir = str(tmp_path / "run")
+    train.train(_smoke(), workdir, on_update=sigint_after(3))
+    assert not os.path.exists(os.path.join(workdir, "summary.json"))
+    state = train.train(_smoke(), workdir)  # Resumes after update 3.
+    assert read_summary(workdir)["params_checksum"] == read_summary(reference)["params_checksum"]
+    for a, b in zip(jax.tree.leaves(expected), jax.tree.leaves(state), strict=True):
+        np.testing.assert_array_equal(a, jax.device_get(b))
     simulations = _smoke().agent.num_simulations
     for line in read_metrics(workdir):
         assert line["search_simulations_per_s"] == pytest.approx(line["sps"] * simulations)
 
 
-def test_one_and_two_learner_devices_agree(tmp_path):
-    finals = []
-    for name, learners in (("one", (0,)), ("two", (0, 1))):
-        config = _smoke(learner_device_ids=learners, actor_device_ids=learners[:1])
-        state = train.train(config, str(tmp_path / name))
-        finals.append(jax.device_get(state.params))
-        assert read_summary(str(tmp_path / name))["tasks"][TIC_TAC_TOE]["episodes"] > 0
-    for a, b in zip(*(jax.tree.leaves(final) for final in finals), strict=True):
+def test_one_and_two_learner_devices_agree(tmp_path, smoke_run):
+    # The smoke run's default mesh is learner and actor device 0: it is the one-device run.
+    one, one_state = smoke_run
+    two = str(tmp_path / "two")
+    two_state = train.train(_smoke(learner_device_ids=(0, 1), actor_device_ids=(0,)), two)
+    for workdir in (one, two):
+        assert read_summary(workdir)["tasks"][TIC_TAC_TOE]["episodes"] > 0
+    finals = [jax.tree.leaves(one_state.params), jax.tree.leaves(jax.device_get(two_state.params))]
+    for a, b in zip(*finals, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
-def test_evaluate_plays_a_run_against_an_opponent(tmp_path):
+def test_evaluate_plays_a_run_against_an_opponent(smoke_run):
     from sebulba import evaluate
 
-    workdir = str(tmp_path / "run")
-    train.train(_smoke(), workdir)
+    workdir, _ = smoke_run  # evaluate adds eval.json to the run's workdir, nothing else.
     result = evaluate.evaluate_against(workdir, "random", games=20, greedy=True)
     for side in ("moving_first", "moving_second"):
         assert result[side]["games"] == 10

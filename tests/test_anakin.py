@@ -261,17 +261,29 @@ def test_update_blocks_end_at_checkpoints_and_at_the_last_update():
     assert list(update_blocks(1, 3, 1, due_every_3)) == [(1, 1), (2, 1), (3, 1)]
 
 
+# Blocks of up to 4 updates, ended at the checkpoints after updates 3 and 6 (each block's
+# loop of 4 iterations then skips its last).
+CHECKPOINT_ENDED_BLOCKS = dict(pipeline__updates_per_call=4, ckpt__every_updates=3)
+# Blocks of 2 and no checkpoint before the end: a block's reports are made while the next
+# block runs, so a stop falls after the block in flight.
+OVERLAPPED_BLOCKS = dict(pipeline__updates_per_call=2, ckpt__every_updates=0)
+
+
 @pytest.mark.xla_default_compilation
 def test_several_updates_per_call_give_the_runs_of_one_per_call(finished_run, tmp_path):
-    # The three lag schedules in one test rather than three parametrizations: a test
+    # One test rather than one per lag schedule, per stop and per seeds run: a test
     # compiling with XLA's defaults runs in a pytest process of its own, whose start-up
-    # (imports, JAX's devices, the module's compilation cache) the cases then share.
-    for case in ("ppo", "ppo-lag1", "ppo-lag3"):
+    # (imports, JAX's devices, the module's compilation cache) they then share, and the
+    # stopped run of blocks loads the program of the uninterrupted one.
+    blocks = {
+        "ppo": CHECKPOINT_ENDED_BLOCKS,
+        "ppo-lag1": OVERLAPPED_BLOCKS,
+        "ppo-lag3": CHECKPOINT_ENDED_BLOCKS,
+    }
+    for case, block_overrides in blocks.items():
         reference, reference_state = finished_run(case)
         workdir = str(tmp_path / case)
-        # Blocks of up to 4 updates, ended at the checkpoints after updates 3 and 6.
-        config = anakin_config(**CASES[case], pipeline__updates_per_call=4, ckpt__every_updates=3)
-        updates, state = _run_segment(config, workdir)
+        updates, state = _run_segment(anakin_config(**CASES[case], **block_overrides), workdir)
         assert updates == list(range(1, NUM_UPDATES + 1)), case  # Every update, in order.
         summary, expected = read_summary(workdir), read_summary(reference)
         assert summary["params_checksum"] == expected["params_checksum"], case
@@ -279,19 +291,23 @@ def test_several_updates_per_call_give_the_runs_of_one_per_call(finished_run, tm
             np.testing.assert_array_equal(a, jax.device_get(b), err_msg=case)
         metrics, expected_metrics = read_metrics(workdir), read_metrics(reference)
         assert _without_timing(metrics) == _without_timing(expected_metrics), case
-        assert checkpoint.list_steps(checkpoint.checkpoints_dir(workdir)) == [3, 6], case
+        saved = [3, 6] if block_overrides is CHECKPOINT_ENDED_BLOCKS else [NUM_UPDATES]
+        assert checkpoint.list_steps(checkpoint.checkpoints_dir(workdir)) == saved, case
+    # The run of ppo-lag1's blocks above, stopped and resumed, ends as it did (and so as
+    # the run of one update per call, whose learner state is at hand).
+    _assert_a_stopped_run_of_blocks_resumes_bit_identically(
+        anakin_config(**CASES["ppo-lag1"], **OVERLAPPED_BLOCKS),
+        finished_run("ppo-lag1"),
+        tmp_path / "stopped",
+    )
+    _assert_seeds_in_blocks_end_as_one_update_per_call(tmp_path)
 
 
-def test_a_run_of_blocks_stops_after_the_block_in_flight_and_resumes_bit_identically(tmp_path):
-    # The reference is the same blocks of 2 run without a stop: one program, which the
-    # stopped and resumed segments load from the module's cache, so the test runs with the
-    # tests' fast compilation (blocks giving the numbers of one update per call, which needs
-    # XLA's defaults, is the test above).
-    config = anakin_config(**CASES["ppo-lag1"], pipeline__updates_per_call=2, ckpt__every_updates=0)
-    reference = str(tmp_path / "uninterrupted")
-    updates, reference_state = _run_segment(config, reference)
-    assert updates == list(range(1, NUM_UPDATES + 1))
-    workdir = str(tmp_path / "run")
+def _assert_a_stopped_run_of_blocks_resumes_bit_identically(config, uninterrupted, workdir):
+    """A run of `config` (OVERLAPPED_BLOCKS), stopped and resumed, ends as the
+    uninterrupted run `uninterrupted` (workdir, final learner state) did."""
+    uninterrupted, reference_state = uninterrupted
+    workdir = str(workdir)
     # SIGINT while update 1's report is made: block 1-2 is done and block 3-4 already runs
     # (a block's reports are made while the next one runs), so the run saves after 4.
     updates, _ = _run_segment(config, workdir, interrupt_after=1)
@@ -299,10 +315,29 @@ def test_a_run_of_blocks_stops_after_the_block_in_flight_and_resumes_bit_identic
     assert checkpoint.list_steps(checkpoint.checkpoints_dir(workdir)) == [4]
     updates, state = _run_segment(config, workdir)
     assert updates == [5, 6]
-    assert read_summary(workdir)["params_checksum"] == read_summary(reference)["params_checksum"]
+    summary, expected = read_summary(workdir), read_summary(uninterrupted)
+    assert summary["params_checksum"] == expected["params_checksum"]
     for a, b in zip(jax.tree.leaves(reference_state), jax.tree.leaves(state), strict=True):
-        np.testing.assert_array_equal(jax.device_get(a), jax.device_get(b))
-    assert _without_timing(read_metrics(workdir)) == _without_timing(read_metrics(reference))
+        np.testing.assert_array_equal(a, jax.device_get(b))
+    assert _without_timing(read_metrics(workdir)) == _without_timing(read_metrics(uninterrupted))
+
+
+def _assert_seeds_in_blocks_end_as_one_update_per_call(tmp_path):
+    """`--seeds` (tests/test_anakin_seeds.py): the vmapped program of two seeds in blocks
+    ends each seed as its program of one update per call does."""
+    from sebulba.anakin import seeds as seeds_lib
+
+    runs = {}
+    for per_call in (1, 4):
+        workdir = str(tmp_path / f"seeds_per_call_{per_call}")
+        config = anakin_config(pipeline__updates_per_call=per_call, ckpt__every_updates=3)
+        seeds_lib.train_seeds(config, workdir, (1, 2))
+        runs[per_call] = workdir
+    for seed in (1, 2):
+        one, block = (os.path.join(runs[k], f"seed={seed}") for k in (1, 4))
+        assert read_summary(block)["params_checksum"] == read_summary(one)["params_checksum"]
+        assert _without_timing(read_metrics(block)) == _without_timing(read_metrics(one))
+        assert checkpoint.list_steps(checkpoint.checkpoints_dir(block)) == [3, 6]
 
 
 def test_updates_per_call_is_refused_for_envpool_tasks():

@@ -59,24 +59,9 @@ def test_a_seed_out_of_range_is_refused_naming_the_flag(tmp_path):
     assert not os.path.exists(tmp_path / "runs")
 
 
-@pytest.mark.xla_default_compilation
-def test_seeds_in_blocks_of_updates_end_as_one_update_per_call(tmp_path):
-    from sebulba import checkpoint
-    from sebulba.anakin import seeds as seeds_lib
-    from tests.helpers import read_metrics, read_summary
-    from tests.test_anakin import _without_timing, anakin_config
-
-    runs = {}
-    for per_call in (1, 4):
-        workdir = str(tmp_path / f"per_call_{per_call}")
-        config = anakin_config(pipeline__updates_per_call=per_call, ckpt__every_updates=3)
-        seeds_lib.train_seeds(config, workdir, (1, 2))
-        runs[per_call] = workdir
-    for seed in (1, 2):
-        one, block = (os.path.join(runs[k], f"seed={seed}") for k in (1, 4))
-        assert read_summary(block)["params_checksum"] == read_summary(one)["params_checksum"]
-        assert _without_timing(read_metrics(block)) == _without_timing(read_metrics(one))
-        assert checkpoint.list_steps(checkpoint.checkpoints_dir(block)) == [3, 6]
+# Seeds in blocks of updates end as with one update per call: checked in
+# tests/test_anakin.py::test_several_updates_per_call_give_the_runs_of_one_per_call,
+# whose process compiling with XLA's defaults it shares.
 
 
 def test_seeds_with_a_lag_of_three_learn_as_each_seed_alone(tmp_path):

@@ -285,32 +285,46 @@ def trained_mujoco(tmp_path_factory):
     return workdirs
 
 
-@pytest.mark.parametrize("name", ["ppo_mujoco", "ppo_dmc"])
-def test_mujoco_and_dm_control_runs_animate_headless(trained_mujoco, name, tmp_path):
+# Both runs animate in one fresh process: the rendering backend is chosen there, once, at
+# the first MuJoCo import (what a headless `python -m sebulba.evaluate` meets), and a second
+# process would only repeat its 5 s of imports. The command line's flags, summary and
+# animation line are tested on CartPole above; its headless refusal below.
+_ANIMATE_HEADLESS = """
+import sys
+from sebulba import evaluate
+for workdir, gif in zip(sys.argv[1::2], sys.argv[2::2], strict=True):
+    evaluate.evaluate(workdir, episodes=1, max_steps=6, animation=gif)
+"""
+
+
+def test_mujoco_and_dm_control_runs_animate_headless(trained_mujoco, tmp_path):
     # No display and no MUJOCO_GL set: the frames are drawn through EGL. Mesa's software
     # renderer takes about 0.2 s a frame on 2 CPU cores, so the episode stops at 6 steps.
-    gif = tmp_path / "clip.gif"
-    result = run_evaluate_cli_in(
-        tmp_path,
-        f"--workdir={trained_mujoco[name]}",
-        "--episodes=1",
-        "--max_steps=6",
-        f"--animation={gif}",
+    gifs = {name: tmp_path / f"{name}.gif" for name in trained_mujoco}
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "MUJOCO_GL")}
+    env.update(JAX_PLATFORMS="cpu", PYTHONPATH=ROOT + os.pathsep + env.get("PYTHONPATH", ""))
+    workdirs_and_gifs = [
+        str(x) for name in trained_mujoco for x in (trained_mujoco[name], gifs[name])
+    ]
+    result = run_python(
+        "-c", _ANIMATE_HEADLESS, *workdirs_and_gifs, env=env, cwd=tmp_path, timeout=300
     )
     assert result.returncode == 0, result.stderr[-2000:]
-    written = json.loads(open(os.path.join(trained_mujoco[name], "eval.json")).read())
-    assert written["lengths"] == [6] and written["animation"] == str(gif)
-    assert sorted(os.listdir(tmp_path)) == ["clip.gif"]  # No MUJOCO_LOG.TXT.
-    with Image.open(gif) as animation:
-        assert animation.size == (240, 240)  # envpool's 480x480 scene, halved.
-        assert 2 <= animation.n_frames <= 7
-        screens = []
-        for i in range(animation.n_frames):
-            animation.seek(i)
-            screens.append(np.asarray(animation.convert("RGB")))
-    # Real drawings: many colours on every frame, and the body moves between frames.
-    assert all(len(np.unique(s.reshape(-1, 3), axis=0)) > 20 for s in screens)
-    assert not np.array_equal(screens[0], screens[-1])
+    # No MUJOCO_LOG.TXT.
+    assert sorted(os.listdir(tmp_path)) == sorted(gif.name for gif in gifs.values())
+    for name, gif in gifs.items():
+        written = json.loads(open(os.path.join(trained_mujoco[name], "eval.json")).read())
+        assert written["lengths"] == [6] and written["animation"] == str(gif), name
+        with Image.open(gif) as animation:
+            assert animation.size == (240, 240), name  # envpool's 480x480 scene, halved.
+            assert 2 <= animation.n_frames <= 7, name
+            screens = []
+            for i in range(animation.n_frames):
+                animation.seek(i)
+                screens.append(np.asarray(animation.convert("RGB")))
+        # Real drawings: many colours on every frame, and the body moves between frames.
+        assert all(len(np.unique(s.reshape(-1, 3), axis=0)) > 20 for s in screens), name
+        assert not np.array_equal(screens[0], screens[-1]), name
 
 
 def test_a_machine_that_cannot_render_fails_in_one_line_before_any_work(trained_mujoco, tmp_path):

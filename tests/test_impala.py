@@ -15,8 +15,6 @@ from sebulba.errors import ConfigError
 from sebulba.lag_schedule import required_policy_version
 from tests.helpers import (
     CARTPOLE,
-    assert_update_agrees_across_layouts,
-    assert_update_moves_no_rollout_data,
     load_config,
     logged_learning_rates,
     make_pipeline,
@@ -188,13 +186,33 @@ def test_invalid_steps_carry_no_weight():
     assert all(np.isfinite(float(v)) for v in metrics.values())
 
 
-def test_update_agrees_across_learner_layouts_and_is_replicated():
-    assert_update_agrees_across_layouts(make_agent(), random_rollout())
+def assert_layouts_agree_and_only_gradients_cross_devices(agent, rollout):
+    """`assert_update_agrees_across_layouts` on 1, 2 and 4 learner devices, then
+    `assert_update_moves_no_rollout_data` on the 4-device update it ran, lowered from the
+    same jitted step (a second jit would trace and compile it again); returns the
+    1-device update's parameters."""
+    results = {}
+    for n in (1, 2, 4):
+        (state, _), step = run_update(agent, n, rollout)
+        results[n] = jax.tree.leaves(jax.device_get(state.params))
+        for leaf in jax.tree.leaves(state):
+            assert leaf.sharding.is_fully_replicated
+            assert leaf.sharding.device_set == set(jax.devices()[:n])
+    for n in (2, 4):
+        for a, b in zip(results[1], results[n], strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    # The output state has the input's shardings (donated in, placed alike out).
+    hlo = step.lower(state, rollout).compile().as_text()
+    assert "all-reduce" in hlo
+    for collective in ("all-to-all", "all-gather", "collective-permute"):
+        assert collective not in hlo
+    return results[1]
 
 
-def test_compiled_update_moves_no_sequence_between_devices():
-    # Loss sums and gradients are all-reduced; minibatches of whole sequences stay put.
-    assert_update_moves_no_rollout_data(make_agent(), random_rollout())
+def test_update_agrees_across_learner_layouts_and_moves_no_sequence_between_devices():
+    # Replicated states equal to float tolerance on 1, 2 and 4 devices; loss sums and
+    # gradients are all-reduced, minibatches of whole sequences stay put.
+    assert_layouts_agree_and_only_gradients_cross_devices(make_agent(), random_rollout())
 
 
 def test_update_traces_once_and_scan_and_unrolled_loops_agree():
@@ -227,17 +245,15 @@ def test_gradient_accumulation_sums_to_the_unsplit_update_and_agrees_across_layo
     _, accumulated = final_params(gradient_accumulation_steps=2, minibatch_loop="scan")
     for a, b in zip(reference, accumulated, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
-    # The unrolled loop's update is taken from its one-device layout, as the layouts
-    # check below runs it: a plain jit of it would compile the largest program again.
+    # The unrolled loop's update is taken from the layouts check's one-device layout: a
+    # plain jit of it would compile the largest program again.
     config = small_update_config(
         impala, T, 16, gradient_accumulation_steps=2, minibatch_loop="unrolled"
     )
     agent = impala.make(config, CARTPOLE, derive_sizes(config))
-    (state, _), _ = run_update(agent, 1, rollout)
-    for a, b in zip(reference, jax.tree.leaves(jax.device_get(state.params)), strict=True):
+    one_device = assert_layouts_agree_and_only_gradients_cross_devices(agent, rollout)
+    for a, b in zip(reference, one_device, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
-    assert_update_agrees_across_layouts(agent, rollout)
-    assert_update_moves_no_rollout_data(agent, rollout)
 
 
 def test_learning_rate_anneals_once_per_update():

@@ -159,6 +159,27 @@ def saved_state(workdir, update):
     return checkpointer.restore(path, restore_args=as_numpy)
 
 
+def train_in_this_process(tmp_path, name, *flags, config=TEST_CONFIG, beside=()):
+    """The one-process reference of a comparison: `sebulba.main --config=CONFIG FLAGS`
+    trained by `train.train` in the test's own process, as sebulba.main trains a run of one
+    process (the test process has 8 virtual CPU devices; the references use devices 0-2).
+    A subprocess would add its ~4.5 s of imports to every comparison. Called once the
+    processes `beside` (the run compared) are launched, so that their start-up overlaps
+    this training; they are killed if it fails."""
+    from sebulba import train
+    from sebulba.experiments.sweep_plan import load_config
+
+    workdir = tmp_path / name
+    try:
+        train.train(load_config(config, list(flags)), str(workdir))
+    except BaseException:
+        for p in beside:
+            p.popen.kill()
+            p.popen.wait()
+        raise
+    return workdir
+
+
 def assert_all_succeeded(processes, timeout=180):
     codes = wait_all(processes, timeout)
     for p, code in zip(processes, codes, strict=True):
@@ -354,11 +375,8 @@ def minimal_runs(tmp_path_factory):
         "--config.env.ids=(" + ",".join(f"'{task_id}'" for task_id in JOINT_IDS) + ")",
     )
     two, processes = launch(tmp_path, "two", *TWO_PROCESS_LAYOUT, *flags)
-    one, reference = launch(
-        tmp_path, "one", *ONE_PROCESS_LAYOUT, *flags, num_processes=1, devices=3
-    )
+    one = train_in_this_process(tmp_path, "one", *ONE_PROCESS_LAYOUT, *flags, beside=processes)
     assert_all_succeeded(processes)
-    assert_all_succeeded(reference)
     return two, processes, one
 
 
@@ -427,7 +445,7 @@ def test_metrics_count_the_episodes_of_every_process(minimal_runs):
 def test_episodes_of_every_process_are_attributed_to_their_task(minimal_runs):
     # Process 1's episodes reach process 0's metrics with their global env indices.
     two, one = minimal_runs[0], minimal_runs[2]
-    with open(os.path.join(one, "config.json"), encoding="utf-8") as f:
+    with open(os.path.join(two, "config.json"), encoding="utf-8") as f:
         assert json.load(f)["env"]["ids"] == JOINT_IDS  # The command line's tuple, stored.
     summary, reference = read_summary(two), read_summary(one)
     assert summary["env_ids"] == reference["env_ids"] == JOINT_IDS
@@ -459,11 +477,10 @@ def test_lag_schedule_holds_across_processes(tmp_path, policy_lag):
             1: ["--config.debug.actor_delay_s=0.05"],
         },
     )
-    _, reference = launch(
-        tmp_path, "one", *ONE_PROCESS_LAYOUT, total, lag, config=probe, num_processes=1, devices=3
+    train_in_this_process(
+        tmp_path, "one", *ONE_PROCESS_LAYOUT, total, lag, config=probe, beside=processes
     )
     assert_all_succeeded(processes)
-    assert_all_succeeded(reference)
     lines, ref_lines = read_metrics(tmp_path / "two"), read_metrics(tmp_path / "one")
     assert [line["update"] for line in lines] == list(range(1, UPDATES + 1))
     for line, ref in zip(lines, ref_lines, strict=True):
@@ -633,14 +650,13 @@ def test_normalization_statistics_agree_between_two_processes_and_one(tmp_path):
         "--config.agent.update_epochs=2",
         "--config.log.tensorboard=False",
     )
-    # Both runs at once, as the other comparisons here start them: one's start-up and
+    # Both runs at once, as the other comparisons here run them: one's start-up and
     # compilation overlap the other's waits on the coordination service.
     two, processes = launch(tmp_path, "two", *TWO_PROCESS_LAYOUT, *small, config=config)
-    one, reference = launch(
-        tmp_path, "one", *ONE_PROCESS_LAYOUT, *small, num_processes=1, devices=3, config=config
+    one = train_in_this_process(
+        tmp_path, "one", *ONE_PROCESS_LAYOUT, *small, config=config, beside=processes
     )
     assert_all_succeeded(processes)
-    assert_all_succeeded(reference)
     final, final_ref = saved_state(two, 4), saved_state(one, 4)
     stats = final["normalization"]
     assert stats["observation"]["count"] == pytest.approx(GLOBAL_ENVS * 16 * 4)
@@ -682,18 +698,16 @@ def test_an_anakin_run_on_two_processes_matches_one_process_with_two_learner_dev
         "--config.env.num_envs=4",
         config=config,
     )
-    one, reference = launch(
+    one = train_in_this_process(
         tmp_path,
         "one",
         *flags,
         "--config.mesh.learner_device_ids=(1,2)",
         "--config.env.num_envs=8",
-        num_processes=1,
-        devices=3,
         config=config,
+        beside=processes,
     )
     assert_all_succeeded(processes)
-    assert_all_succeeded(reference)
     assert state_checksum(processes[0]) == state_checksum(processes[1])
     summary, summary_ref = read_summary(two), read_summary(one)
     assert summary["architecture"] == summary_ref["architecture"] == "anakin"

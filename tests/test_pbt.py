@@ -332,15 +332,20 @@ def test_each_member_trains_with_its_own_hyperparameters(tmp_path):
 
 
 def _population_of_runs(workdir):
+    # The test-only minimal agent (one linear layer trained by SGD on envpool's CartPole,
+    # 8 envs x 16 steps per update) as the members: each member round is a process of its
+    # own, and this agent compiles in a fraction of PPO's time. Any config's runs form a
+    # population (sebulba.pbt.runs); PPO's members train as one program in the tests above.
     from sebulba.pbt.runs import PopulationOfRuns
 
+    steps_per_update = 8 * 16
     overrides = [
         "pbt.population=2",
         "pbt.hyperparameters=learning_rate",
-        f"pbt.interval={3 * STEPS_PER_UPDATE}",
-        "log.tensorboard=False",
+        f"pbt.interval={3 * steps_per_update}",
+        f"total_timesteps={4 * steps_per_update}",
     ]
-    return PopulationOfRuns("configs/ppo_cartpole_anakin.py:smoke", overrides, str(workdir))
+    return PopulationOfRuns("tests/configs/minimal_cartpole.py", overrides, str(workdir))
 
 
 def test_a_population_of_runs_resumes_after_its_controller_dies(tmp_path, monkeypatch):
