@@ -176,12 +176,15 @@ def sigint_after(update: int):
     return interrupt
 
 
-def assert_an_interrupted_run_resumes_exactly(make_config, tmp_path):
+def assert_an_interrupted_run_resumes_exactly(make_config, tmp_path, reference=None):
     """Trains `make_config()` once uninterrupted, once stopped by SIGINT after update 3 and
     resumed; asserts the resumed run ends on the same checksum and the same final state, to
-    the bit (a replay agent's buffer too). Returns the resumed run's workdir and final state."""
-    reference = str(tmp_path / "reference")
-    expected = jax.device_get(train.train(make_config(), reference))
+    the bit (a replay agent's buffer too). Returns the resumed run's workdir and final state.
+    `reference`: the uninterrupted run's (workdir, final state), where a test has one."""
+    if reference is None:
+        reference_dir = str(tmp_path / "reference")
+        reference = reference_dir, jax.device_get(train.train(make_config(), reference_dir))
+    reference, expected = reference
     workdir = str(tmp_path / "run")
     train.train(make_config(), workdir, on_update=sigint_after(3))
     assert not os.path.exists(os.path.join(workdir, "summary.json"))

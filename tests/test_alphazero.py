@@ -23,10 +23,10 @@ from sebulba.config.sizes import derive_sizes
 from sebulba.errors import ConfigError
 from tests.helpers import (
     agent_config,
+    assert_an_interrupted_run_resumes_exactly,
     load_config,
     read_metrics,
     read_summary,
-    sigint_after,
 )
 
 pytest.importorskip("pgx")
@@ -179,16 +179,8 @@ def smoke_run(tmp_path_factory):
 
 def test_an_interrupted_run_resumes_with_the_same_checksum(tmp_path, smoke_run):
     # Stopped by SIGINT after update 3 and resumed, the run ends where the uninterrupted
-    # smoke run ends, to the bit (tests/helpers.py:assert_an_interrupted_run_resumes_exactly,
-    # with the module's smoke run as its reference rather than a run of its own).
-    reference, expected = smoke_run
-    workdir = str(tmp_path / "run")
-    train.train(_smoke(), workdir, on_update=sigint_after(3))
-    assert not os.path.exists(os.path.join(workdir, "summary.json"))
-    state = train.train(_smoke(), workdir)  # Resumes after update 3.
-    assert read_summary(workdir)["params_checksum"] == read_summary(reference)["params_checksum"]
-    for a, b in zip(jax.tree.leaves(expected), jax.tree.leaves(state), strict=True):
-        np.testing.assert_array_equal(a, jax.device_get(b))
+    # smoke run (the module's, rather than a run of its own) ends, to the bit.
+    workdir, _ = assert_an_interrupted_run_resumes_exactly(_smoke, tmp_path, reference=smoke_run)
     simulations = _smoke().agent.num_simulations
     for line in read_metrics(workdir):
         assert line["search_simulations_per_s"] == pytest.approx(line["sps"] * simulations)
