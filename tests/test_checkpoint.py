@@ -493,7 +493,7 @@ def test_an_error_closing_the_outputs_never_replaces_the_runs_own(tmp_path, monk
     def failing_close(self):
         raise OSError("closing the metrics failed")
 
-    monkeypatch.setattr(train.MetricsLogger, "close", failing_close)
+    monkeypatch.setattr(MetricsLogger, "close", failing_close)
 
     def fail_at_update_3(report, state):
         if report.update == 3:

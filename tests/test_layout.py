@@ -122,3 +122,15 @@ def test_the_architecture_docs_map_every_module():
             missing.append(relative)
     assert missing == []
     assert [path for path in listed if not os.path.exists(os.path.join(ROOT, path))] == []
+
+
+# A module a reader can hold in mind: past this, split it by job (docs/architecture.md).
+MAX_MODULE_LINES = 800
+
+
+def test_no_module_is_longer_than_a_reader_can_hold():
+    lengths = {}
+    for module, path in _modules().items():
+        with open(path, encoding="utf-8") as f:
+            lengths[module] = sum(1 for _ in f)
+    assert {m: n for m, n in lengths.items() if n > MAX_MODULE_LINES} == {}

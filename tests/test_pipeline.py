@@ -9,7 +9,7 @@ import jax
 import numpy as np
 import pytest
 
-from sebulba import train
+from sebulba import run_setup, train
 from sebulba.agents import impala, ppo
 from sebulba.lag_schedule import advance_lagged, lagged_versions, required_policy_version
 from tests import minimal_agent, probe_agent
@@ -319,7 +319,7 @@ def test_compiling_on_its_own_thread_hands_back_the_program_or_the_error_it_rais
 
     agent = SimpleNamespace(init=init)
     setup = SimpleNamespace(
-        agent=agent, learner_state_shapes=train.state_shapes(agent, 4), jax_env=None
+        agent=agent, learner_state_shapes=run_setup.state_shapes(agent, 4), jax_env=None
     )
 
     class Compiles:

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from sebulba import train
+from sebulba import run_outputs
 from sebulba.runtime import progress
 from sebulba.runtime.progress import ConsoleProgress, eta_seconds, progress_line
 
@@ -127,6 +127,6 @@ def test_the_final_line_reads_naturally_however_many_episodes_finished(
     episodes, mean_return, tasks, words
 ):
     summary = _summary(episodes, mean_return, tuple(f"task{i}" for i in range(tasks)))
-    first = train._final_report(summary).splitlines()[0]
+    first = run_outputs.final_report(summary).splitlines()[0]
     assert first.endswith(f"including start-up), {words}")
     assert " -" not in first

@@ -11,7 +11,7 @@ import jax
 import numpy as np
 from jax.sharding import NamedSharding
 
-from sebulba import evaluate, random_streams, train
+from sebulba import evaluate, random_streams, run_setup, train
 from sebulba.actors.actor_step import actor_step
 from sebulba.agents import impala, minibatches, ppo
 from sebulba.agents.api import Agent, ArraySpec, Discrete, EnvSpec
@@ -44,7 +44,7 @@ def init_keys(seed):
         config=types.SimpleNamespace(seed=seed),
         agent=agent,
         layout=types.SimpleNamespace(sharding=lambda spec: NamedSharding(mesh, spec)),
-        learner_state_shapes=train.state_shapes(agent, seed),
+        learner_state_shapes=run_setup.state_shapes(agent, seed),
     )
     return _rows(train.init_learner_state(setup))
 
