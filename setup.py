@@ -24,7 +24,7 @@ INSTALL_REQUIRES = [
     "numpy>=2.0,<2.5",
     # JAX's dtypes; 0.7.0's extension takes about 1 s to import where 0.6.0's takes 5 ms,
     # paid by every process before its first line of work (benchmarks/import_time.py:
-    # 3.0 against 1.9 CPU-s for a command line's imports).
+    # 2.3 against 1.3 CPU-s for a command line's imports).
     "ml_dtypes>=0.5.0,<0.7",
     "orbax-checkpoint>=0.12.0,<0.13",
     "tensorstore>=0.1.80,<0.2",

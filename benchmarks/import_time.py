@@ -5,8 +5,8 @@
         --variant=ml_dtypes-0.6.0:/tmp/ml6               # the same, per package variant
 
 A `python -m sebulba.main` command line, a `sebulba.evaluate`, each xdist worker and each
-command a test starts imports JAX, flax, optax, rlax, envpool and orbax before its first
-line of work. This starts `--rounds` fresh processes per variant, interleaved so that the
+command a test starts imports JAX and flax before its first line of work (envpool, rlax
+and orbax follow on first use). This starts `--rounds` fresh processes per variant, interleaved so that the
 machine's load falls on every variant alike, each importing what a training command
 line imports (`sebulba.main` and `sebulba.train`), and prints a markdown table of the
 median wall and CPU seconds per variant, then the modules with the largest import time of
