@@ -9,6 +9,7 @@ from configs import impala_atari, ppo_atari, ppo_cartpole
 from sebulba.environments import envpool_pools, task_checks, thread_envs
 from sebulba.environments import episodes as episodes_lib
 from sebulba.errors import ConfigError
+from tests import helpers
 
 
 @pytest.mark.parametrize("use_fire_reset", [False, True])
@@ -118,3 +119,27 @@ def test_envpool_workers_share_the_process_cores_among_its_pools(monkeypatch):
     # The process's CPU set, not the machine's core count.
     monkeypatch.undo()
     assert 1 <= thread_envs.available_cores() <= (os.cpu_count() or 1)
+
+
+_ENVPOOL_START_UP_PROBE = """
+import sys
+from sebulba.environments.envpool_registry import import_envpool
+
+envpool = import_envpool()
+envs = envpool.make_gymnasium("CartPole-v1", num_envs=1)
+kind = lambda: type(sys.modules["matplotlib.pyplot"]).__name__
+print("after envpool:", kind())
+import matplotlib.pyplot as plt  # A user's own plot gets the real module.
+figure = plt.figure()
+print("after a figure:", kind(), type(figure).__name__)
+"""
+
+
+def test_envpool_starts_without_the_plotting_module_it_imports_only_to_render():
+    """envpool's Jumanji viewers import pyplot with envpool (about 0.3 s of every command
+    line's start-up); sebulba defers it to its first use (docs/architecture.md)."""
+    env = {**helpers.process_env(), "MPLBACKEND": "Agg"}
+    result = helpers.run_python("-c", _ENVPOOL_START_UP_PROBE, env=env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "after envpool: _DeferredModule" in result.stdout
+    assert "after a figure: module Figure" in result.stdout

@@ -16,6 +16,8 @@ import functools
 import sys
 import warnings
 
+from sebulba.runtime.deferred_imports import defer_import
+
 _EGL_LIBRARY = "libEGL.so.1"
 # The Debian/Ubuntu packages of EGL and Mesa's software renderer (llvmpipe).
 EGL_APT_PACKAGES = "libegl1 libegl-mesa0 libgl1-mesa-dri"
@@ -32,6 +34,11 @@ def _preload_egl() -> str | None:
     return None
 
 
+# What envpool imports when it is imported only to draw: its Jumanji viewers import pyplot
+# (about 0.3 s of a command line's start-up), which a run asks for only when it renders.
+# Deferred, the first use imports the real module (`sebulba.runtime.deferred_imports`).
+RENDER_ONLY_MODULES = ("matplotlib.pyplot",)
+
 # Why rendering through EGL cannot work, once `import_envpool` has run (None: it can).
 _egl_missing: str | None = None
 
@@ -45,6 +52,8 @@ def import_envpool():
     """
     global _egl_missing
     _egl_missing = _preload_egl()
+    for name in RENDER_ONLY_MODULES:
+        defer_import(name)
     import envpool
 
     return envpool
