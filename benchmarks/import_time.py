@@ -6,11 +6,11 @@
 
 A `python -m sebulba.main` command line, a `sebulba.evaluate`, each xdist worker and each
 command a test starts imports JAX and flax before its first line of work (envpool, rlax
-and orbax follow on first use). This starts `--rounds` fresh processes per variant, interleaved so that the
-machine's load falls on every variant alike, each importing what a training command
-line imports (`sebulba.main` and `sebulba.train`), and prints a markdown table of the
-median wall and CPU seconds per variant, then the modules with the largest import time of
-their own (`python -X importtime`) in the first variant.
+and orbax follow on first use). This starts `--rounds` fresh processes per variant,
+interleaved so that the machine's load falls on every variant alike, each importing what a
+training command line imports (`sebulba.main` and `sebulba.train`), and prints a markdown
+table of the median wall and CPU seconds per variant, then the modules with the largest
+import time of their own (`python -X importtime`) in the first variant.
 
 A variant is `NAME:DIR`: DIR goes first on `PYTHONPATH`, so a package installed there with
 `pip install --no-deps --target DIR PACKAGE==VERSION` replaces the installed one (no
