@@ -10,7 +10,7 @@ import itertools
 import jax
 import numpy as np
 
-from sebulba import train
+from sebulba import run_outputs, train
 from sebulba.agents import ppo
 from sebulba.runtime.metrics import MetricsLogger
 from tests.helpers import agent_config
@@ -69,7 +69,7 @@ def test_multitask_run_keeps_bounded_episode_state_and_compiles_nothing_after_wa
     num_updates = 200
     config.total_timesteps = 16 * 16 * num_updates
     monkeypatch.setattr(_RecordingLogger, "instances", [])
-    monkeypatch.setattr(train, "MetricsLogger", _RecordingLogger)
+    monkeypatch.setattr(run_outputs, "MetricsLogger", _RecordingLogger)
     traces = collections.Counter()
 
     def count(event: str, duration: float, **kwargs) -> None:
