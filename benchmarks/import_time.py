@@ -70,9 +70,9 @@ def largest_own_import_times(env: dict[str, str], count: int) -> list[tuple[floa
     )
     rows = []
     for line in result.stderr.splitlines():
-        match = re.match(r"import time:\s+(\d+) \|\s+\d+ \|(\s*)(\S+)", line)
+        match = re.match(r"import time:\s+(\d+) \|\s+\d+ \|\s*(\S+)", line)
         if match:
-            rows.append((int(match.group(1)) / 1e6, match.group(3)))
+            rows.append((int(match.group(1)) / 1e6, match.group(2)))
     return sorted(rows, reverse=True)[:count]
 
 
