@@ -1,7 +1,8 @@
-"""Test set-up: 8 virtual CPU devices and fast compilation, set before JAX is imported
-anywhere; one compilation cache for the whole test run; a cyclic garbage collector that
-runs less often."""
+"""Test set-up: jemalloc for the processes the tests run in; 8 virtual CPU devices and fast
+compilation, set before JAX is imported anywhere; one compilation cache for the whole test
+run; a cyclic garbage collector that runs less often."""
 
+import ctypes.util
 import gc
 import os
 import shutil
@@ -10,6 +11,19 @@ import sys
 import tempfile
 
 import pytest
+
+# Compiling, lowering and tracing allocate and free millions of small blocks: glibc's
+# allocator took 13% of a test process's CPU (perf, tests/test_pipeline.py). With jemalloc
+# the workers take 14% less CPU (docs/architecture.md, "The test suite's cost"); the
+# allocator changes no result. The workers and every process a test starts load it where
+# the system has it (`.ci/run` installs libjemalloc2; README.md's set-up names it), as
+# they inherit this process's environment; this process, already started, keeps glibc's
+# (with `-n 0` it runs the tests itself). SEBULBA_TEST_JEMALLOC=0 leaves the allocator alone.
+_PRELOAD = os.environ.get("LD_PRELOAD", "")
+if os.environ.get("SEBULBA_TEST_JEMALLOC", "1") != "0" and "jemalloc" not in _PRELOAD:
+    _JEMALLOC = ctypes.util.find_library("jemalloc")
+    if _JEMALLOC:
+        os.environ["LD_PRELOAD"] = " ".join(filter(None, [_JEMALLOC, _PRELOAD]))
 
 # Tests check what programs compute, not how fast: XLA:CPU compiles them without LLVM's
 # optimizations and with its classic loop emitters, in 0.6x the time (tests/test_ppo.py:
