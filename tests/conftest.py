@@ -14,8 +14,8 @@ import pytest
 
 # Compiling, lowering and tracing allocate and free millions of small blocks: glibc's
 # allocator took 13% of a test process's CPU (perf, tests/test_pipeline.py). With jemalloc
-# the workers take 14% less CPU (docs/architecture.md, "The test suite's cost"); the
-# allocator changes no result. The workers and every process a test starts load it where
+# the compile-heavy test files take 14% less CPU (docs/architecture.md, "The test suite's
+# cost"); the allocator changes no result. The workers and every process a test starts load it where
 # the system has it (`.ci/run` installs libjemalloc2; README.md's set-up names it), as
 # they inherit this process's environment; this process, already started, keeps glibc's
 # (with `-n 0` it runs the tests itself). SEBULBA_TEST_JEMALLOC=0 leaves the allocator alone.
