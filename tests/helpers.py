@@ -21,6 +21,7 @@ from sebulba import train
 from sebulba.agents.api import rollout_partition_specs
 from sebulba.config import base_config
 from sebulba.environments.spaces import ArraySpec, Discrete, EnvSpec
+from tests import zygote
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -50,11 +51,17 @@ def process_env(devices=None):
     return env
 
 
-def run_python(*args, env, cwd=ROOT, timeout=120):
-    """`python ARGS` in a subprocess with `env`, its output captured as text."""
-    return subprocess.run(
-        [sys.executable, *args], capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env
-    )
+def run_python(*args, env, cwd=ROOT, timeout=120, fresh_interpreter=False):
+    """`python ARGS` in a subprocess with `env`, its output captured as text: forked from
+    a process that has imported JAX and sebulba already (tests/zygote.py), or, with
+    `fresh_interpreter` (a test of what a command imports), started as a new interpreter."""
+    return zygote.run(list(args), env=env, cwd=cwd, timeout=timeout, fork=not fresh_interpreter)
+
+
+def popen_python(*args, env, cwd=ROOT, **streams):
+    """`subprocess.Popen([python, *ARGS], env=env, cwd=cwd, **streams)` (`stdin`,
+    `stdout`, `stderr`, `text`), forked as `run_python`'s are."""
+    return zygote.popen(list(args), env=env, cwd=cwd, **streams)
 
 
 @contextlib.contextmanager

@@ -368,7 +368,7 @@ def test_an_anakin_run_starts_without_envpool_or_the_suites_plotting_modules():
     pytest.importorskip("gymnax")
     pytest.importorskip("seaborn")
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": ROOT}
-    result = run_python("-c", _START_UP_PROBE, env=env)
+    result = run_python("-c", _START_UP_PROBE, env=env, fresh_interpreter=True)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "loaded: []" in result.stdout and "seaborn works: True" in result.stdout
 
@@ -388,5 +388,5 @@ def test_a_deferred_module_loads_on_first_use_and_not_on_import():
         "assert 'not_a_module_anywhere' not in sys.modules\n"
     )
     env = {**os.environ, "PYTHONPATH": ROOT}
-    result = run_python("-c", probe, env=env)
+    result = run_python("-c", probe, env=env, fresh_interpreter=True)
     assert result.returncode == 0, result.stderr[-2000:]

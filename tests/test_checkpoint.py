@@ -7,7 +7,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 
 import jax
@@ -24,6 +23,7 @@ from tests.helpers import (
     agent_config,
     assert_rollouts_came_from_the_lagged_version,
     normalized_continuous_overrides,
+    popen_python,
     process_env,
     read_metrics,
     read_summary,
@@ -57,13 +57,8 @@ def _cli(workdir, *overrides, script=None, env_extra=None):
     env.update(env_extra or {})
     program = ["-c", script] if script else ["-m", "sebulba.main"]
     args = [f"--config={TEST_CONFIG}", f"--workdir={workdir}", *overrides]
-    return subprocess.Popen(
-        [sys.executable, *program, *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
-        env=env,
+    return popen_python(
+        *program, *args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
     )
 
 

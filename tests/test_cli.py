@@ -4,12 +4,11 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 
-from tests.helpers import process_env, run_python, workdir_held_by_another_process
+from tests.helpers import popen_python, process_env, run_python, workdir_held_by_another_process
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEST_CONFIG = os.path.join(ROOT, "tests", "configs", "minimal_cartpole.py")
@@ -226,20 +225,16 @@ def test_a_second_run_on_a_workdir_in_use_is_refused_in_one_line(tmp_path):
 def test_ctrl_c_saves_a_checkpoint_and_exits_130(tmp_path):
     workdir = tmp_path / "run"
     env = cli_env()
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "sebulba.main",
-            f"--config={TEST_CONFIG}",
-            f"--workdir={workdir}",
-            "--config.total_timesteps=1536",
-            "--config.debug.learner_delay_s=0.25",  # Time to interrupt mid-run.
-        ],
+    process = popen_python(
+        "-m",
+        "sebulba.main",
+        f"--config={TEST_CONFIG}",
+        f"--workdir={workdir}",
+        "--config.total_timesteps=1536",
+        "--config.debug.learner_delay_s=0.25",  # Time to interrupt mid-run.
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        cwd=ROOT,
         env=env,
     )
     metrics = workdir / "metrics.jsonl"
@@ -298,14 +293,7 @@ def test_flag_mistakes_are_explained_in_the_users_words(tmp_path, flag, expected
     ],
 )
 def test_evaluate_flag_errors_are_one_line(tmp_path, flags_, expected):
-    result = subprocess.run(
-        [sys.executable, "-m", "sebulba.evaluate", *flags_],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": ROOT, "JAX_PLATFORMS": "cpu"},
-    )
+    result = run_python("-m", "sebulba.evaluate", *flags_, env=process_env(), cwd=tmp_path)
     assert result.returncode == 2
     assert _one_stderr_line(result) == f"sebulba.evaluate: {expected}"
 
@@ -313,13 +301,7 @@ def test_evaluate_flag_errors_are_one_line(tmp_path, flags_, expected):
 @pytest.mark.parametrize("content", ["{bad", "[]", '{"agent": {}}'])
 def test_evaluate_of_a_damaged_config_json_is_one_line(tmp_path, content):
     (tmp_path / "config.json").write_text(content)
-    result = subprocess.run(
-        [sys.executable, "-m", "sebulba.evaluate", f"--workdir={tmp_path}"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": ROOT, "JAX_PLATFORMS": "cpu"},
-    )
+    result = run_python("-m", "sebulba.evaluate", f"--workdir={tmp_path}", env=process_env())
     assert result.returncode != 0
     line = _one_stderr_line(result)
     assert line.startswith(f"sebulba.evaluate: {tmp_path / 'config.json'} is not a run's config")
@@ -339,12 +321,14 @@ def test_ctrl_c_during_start_up_stops_at_once_without_a_checkpoint_and_exits_130
         pytest.skip("needs Linux's /proc to see when the stop handler is installed")
     workdir = tmp_path / "run"
     env = cli_env()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "sebulba.main", f"--config={TEST_CONFIG}", f"--workdir={workdir}"],
+    process = popen_python(
+        "-m",
+        "sebulba.main",
+        f"--config={TEST_CONFIG}",
+        f"--workdir={workdir}",
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        cwd=ROOT,
         env=env,
     )
     deadline = time.monotonic() + 60

@@ -139,7 +139,7 @@ def test_envpool_starts_without_the_plotting_module_it_imports_only_to_render():
     """envpool's Jumanji viewers import pyplot with envpool (about 0.3 s of every command
     line's start-up); sebulba defers it to its first use (docs/architecture.md)."""
     env = {**helpers.process_env(), "MPLBACKEND": "Agg"}
-    result = helpers.run_python("-c", _ENVPOOL_START_UP_PROBE, env=env)
+    result = helpers.run_python("-c", _ENVPOOL_START_UP_PROBE, env=env, fresh_interpreter=True)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "after envpool: _DeferredModule" in result.stdout
     assert "after a figure: module Figure" in result.stdout

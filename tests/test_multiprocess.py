@@ -13,7 +13,6 @@ import re
 import signal
 import socket
 import subprocess
-import sys
 import time
 
 import jax
@@ -23,7 +22,7 @@ import pytest
 from sebulba.errors import ConfigError
 from sebulba.mesh import build_layout
 from sebulba.runtime import distributed
-from tests.helpers import process_env, read_metrics, read_summary, run_python
+from tests.helpers import popen_python, process_env, read_metrics, read_summary, run_python
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEST_CONFIG = os.path.join(ROOT, "tests", "configs", "minimal_cartpole.py")
@@ -106,10 +105,10 @@ def launch(
             ]
         flags += list((per_process or {}).get(i, ()))
         code = (python_code or {}).get(i)
-        command = [sys.executable, *(["-c", code] if code else ["-m", "sebulba.main"]), *flags]
+        program = ["-c", code] if code else ["-m", "sebulba.main"]
         out, err = str(logs / f"p{i}.out"), str(logs / f"p{i}.err")
         with open(out, "w") as stdout, open(err, "w") as stderr:
-            popen = subprocess.Popen(command, cwd=ROOT, env=env, stdout=stdout, stderr=stderr)
+            popen = popen_python(*program, *flags, env=env, stdout=stdout, stderr=stderr)
         processes.append(Process(i, popen, out, err))
     return workdir, processes
 
