@@ -106,13 +106,13 @@ def pytest_pyfunc_call(pyfuncitem):
     if not os.environ[_FLAGS_VARIABLE]:  # This process compiles with the defaults.
         return None
     env = {**os.environ, _FLAGS_VARIABLE: "", "XLA_FLAGS": os.environ[_USER_FLAGS_VARIABLE]}
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider"]
-        + [pyfuncitem.nodeid],
+    # Forked from a process that has imported JAX, envpool and the agents (tests/zygote.py).
+    from tests import zygote
+
+    result = zygote.run(
+        ["-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", pyfuncitem.nodeid],
         cwd=str(pyfuncitem.config.rootpath),
         env=env,
-        capture_output=True,
-        text=True,
     )
     if result.returncode != 0:
         pytest.fail(
