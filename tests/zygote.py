@@ -379,21 +379,23 @@ def serve(address):
             problem = "importing started a JAX backend"
     if problem is None and _threads() > threads_of_blas:
         problem = f"importing started {_threads() - threads_of_blas} threads besides BLAS's"
-    print(problem or "ready", flush=True)
     if problem:
+        print(problem, flush=True)
         return
     # The children's collections leave what was imported here alone, so that they do not
     # touch (and so copy) the pages that hold it.
     gc.freeze()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(address)
+    listener.listen(64)
+    # "ready" once the socket takes connections: the client connects as soon as it reads it.
+    print("ready", flush=True)
     # From here on the server's own output (a failed request's traceback) goes to a log
     # beside its socket: nobody reads the pipe it said "ready" on.
     log = os.open(address + ".log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.dup2(log, 1)
     os.dup2(log, 2)
     os.close(log)
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(address)
-    listener.listen(64)
     waiting = {}  # pid -> the connection its status goes to
     while True:
         ready, _, _ = select.select([listener, sys.stdin], [], [], 0.05 if waiting else 1.0)

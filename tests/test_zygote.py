@@ -1,0 +1,83 @@
+"""tests/zygote.py: a command forked from the tests' server behaves as the same command in a
+new interpreter (what it prints, its exit status, its argv, path, working directory and
+environment), and a new server takes its first command at once."""
+
+import os
+import signal
+import subprocess
+
+import pytest
+
+from tests import zygote
+from tests.helpers import ROOT, popen_python, process_env
+
+_PROBE = """
+import os, sys
+print(sys.argv[1:], os.getcwd(), os.environ.get("SEBULBA_PROBE"), repr(sys.path[0]))
+print("to stderr", file=sys.stderr)
+"""
+
+CASES = {
+    "prints and exits 0": ["-c", _PROBE, "a", "b"],
+    "SystemExit's code": ["-c", "import sys; sys.exit(3)"],
+    "SystemExit's message": ["-c", "import sys; sys.exit('a message')"],
+    "an uncaught exception": ["-c", "raise ValueError('boom')"],
+    "a module in the working directory": ["-m", "probe_module", "x"],
+    "a script": ["probe_module.py", "y"],
+    "an atexit handler": ["-c", "import atexit; atexit.register(print, 'at exit')"],
+    "a thread joined at exit": [
+        "-c",
+        "import threading, time; threading.Thread(target=lambda: (time.sleep(0.2), "
+        "print('thread done'))).start()",
+    ],
+}
+
+
+def _both(args, tmp_path):
+    (tmp_path / "probe_module.py").write_text(_PROBE)
+    env = {**process_env(), "SEBULBA_PROBE": "seen"}
+    fresh = zygote.run(args, env=env, cwd=tmp_path, timeout=60, fork=False)
+    forked = zygote.run(args, env=env, cwd=tmp_path, timeout=60)
+    return fresh, forked
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_forked_command_behaves_as_a_new_interpreter(case, tmp_path):
+    fresh, forked = _both(CASES[case], tmp_path)
+    assert forked.returncode == fresh.returncode
+    assert forked.stdout == fresh.stdout
+    if fresh.stderr.startswith("Traceback"):
+        # The forked traceback has the server's frames above the command's.
+        assert forked.stderr.splitlines()[-1] == fresh.stderr.splitlines()[-1]
+    else:
+        assert forked.stderr == fresh.stderr
+
+
+def test_the_tests_commands_are_forked_and_a_signal_reaches_the_command(tmp_path):
+    code = "import sys, time; print('started', flush=True); time.sleep(60)"
+    process = popen_python(
+        "-c", code, env=process_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert isinstance(process, zygote.ForkedProcess), "not forked: the server was refused"
+    assert process.stdout.readline() == "started\n"
+    assert process.poll() is None
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=30)
+    assert process.returncode == -signal.SIGINT  # As Python ends on a KeyboardInterrupt.
+    assert err.splitlines()[-1] == "KeyboardInterrupt"
+
+
+def test_a_new_server_takes_its_first_command_at_once(tmp_path):
+    # A server of its own (an environment no other test uses), asked at once.
+    env = {**process_env(), "SEBULBA_PROBE": str(tmp_path)}
+    server = zygote._Server(env)  # noqa: SLF001
+    try:
+        assert server.usable, server.ready_line
+        process = zygote.ForkedProcess(
+            server, ["-c", "print('first')"], env, ROOT, None, subprocess.PIPE, None, True
+        )
+        out, _ = process.communicate(timeout=60)
+        assert (out, process.returncode) == ("first\n", 0)
+    finally:
+        server.close()
+    assert not os.path.exists(server.directory)
