@@ -168,35 +168,21 @@ def popen(args, *, env, cwd, stdin=None, stdout=None, stderr=None, text=False, f
     `send_signal`, `terminate` and `kill`."""
     runnable = args and (args[0] in ("-m", "-c") and len(args) > 1 or not args[0].startswith("-"))
     env = dict(os.environ if env is None else env)
+    streams = {"stdin": stdin, "stdout": stdout, "stderr": stderr, "text": text}
+
+    def start(server):
+        if server is None:
+            return subprocess.Popen([sys.executable, *args], env=env, cwd=cwd, **streams)
+        return ForkedProcess(server, list(args), env, os.fspath(cwd), **streams)
+
     server = _server_for(env) if fork and runnable and _enabled() else None
-    if server is None:
-        return subprocess.Popen(
-            [sys.executable, *args],
-            env=env,
-            cwd=cwd,
-            stdin=stdin,
-            stdout=stdout,
-            stderr=stderr,
-            text=text,
-        )
     try:
-        return ForkedProcess(server, list(args), env, os.fspath(cwd), stdin, stdout, stderr, text)
+        return start(server)
     except ConnectionError:
         # The server is gone: said as a warning, with its log, and a new one forks this.
         warnings.warn(f"the forking server for tests ended: {server.log_tail()}", stacklevel=2)
         _drop(server)
-        server = _server_for(env)
-        if server is None:
-            return subprocess.Popen(
-                [sys.executable, *args],
-                env=env,
-                cwd=cwd,
-                stdin=stdin,
-                stdout=stdout,
-                stderr=stderr,
-                text=text,
-            )
-        return ForkedProcess(server, list(args), env, os.fspath(cwd), stdin, stdout, stderr, text)
+        return start(_server_for(env))
 
 
 def run(args, *, env, cwd, timeout=None, fork=True):
