@@ -308,7 +308,9 @@ class ForkedProcess:
         return results.get("stdout"), results.get("stderr")
 
     def send_signal(self, signum):
-        if self.returncode is None:
+        # As Popen does: a process whose end the server has reported is not signalled (its
+        # pid may be another process's by now).
+        if self.poll() is None:
             os.kill(self.pid, signum)
 
     def terminate(self):
