@@ -81,3 +81,27 @@ def test_a_new_server_takes_its_first_command_at_once(tmp_path):
     finally:
         server.close()
     assert not os.path.exists(server.directory)
+
+
+def test_a_new_environment_takes_the_place_of_an_idle_server_only(tmp_path, monkeypatch):
+    # One server at most: a second environment gets a fresh interpreter while the first
+    # server has a process running, and takes that server's place once it has none.
+    monkeypatch.setattr(zygote, "_servers", {})  # This test's own servers.
+    monkeypatch.setattr(zygote, "_MAX_SERVERS", 1)
+    first, second = ({**process_env(), "SEBULBA_PROBE": f"{tmp_path}/{i}"} for i in (1, 2))
+    wait_for_stdin = ["-c", "import sys; print(sys.stdin.read())"]
+    streams = dict(stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        busy = zygote.popen(wait_for_stdin, env=first, cwd=tmp_path, **streams)
+        assert isinstance(busy, zygote.ForkedProcess)
+        fresh = zygote.popen(["-c", "print('fresh')"], env=second, cwd=tmp_path, **streams)
+        assert isinstance(fresh, subprocess.Popen)
+        assert fresh.communicate(timeout=60) == ("fresh\n", None)
+        assert busy.communicate("still served", timeout=60) == ("still served\n", None)
+        forked = zygote.popen(["-c", "print('forked')"], env=second, cwd=tmp_path, **streams)
+        assert isinstance(forked, zygote.ForkedProcess)
+        assert forked.communicate(timeout=60) == ("forked\n", None)
+        assert [server.env for server in zygote._servers.values()] == [second]
+    finally:
+        for server in zygote._servers.values():
+            server.close()

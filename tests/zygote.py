@@ -94,6 +94,10 @@ class _Server:
             stderr=subprocess.STDOUT,
             text=True,
         )
+        # The processes forked from it that have not been seen to end (`_servers_lock`):
+        # a server is closed for another only while it has none.
+        self.running = 0
+        self.last_used = time.monotonic()
         # The first line: "ready", or why this server cannot stand in for an interpreter.
         self.ready_line = self.process.stdout.readline().rstrip("\n")
         self.usable = self.ready_line == "ready"
@@ -135,19 +139,36 @@ _servers_lock = threading.Lock()
 
 
 # The tests start most processes with one of a few environments (tests/helpers.py's
-# `process_env`); a process with yet another is started fresh rather than costing a server.
+# `process_env`, the marked tests' pytest processes, a test file's own variables); a test
+# file's processes share one. Each server holds about 340 MB: a new environment closes
+# the server used least recently, or, where every server has processes running, is
+# started as a fresh interpreter.
 _MAX_SERVERS = 3
 
 
 def _server_for(env):
+    """The usable server for `env` with a process reserved on it (`_release` frees it),
+    or None."""
     key = _key(env)
     with _servers_lock:
         server = _servers.get(key)
         if server is None:
             if len(_servers) >= _MAX_SERVERS:
-                return None
+                idle = [(s.last_used, k) for k, s in _servers.items() if s.running == 0]
+                if not idle:
+                    return None
+                _servers.pop(min(idle)[1]).close()
             server = _servers[key] = _Server(env)
-        return server if server.usable else None
+        if not server.usable:
+            return None
+        server.running += 1
+        server.last_used = time.monotonic()
+        return server
+
+
+def _release(server):
+    with _servers_lock:
+        server.running -= 1
 
 
 @atexit.register
@@ -181,6 +202,7 @@ def popen(args, *, env, cwd, stdin=None, stdout=None, stderr=None, text=False, f
     except ConnectionError:
         # The server is gone: said as a warning, with its log, and a new one forks this.
         warnings.warn(f"the forking server for tests ended: {server.log_tail()}", stacklevel=2)
+        _release(server)
         _drop(server)
         return start(_server_for(env))
 
@@ -213,6 +235,7 @@ class ForkedProcess:
         self.args = [sys.executable, *args]
         self.returncode = None
         self.stdin = None
+        self._server = server  # Reserved by `_server_for`; released once the end is read.
         self._connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self._connection.connect(server.address)
@@ -271,6 +294,7 @@ class ForkedProcess:
         self.returncode = int(line) if line else -signal.SIGKILL
         self._reader.close()
         self._connection.close()
+        _release(self._server)
 
     def wait(self, timeout=None):
         if self.returncode is None:
