@@ -64,6 +64,13 @@ def popen_python(*args, env, cwd=ROOT, **streams):
     return zygote.popen(list(args), env=env, cwd=cwd, **streams)
 
 
+def fork_the_commands_of(monkeypatch, module):
+    """The `python ...` processes that `module` (library code a test runs in its own
+    process: sebulba.sweep's runner, benchmarks/default_runs.py) starts are forked as
+    `run_python`'s are, for the rest of the test."""
+    monkeypatch.setattr(module, "subprocess", zygote.FORKING_SUBPROCESS)
+
+
 @contextlib.contextmanager
 def workdir_held_by_another_process(workdir):
     """A process holding `workdir` as a run does (`sebulba.runtime.workdir.hold`) while

@@ -18,8 +18,16 @@ from sebulba.config.run_plan import plan
 from sebulba.errors import ConfigError
 from sebulba.pbt.population import Population
 from sebulba.pbt.settings import settings_of
-from tests.helpers import read_metrics, read_summary
+from tests.helpers import fork_the_commands_of, read_metrics, read_summary
 from tests.test_anakin import NUM_UPDATES, _cli, _without_timing, anakin_config
+
+
+@pytest.fixture(autouse=True)
+def _forked_member_runs(monkeypatch):
+    from sebulba import sweep  # The members' runs are started by its runner.
+
+    fork_the_commands_of(monkeypatch, sweep)
+
 
 STEPS_PER_UPDATE = 128  # anakin_config: 8 envs x 16 steps.
 

@@ -20,6 +20,14 @@ import default_runs  # noqa: E402
 import records  # noqa: E402
 import render_docs  # noqa: E402
 
+from tests.helpers import fork_the_commands_of  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _forked_commands(monkeypatch):
+    fork_the_commands_of(monkeypatch, default_runs)
+
+
 # The README's promise for its default configs: every recorded seed ends near 500.
 LEARNED = 475.0
 # A fresh run where XLA rounds differently (another CPU's features, another JAX release)

@@ -6,7 +6,6 @@ import shlex
 import shutil
 import signal
 import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -15,24 +14,30 @@ from sebulba import plot, sweep
 from sebulba.errors import ConfigError
 from sebulba.experiments import sweep_report, sweep_slurm
 from sebulba.experiments.sweep_plan import parse_sweep, split_values
-from tests.helpers import workdir_held_by_another_process
+from tests.helpers import (
+    fork_the_commands_of,
+    popen_python,
+    run_python,
+    workdir_held_by_another_process,
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MINIMAL = "tests/configs/minimal_cartpole.py"  # 6 updates of 128 steps: seconds per run.
 
 
-def sweep_command(workdir):
-    return [sys.executable, "-m", "sebulba.sweep", f"--config={MINIMAL}", f"--workdir={workdir}"]
+def sweep_args(workdir):
+    return ["-m", "sebulba.sweep", f"--config={MINIMAL}", f"--workdir={workdir}"]
 
 
 def run_sweep(workdir, *args, timeout=240):
-    return subprocess.run(
-        [*sweep_command(workdir), *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=timeout,
-    )
+    # The sweep command is forked (tests/helpers.run_python); the runs it starts are new
+    # interpreters, as a user's are.
+    return run_python(*sweep_args(workdir), *args, env=dict(os.environ), timeout=timeout)
+
+
+@pytest.fixture(autouse=True)
+def _forked_runs_of_sweeps_run_here(monkeypatch):
+    fork_the_commands_of(monkeypatch, sweep)
 
 
 def started(output):
@@ -188,12 +193,13 @@ def test_a_second_sweep_in_a_directory_in_use_is_refused_in_one_line(tmp_path, c
 
 def test_an_interrupted_sweep_resumes_and_skips_finished_runs(tmp_path):
     workdir = tmp_path / "sweep"
-    process = subprocess.Popen(
-        [*sweep_command(workdir), "--seeds=1,2,3"],
+    process = popen_python(
+        *sweep_args(workdir),
+        "--seeds=1,2,3",
+        env=dict(os.environ),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        cwd=ROOT,
     )
     # Interrupt while run 2 is in progress, after run 1 has finished: once the sweep says
     # it started run 2 (its run.log appears a moment earlier, before the sweep counts it).

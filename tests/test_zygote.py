@@ -5,6 +5,7 @@ environment), and a new server takes its first command at once."""
 import os
 import signal
 import subprocess
+import sys
 
 import pytest
 
@@ -105,3 +106,19 @@ def test_a_new_environment_takes_the_place_of_an_idle_server_only(tmp_path, monk
     finally:
         for server in zygote._servers.values():
             server.close()
+
+
+def test_library_code_run_here_forks_its_python_commands_in_a_session_of_their_own():
+    # `fork_the_commands_of` (sebulba.sweep's runner, which signals each run's process
+    # group): `[sys.executable, ...]` is forked, with Popen's `start_new_session`.
+    process = zygote.FORKING_SUBPROCESS.Popen(
+        [sys.executable, "-c", "import os; print(os.getsid(0) == os.getpid())"],
+        env=process_env(),
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert isinstance(process, zygote.ForkedProcess)
+    assert process.communicate(timeout=60) == ("True\n", None)
+    other = zygote.FORKING_SUBPROCESS.run(["true"], capture_output=True, text=True)
+    assert other.returncode == 0 and zygote.FORKING_SUBPROCESS.PIPE == subprocess.PIPE

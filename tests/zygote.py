@@ -181,7 +181,18 @@ def _enabled():
     return os.environ.get("SEBULBA_TEST_ZYGOTE", "1") != "0" and hasattr(os, "fork")
 
 
-def popen(args, *, env, cwd, stdin=None, stdout=None, stderr=None, text=False, fork=True):
+def popen(
+    args,
+    *,
+    env,
+    cwd,
+    stdin=None,
+    stdout=None,
+    stderr=None,
+    text=False,
+    start_new_session=False,
+    fork=True,
+):
     """`subprocess.Popen([sys.executable, *args], ...)` for `args` of `-m MODULE ...`,
     `-c CODE ...` or `SCRIPT ...`: forked from a server where it can be (module
     docstring) and `fork` is True, else a fresh interpreter. Returns a Popen or an object
@@ -193,8 +204,16 @@ def popen(args, *, env, cwd, stdin=None, stdout=None, stderr=None, text=False, f
 
     def start(server):
         if server is None:
-            return subprocess.Popen([sys.executable, *args], env=env, cwd=cwd, **streams)
-        return ForkedProcess(server, list(args), env, os.fspath(cwd), **streams)
+            return subprocess.Popen(
+                [sys.executable, *args],
+                env=env,
+                cwd=cwd,
+                start_new_session=start_new_session,
+                **streams,
+            )
+        return ForkedProcess(
+            server, list(args), env, os.fspath(cwd), new_session=start_new_session, **streams
+        )
 
     server = _server_for(env) if fork and runnable and _enabled() else None
     try:
@@ -228,10 +247,42 @@ def run(args, *, env, cwd, timeout=None, fork=True):
     return subprocess.CompletedProcess([sys.executable, *args], process.returncode, out, err)
 
 
+# What `popen` takes besides the command, its environment and working directory.
+_POPEN_OPTIONS = frozenset({"stdin", "stdout", "stderr", "text", "start_new_session"})
+
+
+class _ForkingSubprocess:
+    """The `subprocess` module as library code that a test runs in its own process sees it
+    (set as, say, `sebulba.sweep.subprocess` with monkeypatch): its `Popen` and `run` of
+    `[sys.executable, *ARGS]` go through `popen` and `run` above, so that the runs a sweep
+    or a population starts are forked too; everything else is the subprocess module's."""
+
+    def __getattr__(self, name):
+        return getattr(subprocess, name)
+
+    @staticmethod
+    def Popen(command, *, env=None, cwd=None, **options):  # noqa: N802 - subprocess's name.
+        if list(command[:1]) != [sys.executable] or not set(options) <= _POPEN_OPTIONS:
+            return subprocess.Popen(command, env=env, cwd=cwd, **options)
+        return popen(list(command[1:]), env=env, cwd=cwd or os.getcwd(), **options)
+
+    @staticmethod
+    def run(command, *, env=None, cwd=None, capture_output=False, text=False, **options):
+        forkable = capture_output and text and set(options) <= {"timeout"}
+        if list(command[:1]) != [sys.executable] or not forkable:
+            return subprocess.run(
+                command, env=env, cwd=cwd, capture_output=capture_output, text=text, **options
+            )
+        return run(list(command[1:]), env=env, cwd=cwd or os.getcwd(), **options)
+
+
+FORKING_SUBPROCESS = _ForkingSubprocess()
+
+
 class ForkedProcess:
     """A process forked by a server, handled as a `subprocess.Popen`."""
 
-    def __init__(self, server, args, env, cwd, stdin, stdout, stderr, text):
+    def __init__(self, server, args, env, cwd, stdin, stdout, stderr, text, new_session=False):
         self.args = [sys.executable, *args]
         self.returncode = None
         self.stdin = None
@@ -262,7 +313,8 @@ class ForkedProcess:
                 child_fds.append(os.dup(spec if isinstance(spec, int) else spec.fileno()))
         if child_fds[2] is None:
             child_fds[2] = os.dup(child_fds[1])
-        request = json.dumps({"args": args, "env": env, "cwd": cwd}).encode()
+        request = {"args": args, "env": env, "cwd": cwd, "new_session": new_session}
+        request = json.dumps(request).encode()
         socket.send_fds(self._connection, [request + b"\n"], child_fds)
         for fd in child_fds:
             os.close(fd)
@@ -474,6 +526,8 @@ def _become(request, fds):
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
         os.close(fd)
+    if request["new_session"]:  # Popen's `start_new_session`.
+        os.setsid()
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
