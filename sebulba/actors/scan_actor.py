@@ -32,10 +32,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from sebulba import program_order
 from sebulba.agents.api import EnvSpec, Rollout, UpdatePlan, rollout_env_axes
 from sebulba.environments import episodes as episodes_lib
 from sebulba.environments import spaces, thread_envs
 
+# The name scope of the update's pieces in a fused program: its instructions' op names
+# hold it, so a reader of the compiled module (`sebulba.preflight.schedule`) finds them.
+UPDATE_PIECE_SCOPE = "update_piece"
 # Platforms for which envpool ships kernels of its XLA custom calls.
 _XLA_PLATFORMS = {"cpu": 0, "gpu": 1, "cuda": 1}
 
@@ -267,10 +271,13 @@ def split_envs(rollout: Rollout, num_slices: int) -> list[Rollout]:
 
 @dataclasses.dataclass(frozen=True)
 class _Work:
-    """Device work to queue between an env step's sends and receives: `run(carry) -> carry`."""
+    """Device work to queue between an env step's sends and receives: `run(carry, index)
+    -> carry`, `index` an int32 scalar (which outer step: it passes the same ordering as
+    the carry, so that work it selects cannot start before the sends either)."""
 
     carry: Any
-    run: Callable[[Any], Any]
+    index: jax.Array
+    run: Callable[[Any, jax.Array], Any]
 
 
 def _plain_steps(env_step: Callable, loop, count: int):
@@ -311,11 +318,12 @@ def _steps_with_plan(env_step: Callable, loop, num_steps: int, plan: UpdatePlan)
         per_env_step = N // num_steps
 
         def slot(carry, t):
-            def pieces(plan_carry):
-                return plan.steps(plan_carry, t * per_env_step, per_env_step)
+            def pieces(plan_carry, first):
+                return plan.steps(plan_carry, first, per_env_step)
 
             loop, plan_carry = carry
-            loop, per_group, plan_carry = env_step(loop, _Work(plan_carry, pieces))
+            work = _Work(plan_carry, t * per_env_step, pieces)
+            loop, per_group, plan_carry = env_step(loop, work)
             return (loop, plan_carry), jax.tree.map(lambda x: x[None], per_group)
 
         num_slots, per_slot, leading = num_steps, 1, None
@@ -326,7 +334,7 @@ def _steps_with_plan(env_step: Callable, loop, num_steps: int, plan: UpdatePlan)
             loop, plan_carry = carry
             outputs = []
             for u in range(k):
-                work = _Work(plan_carry, lambda c, u=u: plan.piece(c, m, u))
+                work = _Work(plan_carry, m, lambda c, m, u=u: plan.piece(c, m, u))
                 loop, per_group, plan_carry = env_step(loop, work)
                 outputs.append(jax.tree.map(lambda x: x[None], per_group))
             loop, rest = _plain_steps(env_step, loop, per_slot - k)
@@ -415,17 +423,21 @@ def build_rollout_program(
         and the receives, while the envs step on the host's threads."""
         handles = send(states, actions)
         # Every pool is sent its actions before any result is awaited, so all pools
-        # step at once (the step loop's order: all sends, then all receives). The work
-        # is ordered after the sends and before the receives by data dependence: its
-        # inputs pass a barrier with the sent handles, the receives' handles one with its
-        # outputs. (A send synchronises the device's stream, so work queued before it
-        # would hold the envs back; queued before a receive, it runs while they step.)
+        # step at once (the step loop's order: all sends, then all receives), and the
+        # work runs after the sends and before the receives. Both orders are data
+        # (`program_order`), which every backend's scheduler must keep: a send
+        # synchronises the device's stream, so work queued before it would hold the
+        # envs back; queued before a receive, it runs while they step. The work's
+        # inputs and outputs pass what `UpdatePlan.step` passes them through between
+        # pieces, so that XLA fuses and rounds each piece as in the threaded update.
+        sent = program_order.completion_flag(handles)
         if work is None:
-            return recv(jax.lax.optimization_barrier(handles)), None
-        handles, carry = jax.lax.optimization_barrier((handles, work.carry))
-        carry = work.run(carry)
-        handles, carry = jax.lax.optimization_barrier((handles, carry))
-        return recv(handles), carry
+            return recv(program_order.after(sent, handles)), None
+        carry = jax.lax.optimization_barrier(program_order.after(sent, work.carry))
+        with jax.named_scope(UPDATE_PIECE_SCOPE):  # Names the piece's kernels in the module.
+            carry = jax.lax.optimization_barrier(work.run(carry, work.index))
+        done = program_order.completion_flag(carry)
+        return recv(program_order.after(done, handles)), carry
 
     def policy(params, state: GroupState):
         return actor_step(

@@ -30,6 +30,8 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec
 
+from sebulba import program_order
+
 # The config checks agents use in `make`, re-exported with the rest of the contract.
 from sebulba.config.validation import (  # noqa: F401
     NON_NEGATIVE,
@@ -226,13 +228,16 @@ class UpdatePlan:
             carry = jax.lax.scan(middle, carry, jnp.arange(1, k - 1, dtype=jnp.int32))[0]
             return self.piece(carry, m, k - 1)
         for u in range(self.pieces_per_step):
-            if u and self.unroll:
-                # Each piece compiled apart from the one before, as in the fused step,
-                # where an env step separates them: left adjacent, XLA fuses across them
-                # differently and rounds differently (ppo_atari.py:smoke with 2
-                # micro-batches on CPU; tests/test_fused.py).
-                carry = jax.lax.optimization_barrier(carry)
             carry = self.piece(carry, m, u)
+            if self.unroll:
+                # Each piece compiled apart from the next, as in the fused step, where
+                # its results are read to order the env step's receive and pass an
+                # ordering select on their way to the next piece: given other readers,
+                # XLA fuses the piece's last kernels differently and rounds differently
+                # (PPO with 2 micro-batches on CPU; tests/test_fused.py). A rolled loop's
+                # body is compiled apart anyway.
+                done = program_order.completion_flag(carry)
+                carry = jax.lax.optimization_barrier(program_order.after(done, carry))
         return carry
 
     def steps(self, carry, first: jax.Array, count: int):
