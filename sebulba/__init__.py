@@ -21,6 +21,9 @@ from sebulba.runtime import platforms as _platforms
 # where libtpu is installed (the [test] extra) JAX would print libtpu's errors about the
 # TPU VM it cannot find. Wherever an accelerator may exist, nothing changes.
 _platforms.skip_absent_accelerators()
+# And where JAX's CUDA plugin is installed on it (the [test] and [gpu-check] extras), its
+# libraries' notices that they found no CUDA driver.
+_platforms.load_cuda_plugin_quietly()
 
 # Public name -> (module, attribute; None: the module itself). Not `sebulba.evaluate`:
 # its command-line flags would clash with `sebulba.main`'s in one process.

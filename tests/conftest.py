@@ -85,6 +85,8 @@ gc.set_threshold(50_000, 20, 10)
 
 import jax  # noqa: E402
 
+import sebulba  # noqa: E402, F401  # Before JAX: quiet where its CUDA plugin is installed.
+
 jax.config.update("jax_compilation_cache_dir", TEST_COMPILATION_CACHE)
 
 # Test modules import envpool themselves; it must load after the system's libEGL for the
