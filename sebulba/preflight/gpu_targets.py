@@ -71,9 +71,12 @@ def prepare_environment() -> None:
 
     With `JAX_PLATFORMS=cpu` the plugin registers without its CUDA version check (whose
     `cuInit` fails where no driver is installed, after which the "cuda" topology does not
-    exist), and JAX's own backend is the CPU's; a value the user set is kept.
+    exist), and JAX's own backend is the CPU's. XLA:GPU's notes at INFO level (that it
+    compiles without a device, for hosts it does not have) are left out. Values the user
+    set are kept.
     """
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
 
 def target_config(card: str) -> str:
