@@ -98,6 +98,10 @@ def load_cuda_plugin_quietly() -> None:
     libraries = _cuda_plugin_libraries()
     if not libraries or not only_cpu_present():
         return
+    # Without a GPU the plugin only compiles (sebulba.check), and XLA:GPU notes each such
+    # compile at INFO level ("Found GPU target config and no PjRtClient. Performing a
+    # deviceless compilation."). The libraries read the level once, as they load.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     sys.stderr.flush()
     saved = os.dup(2)
     with tempfile.TemporaryFile() as captured:
