@@ -7,12 +7,21 @@ program instead: each computation runs as many times as the loops around it iter
 and the totals are
 
 * FLOPs of the matrix units: every `dot` and `convolution` (2 x output elements x the
-  elements each one sums over); elementwise work is left out (a few percent in these
-  networks, and the vector units do it beside the matrix units);
+  elements each one sums over), also where XLA:GPU has handed them to a library: a
+  `custom-call` to cuBLAS (`__cublas$gemm`, `__cublas$lt$matmul`: the product's dimension
+  numbers are in its backend config) or to cuDNN (`__cudnn$convForward`, its fused
+  bias-and-activation form, `__cudnn$convBackwardInput` and `__cudnn$convBackwardFilter`:
+  each names the forward convolution's window and `dim_labels`, and costs what that
+  convolution costs). A Triton GEMM is a fusion whose body holds the `dot`. Elementwise
+  work is left out (a few percent in these networks, and the vector units do it beside
+  the matrix units);
 * bytes accessed: the operands and result of every instruction outside fusions (what a
-  fused kernel reads and writes in device memory), collectives and copies excepted;
+  fused kernel reads and writes in device memory; a library call's too, less the
+  scratch buffer it is given), collectives and copies excepted;
 * collectives: each all-reduce, all-gather, reduce-scatter, all-to-all and
-  collective-permute, with the bytes it sends from each device and its group size.
+  collective-permute, with the bytes it sends from each device and its group size; on
+  GPUs each is an asynchronous pair (`all-reduce-start` / `all-reduce-done`), counted
+  at its start, or an `async-start` wrapping it, counted inside.
 
 Each computation is costed once and counted as often as it runs: the entry once, a
 `while` body its trip count times, a `call`'s callee once per call, all of it multiplied
@@ -50,9 +59,13 @@ COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "coll
 _NO_TRAFFIC = {
     "parameter", "constant", "tuple", "get-tuple-element", "bitcast", "while", "conditional",
     "call", "after-all", "partition-id", "replica-id", "opt-barrier", "copy-start",
-    "copy-done", "custom-call", "send", "send-done", "recv", "recv-done", "async-done",
-    "async-update",
+    "copy-done", "custom-call", "send", "send-done", "recv", "recv-done", "async-start",
+    "async-done", "async-update",
 }  # fmt: skip
+# The custom calls through which XLA:GPU runs products on libraries (cuBLAS GEMMs, cuDNN
+# convolutions): priced as the dot or convolution each stands for.
+_LIBRARY_TARGETS = ("__cublas$", "__cudnn$conv")
+_TARGET = re.compile(r'custom_call_target="([^"]+)"')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,10 +151,16 @@ class _Walker:
         totals = _Totals()
         for instruction in self.computations.get(name, []):
             op = instruction.op
-            if op in ("dot", "convolution"):
+            library = _library_target(instruction)
+            if op in ("dot", "convolution") or library:
                 dtype = _element_type(instruction, self.by_name)
-                flops = _matrix_flops(instruction, self.by_name)
+                if library:
+                    flops = _library_flops(library, instruction, self.by_name)
+                else:
+                    flops = _matrix_flops(instruction, self.by_name)
                 totals.flops[dtype] = totals.flops.get(dtype, 0.0) + flops
+            if library and not fused:
+                totals.traffic += _library_traffic(instruction, self.by_name)
             kind = op.removesuffix("-start")
             if kind in COLLECTIVES:
                 payload = sum(
@@ -207,15 +226,68 @@ def _matrix_flops(instruction: Instruction, by_name: dict[str, Instruction]) -> 
         summed = math.prod(dims[int(d)] for d in contracting.group(1).split(",") if d)
         return 2.0 * outputs * summed
     rhs = by_name.get(instruction.operands[1]) if len(instruction.operands) > 1 else None
-    labels = re.search(r"dim_labels=[^_]*_([^-]*)->", instruction.attributes)
-    if rhs is None or labels is None:
+    if rhs is None:
         return 0.0
-    kernel, kernel_labels = array_dims(rhs.shape), labels.group(1)
-    if len(kernel) != len(kernel_labels):
+    return _convolution_flops(instruction.shape, rhs.shape, instruction.attributes)
+
+
+def _convolution_flops(output: str, kernel: str, attributes: str) -> float:
+    """2 x output elements x what each sums over, for a convolution of output shape
+    `output` and kernel shape `kernel` (shape texts) whose `dim_labels` are in `attributes`."""
+    labels = re.search(r"dim_labels=[^_]*_([^-]*)->", attributes)
+    dims = array_dims(kernel)
+    if labels is None or len(dims) != len(labels.group(1)):
         return 0.0
     # Each output sums over the kernel's spatial and input-feature extent ('o' excluded).
-    summed = math.prod(s for s, label in zip(kernel, kernel_labels, strict=True) if label != "o")
-    return 2.0 * outputs * summed
+    summed = math.prod(s for s, label in zip(dims, labels.group(1), strict=True) if label != "o")
+    return 2.0 * math.prod(array_dims(output)) * summed
+
+
+def _library_target(instruction: Instruction) -> str | None:
+    """The cuBLAS or cuDNN function a `custom-call` runs a product on; None otherwise."""
+    if instruction.op != "custom-call":
+        return None
+    target = _TARGET.search(instruction.attributes)
+    if target is None or not target.group(1).startswith(_LIBRARY_TARGETS):
+        return None
+    return target.group(1)
+
+
+def _library_flops(target: str, instruction: Instruction, by_name: dict[str, Instruction]) -> float:
+    """FLOPs of a cuBLAS GEMM or cuDNN convolution call (its result's first element is the
+    product; a second, of bytes, is its scratch space)."""
+    shapes = [by_name[o].shape if o in by_name else "" for o in instruction.operands]
+    if target.startswith("__cublas$"):
+        contracting = re.search(
+            r'"lhs_contracting_dimensions":\[([^\]]*)\]', instruction.attributes
+        )
+        if contracting is None or not shapes:
+            return 0.0
+        lhs = array_dims(shapes[0])
+        summed = math.prod(lhs[int(d)] for d in re.findall(r"\d+", contracting.group(1)))
+        return 2.0 * math.prod(array_dims(instruction.shape)) * summed
+    if len(shapes) < 2:
+        return 0.0
+    # The forward convolution's output and kernel: the gradient calls take one of them
+    # as an operand and return the other.
+    if target.endswith("convBackwardInput"):
+        output, kernel = shapes[0], shapes[1]
+    elif target.endswith("convBackwardFilter"):
+        output, kernel = shapes[1], instruction.shape
+    else:
+        output, kernel = instruction.shape, shapes[1]
+    return _convolution_flops(output, kernel, instruction.attributes)
+
+
+def _library_traffic(instruction: Instruction, by_name: dict[str, Instruction]) -> float:
+    """Bytes a library call reads and writes: its operands and its result, less the
+    scratch buffer (the result's last element, of bytes, where it has one)."""
+    read = sum(shape_bytes(by_name[o].shape) for o in instruction.operands if o in by_name)
+    parts = ARRAY.findall(instruction.shape)
+    written = shape_bytes(instruction.shape)
+    if len(parts) > 1 and parts[-1][0] in ("s8", "u8"):
+        written -= shape_bytes(f"{parts[-1][0]}[{parts[-1][1]}]")
+    return read + written
 
 
 def group_size(attributes: str, num_devices: int) -> int:
