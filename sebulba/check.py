@@ -3,23 +3,30 @@ r"""`python -m sebulba.check`: compile a run for an accelerator slice you do not
     python -m sebulba.check --config=configs/impala_atari.py --topology=v5e:2x4 \
         --config.mesh.actor_device_ids='(0,)' --config.mesh.learner_device_ids='(1,2,3)'
     python -m sebulba.check --config=... --topology=h100:8 --json
+    python -m sebulba.check --config=... --topology=h100:2x8    # 2 hosts of 8 GPUs
 
 The run is built as `python -m sebulba.main` builds it on that slice (same config checks,
 the same actor and learner devices on every host, the same agent, the learner update
 over the same sharded rollouts) and its programs are compiled ahead of time for its
 chips: the learner update and an actor's policy step, or for an Anakin config (a JAX env)
-the runner's one act-and-learn program, built by the runner as at launch. Nothing runs.
-The report gives, per device and per update: the memory the programs need against what
-the chip's allocator can hand out (with the launch's memory advice when it does not fit;
-a scan actor's whole rollout counted on its actor device), the collectives and the bytes
-each device sends (loops counted as often as they run: `sebulba.preflight.hlo_cost`), the FLOPs by
-element type, and the update's time as a band: from the slowest of compute, memory
-traffic and collectives (all overlapped) to their sum (nothing overlapped), each at the
-rate the chip reaches (`sebulba.preflight.accelerators`: TPUs at their peaks, GPUs calibrated
-against a measurement, float32 products as TF32). Verdicts follow: a config that does
-not fit (also where the TPU compiler refuses it for want of memory), idle chips, an
-update bound by its collectives. docs/scaling.md explains the model and what it leaves
-out (the envs on the hosts' CPUs, above all).
+the runner's one act-and-learn program, built by the runner as at launch. On GPUs,
+XLA:GPU compiles them for the cards themselves, without one
+(`sebulba.preflight.gpu_targets`), and a scan actor's rollout program (envpool's calls
+inside, from one thread's pools made here) and, where the launch fuses, the fused step's
+program are compiled too; without JAX's CUDA plugin, or with `--gpu_proxy`, XLA:CPU
+compiles a GPU host's programs on virtual devices standing in for its GPUs, a proxy.
+Nothing runs. The report gives, per device and per update: the memory the programs need
+against what the chip's allocator can hand out (with the launch's memory advice when it
+does not fit; a scan actor's rollout counted on its actor device), the collectives and
+the bytes each device sends (loops counted as often as they run:
+`sebulba.preflight.hlo_cost`), the FLOPs by element type, and the update's time as a
+band: from the slowest of compute, memory traffic and collectives (all overlapped) to
+their sum (nothing overlapped), each at the rate the chip reaches
+(`sebulba.preflight.accelerators`: TPUs at their peaks, GPUs calibrated against a
+measurement, float32 products as TF32). Verdicts follow: a config that does not fit
+(also where the TPU compiler refuses it for want of memory), idle chips, an update bound
+by its collectives. docs/scaling.md explains the model and what it leaves out (the envs
+on the hosts' CPUs, above all).
 
 A config that cannot run on the slice fails as it would at launch: one line naming the
 field, exit status 2. Otherwise the report is printed and the exit status says whether
@@ -29,18 +36,22 @@ exits 1), so a script can stop before renting the slice.
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
+import dataclasses
 import functools
 import json
 import os
 import re
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from absl import app, flags, logging
 
 from sebulba.config import flag as config_flag
 from sebulba.errors import ConfigError
-from sebulba.preflight import accelerators
+from sebulba.preflight import accelerators, gpu_targets
 from sebulba.preflight.check_report import format_bytes as _bytes
 from sebulba.preflight.check_report import format_report, verdicts
 from sebulba.preflight.program_pricing import ProgramReport, analyse, smaller_layouts
@@ -50,10 +61,17 @@ _TOPOLOGY = flags.DEFINE_string(
     "topology",
     None,
     "The slice to compile for: a TPU topology (v5e:2x4, v4:2x2x2, v5p:2x2x2, v6e:2x2) or "
-    "accelerator type (v5litepod-8, v4-16), or one GPU node (h100:8, a100:4; virtual CPU "
-    "devices stand in for the GPUs).",
+    "accelerator type (v5litepod-8, v4-16), or NVIDIA GPUs: one host (h100:8, h200:1, "
+    "a100:4) or several (h100:2x8), compiled by XLA:GPU where JAX's CUDA plugin is "
+    'installed (pip install -e ".[gpu-check]"), else on virtual CPU devices (one host).',
 )
 _JSON = flags.DEFINE_bool("json", False, "Print the report as one JSON object.")
+_GPU_PROXY = flags.DEFINE_bool(
+    "gpu_proxy",
+    False,
+    "Compile a GPU host's programs with XLA:CPU on virtual CPU devices standing in for the "
+    "GPUs, even where XLA:GPU could compile for the cards (the route without the plugin).",
+)
 # The exit status of a report that does not fit (2: a config error, 1: a crash).
 DOES_NOT_FIT_STATUS = 3
 
@@ -115,7 +133,7 @@ def actor_loop(config, chip: accelerators.Chip) -> str:
     """The actor loop whose memory is counted: envpool's XLA interface has no TPU kernels
     (step); on GPUs "auto" is counted as scan, the loop that holds a whole rollout."""
     requested = config.pipeline.get("actor_loop", "step")
-    return "scan" if chip.proxy and requested in ("scan", "auto") else "step"
+    return "scan" if chip.is_gpu and requested in ("scan", "auto") else "step"
 
 
 def resolve_for_accelerators(config) -> None:
@@ -133,18 +151,70 @@ def resolve_for_accelerators(config) -> None:
         config.agent.max_pool = "reduce_window"
 
 
-def check(config, topology: str) -> dict[str, Any]:
-    """Compiles `config`'s learner program and policy step for `topology`; the report.
+def check(config, topology: str, *, gpu_proxy: bool = False) -> dict[str, Any]:
+    """Compiles `config`'s programs for `topology`; the report.
+
+    `gpu_proxy`: a GPU host's programs on virtual CPU devices even where XLA:GPU could
+    compile for the cards (`accelerators.devices`).
 
     Raises:
       ConfigError: the topology is unknown or unavailable, or the config cannot run on
         it (the launch's own one-line errors).
     """
+    devices, chip = accelerators.devices(topology, gpu_proxy=gpu_proxy)
+    compiles = _Compiles(for_gpus=chip.is_gpu and not chip.proxy)
+    try:
+        return _check(config, topology, devices, chip, compiles)
+    finally:
+        compiles.close()
+
+
+class _Compiles:
+    """Compiles the check's lowered programs, each announced on stderr.
+
+    For GPUs (XLA:GPU takes seconds to tens of seconds a program) two compile in the
+    background while the next programs are built and lowered, and JAX's disk cache is left
+    out: it would keep executables of compile-only devices, which no process can load
+    again. `configs/ppo_atari.py` on `h100:1` took 35 s so, 43 s compiling one program
+    after another (2 cores). Otherwise each program compiles when its result is first
+    asked for, in that order.
+    """
+
+    def __init__(self, for_gpus: bool):
+        self._context = gpu_targets.not_persistently_cached if for_gpus else contextlib.nullcontext
+        self._pool = concurrent.futures.ThreadPoolExecutor(2) if for_gpus else None
+
+    def submit(self, what: str, lowered, refusals: bool = False) -> Callable[[], Any]:
+        """-> a function that returns the compiled program; with `refusals`, `_compile`'s
+        (program, None) or (None, (bytes needed, bytes available))."""
+
+        def run():
+            with self._context(), compile_progress.announced(what, stream=sys.stderr):
+                return _compile(lowered) if refusals else lowered.compile()
+
+        if self._pool is None:
+            return functools.cache(run)
+        return self._pool.submit(run).result
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
+
+
+def compiled_for(devices, chip: accelerators.Chip) -> str:
+    """What compiled the programs, for what: the report's `compiled_for`."""
+    if chip.proxy:
+        return f"XLA:CPU on {len(devices)} virtual CPU device(s) standing in for {chip.name}"
+    if chip.is_gpu:
+        return f"{devices[0].device_kind} (deviceless XLA:GPU)"
+    return f"{devices[0].device_kind} (libtpu)"
+
+
+def _check(config, topology: str, devices, chip: accelerators.Chip, compiles) -> dict[str, Any]:
     import jax
 
     from sebulba import random_streams
     from sebulba.config.run_plan import plan
-    from sebulba.preflight import memory
 
     if config.mesh.get("actor_platform", "default") != "default":
         raise ConfigError(
@@ -152,7 +222,6 @@ def check(config, topology: str) -> dict[str, Any]:
             "the actors on the target's accelerators and cannot price them on a host's "
             "CPUs; check with mesh.actor_platform='default' for the learner's figures"
         )
-    devices, chip = accelerators.devices(topology)
     config = config.copy_and_resolve_references()
     resolve_for_accelerators(config)
     # Priced per update: an Anakin block of `pipeline.updates_per_call` runs the same
@@ -160,31 +229,54 @@ def check(config, topology: str) -> dict[str, Any]:
     # same state and rollout, plus the block's stacked metrics, a few bytes per update).
     config.pipeline.updates_per_call = 1
     run = plan(config, devices, process_index=0)
-    layout, sizes, agent = run.layout, run.sizes, run.agent
-    num_learner_devices = layout.learner_mesh.devices.size
-
-    shapes = jax.eval_shape(agent.init, random_streams.init_key(config.seed))
+    shapes = jax.eval_shape(run.agent.init, random_streams.init_key(config.seed))
     # Placed as the agent says (a replay buffer sharded along envs), as train places it.
     state = jax.tree.map(
         lambda x, sharding: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding),
         shapes,
-        agent.state_shardings(shapes, layout.sharding),
+        run.agent.state_shardings(shapes, run.layout.sharding),
     )
-    # On stderr: with --json, stdout holds the report alone.
+    processes = len({d.process_index for d in devices})
     what = "the act-and-learn program" if run.is_anakin else "the learner update"
-    with compile_progress.announced(f"{what} for {topology}", stream=sys.stderr):
-        lowered, rollout, runner = _learner_program(config, run, state)
-        update, refused = _compile(lowered)
+    lowered, rollout, runner = _learner_program(config, run, state)
+    # On stderr: with --json, stdout holds the report alone.
+    update = compiles.submit(f"{what} for {topology}", lowered, refusals=True)
+    fused, actor, envs = None, None, []
+    try:
+        if runner is None:
+            fused = _fused_choice(config, run, state, rollout, chip, processes)
+            actor = _actor_programs(config, run, state, rollout, chip, fused["fused"], compiles)
+            envs = actor.envs
+        return _report(config, topology, devices, chip, run, state, rollout, update, fused, actor)
+    finally:
+        for pool in envs:  # Kept until their programs compiled: they registered its calls.
+            pool.close()
+
+
+def _report(config, topology, devices, chip, run, state, rollout, update, fused, actor):
+    """The report on the compiled programs (`update`, and `actor`'s: `_ActorPrograms`)."""
+    from sebulba.preflight import memory
+
+    layout, sizes = run.layout, run.sizes
+    num_learner_devices = layout.learner_mesh.devices.size
+    # The update's collectives run among the learner devices: over the network where
+    # those are on several hosts (GPUs; a TPU slice's ICI spans its hosts).
+    if len({device.process_index for device in layout.learner_mesh.devices.flat}) > 1:
+        chip = chip.across_hosts()
+    update, refused = update()
+    anakin = fused is None
     report = {
         "topology": topology,
         "chip": chip.name,
         "chip_source": chip.source,
         "proxy": chip.proxy,
-        "architecture": "anakin" if runner is not None else "sebulba",
+        "gpu": chip.is_gpu,
+        "compiled_for": compiled_for(devices, chip),
+        "architecture": "anakin" if anakin else "sebulba",
         "processes": len({d.process_index for d in devices}),
         "devices": len(devices),
         "devices_per_process": sum(d.process_index == 0 for d in devices),
-        "actor_devices_per_process": 0 if runner is not None else len(layout.actor_devices),
+        "actor_devices_per_process": 0 if anakin else len(layout.actor_devices),
         "learner_devices": num_learner_devices,
         "num_envs": sizes.num_envs,
         "steps_per_update": sizes.steps_per_update,
@@ -230,13 +322,19 @@ def check(config, topology: str) -> dict[str, Any]:
     except ConfigError as error:
         advice = str(error)
     learner_bytes = needed.total if needed is not None else 0
-    actor = None
-    if runner is None:
-        report["fused"] = _fused_choice(config, run, state, rollout, chip, report["processes"])
-        actor = _actor_report(config, run, state, chip)
+    actor_step = None
+    if not anakin:
+        report["fused"] = fused
+        actor_step = _actor_report(config, run, state, chip, actor)
         shared = set(layout.actor_devices) & set(layout.local_learner_devices)
-        actor_bytes = actor["hbm_needed_bytes"] if shared else 0
-        hbm_needed = max(learner_bytes + actor_bytes, actor["hbm_needed_bytes"])
+        actor_bytes = actor_step["hbm_needed_bytes"] if shared else 0
+        hbm_needed = max(learner_bytes + actor_bytes, actor_step["hbm_needed_bytes"])
+        if actor.fused is not None:
+            # The launch's steady state: one program holds the learner state, rollout k,
+            # rollout k + 1 and the envs' state on the one GPU.
+            program = analyse(actor.fused(), 1, chip)
+            fused["program"] = _program_dict(program, None)
+            hbm_needed = max(hbm_needed, _program_bytes(program))
     else:
         actor_bytes = 0
         hbm_needed = learner_bytes
@@ -264,7 +362,7 @@ def check(config, topology: str) -> dict[str, Any]:
         predicted_update_s=[low, high],
         predicted_learner_steps_per_s=[steps / high, steps / low] if low else None,
         learner=_program_dict(learner, needed),
-        actor_step=actor,
+        actor_step=actor_step,
         faster_smaller_layout=None
         if best is None
         else {"learner_devices": best[0], "predicted_update_s": list(best[1])},
@@ -273,10 +371,36 @@ def check(config, topology: str) -> dict[str, Any]:
     return report
 
 
-def _actor_report(config, run, state, chip: accelerators.Chip) -> dict[str, Any]:
-    """One actor thread's policy step on its actor device (`sebulba.actors.actor_step`), and the
-    memory of that device: the step's buffers, two parameter versions (the one in use, the
-    one arriving) and, for a scan actor, the whole rollout each of its threads builds."""
+def _program_bytes(program: ProgramReport) -> int:
+    """What one compiled program holds on its device while it runs."""
+    memory_bytes = program.memory_bytes
+    held = memory_bytes["arguments"] + memory_bytes["outputs"] + memory_bytes["temporaries"]
+    return held - memory_bytes["aliased"]
+
+
+@dataclasses.dataclass(frozen=True)
+class _ActorPrograms:
+    """An actor thread's programs on its actor device, each a function returning it
+    compiled: the policy step, and for a scan actor on a GPU its rollout program and,
+    where the launch fuses, the fused step's program (None where not compiled); `envs`,
+    the pools whose envpool calls those two make."""
+
+    step: Callable[[], Any]
+    params: Any  # The policy parameters' shapes on the actor device.
+    rollout: Callable[[], Any] | None = None
+    fused: Callable[[], Any] | None = None
+    envs: list = dataclasses.field(default_factory=list)
+
+
+def _actor_programs(config, run, state, rollout, chip, fused: bool, compiles) -> _ActorPrograms:
+    """Lowers an actor thread's programs (`_ActorPrograms`) and hands them to `compiles`.
+
+    A scan actor on a GPU runs its rollout program (`scan_actor.build_rollout_program`),
+    and where the launch fuses, the fused step's (`fused_step.FusedLoop`): both are
+    lowered as the launch lowers them, with the envpool pools of one thread, made and
+    reset here but never stepped, which register envpool's custom calls for the compiler
+    and lend the programs their handles.
+    """
     import jax
     import numpy as np
 
@@ -298,26 +422,87 @@ def _actor_report(config, run, state, chip: accelerators.Chip) -> dict[str, Any]
         on_actor,
     )
     step = jax.jit(functools.partial(actor_step, agent, config.seed))
-    what = f"the actors' policy step for {chip.name}"
-    with compile_progress.announced(what, stream=sys.stderr):
-        compiled = step.lower(params, *step_inputs).compile()
-    actor = analyse(compiled, 1, chip)
+    lowered = step.lower(params, *step_inputs)
+    compiled_step = compiles.submit(f"the actors' policy step for {chip.name}", lowered)
+    if actor_loop(config, chip) != "scan" or chip.proxy:
+        return _ActorPrograms(compiled_step, params)
+
+    from sebulba import fused_step, pipeline, train
+
+    envs = train.make_env_pools(config, sizes, first_update=1)
+    try:
+        launch = pipeline.Pipeline(
+            agent,
+            layout,
+            sizes,
+            envs,
+            env_spec=run.env_spec,
+            seed=config.seed,
+            policy_lag=config.pipeline.policy_lag,
+            clip_rewards=config.env.clip_rewards,
+            actor_loop="scan",
+            fused=fused,
+        )
+        # The groups' device state is made on the host, then described on the actor GPU.
+        host = jax.devices("cpu")[0]
+        collector = launch._scan_collector(launch._actor_groups(0, envs[0], host, 1), host)
+        states = _with_sharding(collector.states, on_actor)
+        device = layout.actor_devices[0].device_kind
+        lowered = jax.jit(collector.program.function).lower(params, states)
+        compiled_rollout = compiles.submit(
+            f"one actor thread's rollout program for {device}", lowered
+        )
+        compiled_fused = None
+        if fused:
+            jitted = jax.jit(
+                fused_step.FusedLoop(launch)._fused_fn(collector.program.function),
+                in_shardings=(
+                    agent.state_shardings(state, layout.sharding),
+                    jax.tree.map(lambda s: s.sharding, rollout),
+                    None,
+                ),
+                donate_argnums=0,
+            )
+            lowered = jitted.lower(state, rollout, states)
+            compiled_fused = compiles.submit("the fused update-and-rollout program", lowered)
+    except BaseException:
+        for pool in envs:
+            pool.close()
+        raise
+    return _ActorPrograms(compiled_step, params, compiled_rollout, compiled_fused, envs)
+
+
+def _actor_report(config, run, state, chip: accelerators.Chip, programs) -> dict[str, Any]:
+    """One actor thread's policy step on its actor device (`sebulba.actors.actor_step`), and the
+    memory of that device: the step's buffers, two parameter versions (the one in use, the
+    one arriving) and, for a scan actor, what each of its threads holds for a rollout: its
+    compiled rollout program's buffers (compiled for a GPU), else the rollout's arrays."""
+    layout, sizes = run.layout, run.sizes
+    actor = analyse(programs.step(), 1, chip)
     step_bytes = sum(actor.memory_bytes[k] for k in ("arguments", "outputs", "temporaries"))
-    step_bytes += _tree_bytes(params) - actor.memory_bytes["aliased"]
+    step_bytes += _tree_bytes(programs.params) - actor.memory_bytes["aliased"]
     loop = actor_loop(config, chip)
     rollout_bytes = 0
     threads_per_device = -(-sizes.num_actor_threads // len(layout.actor_devices))
-    if loop == "scan":
+    rollout_program = None
+    if programs.rollout is not None:
+        rollout_program = analyse(programs.rollout(), 1, chip)
+        # The parameters it reads are the device's, counted above with the policy step.
+        rollout_bytes = _program_bytes(rollout_program) - _tree_bytes(programs.params)
+    elif loop == "scan":
         from sebulba import pipeline
 
-        rollout = pipeline.rollout_struct(agent, run.env_spec, sizes, layout, state)
+        rollout = pipeline.rollout_struct(run.agent, run.env_spec, sizes, layout, state)
         # Every leaf has one entry per env: a thread's rollout is its share of the whole.
-        rollout_bytes = _tree_bytes(rollout) * n // sizes.num_envs
+        rollout_bytes = _tree_bytes(rollout) * sizes.envs_per_thread // sizes.num_envs
     return {
         **_program_dict(actor, None),
         "actor_loop": loop,
         "threads_per_device": threads_per_device,
         "rollout_bytes_per_thread": rollout_bytes,
+        "rollout_program": None
+        if rollout_program is None
+        else _program_dict(rollout_program, None),
         "hbm_needed_bytes": step_bytes + threads_per_device * rollout_bytes,
     }
 
@@ -360,6 +545,9 @@ def _assumptions(chip: accelerators.Chip, config) -> dict[str, Any]:
         "hop_latency_s": chip.hop_latency_s,
         "interconnect": chip.interconnect,
         "not_modelled": "env steps on the hosts' CPUs, host-device copies, Python",
+        # Beside the allocator's share: bounds it only where that share is raised.
+        "gpu_runtime_bytes": chip.runtime_bytes,
+        "gpu_runtime_source": accelerators.GPU_RUNTIME_SOURCE if chip.is_gpu else None,
     }
 
 
@@ -408,11 +596,14 @@ def main(argv: list[str]) -> None:
     topology = _TOPOLOGY.value
     quiet_libtpu(topology)
     logging.set_verbosity(logging.WARNING)  # The report says what the launch would log.
-    count = accelerators.virtual_device_count(topology)
+    # Decided before JAX starts: XLA reads the virtual device count once, at its start.
+    count = accelerators.virtual_device_count(topology, _GPU_PROXY.value)
     if count is not None:
         accelerators.request_virtual_devices(count)
+    elif accelerators.gpu_hosts(topology) is not None:
+        gpu_targets.prepare_environment()
     try:
-        report = check(config_flag.CONFIG.value, topology)
+        report = check(config_flag.CONFIG.value, topology, gpu_proxy=_GPU_PROXY.value)
     except ConfigError as error:
         config_flag.config_error(str(error))
     if _JSON.value:

@@ -1,7 +1,9 @@
 """`python -m sebulba.check`: a run compiled for a slice that is not attached.
 
 The TPU test compiles for a v5e slice through libtpu (a test dependency); the rest use
-the GPU proxy (virtual CPU devices, the 8 of conftest) and HLO of known shape.
+the GPU proxy (virtual CPU devices, the 8 of conftest; `gpu_proxy=True` where JAX's CUDA
+plugin would compile for the GPUs themselves: tests/test_gpu_check.py) and HLO of known
+shape.
 """
 
 from __future__ import annotations
@@ -252,7 +254,7 @@ def _proxy_config(**overrides):
 def proxy_report():
     """The report on ppo_cartpole's proxy config for 4 H100s, checked once for the tests
     that read it (a check compiles the update and the policy step)."""
-    return check.check(_proxy_config(), "h100:4")
+    return check.check(_proxy_config(), "h100:4", gpu_proxy=True)
 
 
 def test_the_gpu_proxy_reports_a_run_that_fits(proxy_report):
@@ -274,7 +276,9 @@ def test_the_gpu_proxy_reports_a_run_that_fits(proxy_report):
     assert "fits" in text and "DOES NOT FIT" not in text
     # The GPU prices are XLA's fastest kernels: the run's deterministic ones are named.
     assert "debug.deterministic_gpu, on by default" in text
-    fast = check.check(_proxy_config(**{"debug.deterministic_gpu": False}), "h100:4")
+    fast = check.check(
+        _proxy_config(**{"debug.deterministic_gpu": False}), "h100:4", gpu_proxy=True
+    )
     assert "deterministic_gpu" not in check.format_report(fast, "configs/ppo_cartpole.py")
     assert fast["predicted_update_s"] == report["predicted_update_s"]
 
@@ -282,7 +286,7 @@ def test_the_gpu_proxy_reports_a_run_that_fits(proxy_report):
 def test_the_check_says_whether_the_launch_fuses_update_and_rollout(proxy_report):
     # One GPU both acting and learning: auto fuses there, and the report says so.
     one = {"mesh.learner_device_ids": (0,), "pipeline.actor_loop": "scan"}
-    report = check.check(_proxy_config(**one), "h100:1")
+    report = check.check(_proxy_config(**one), "h100:1", gpu_proxy=True)
     assert report["fused"] == {
         "fused": True,
         "why": "actor and learner share one GPU: the update's pieces run while the envs step",
@@ -324,8 +328,8 @@ def test_float32_products_are_priced_at_tf32_on_gpus_and_at_peak_on_tpus():
 
 
 def test_a_gpu_scan_actor_holds_a_whole_rollout_on_its_device():
-    step = check.check(_proxy_config(**{"pipeline.actor_loop": "step"}), "h100:4")
-    scan = check.check(_proxy_config(**{"pipeline.actor_loop": "scan"}), "h100:4")
+    step = check.check(_proxy_config(**{"pipeline.actor_loop": "step"}), "h100:4", gpu_proxy=True)
+    scan = check.check(_proxy_config(**{"pipeline.actor_loop": "scan"}), "h100:4", gpu_proxy=True)
     assert step["actor_step"]["rollout_bytes_per_thread"] == 0
     # CartPole, 4 envs x 128 steps: obs 129 x 4 x 4 float32 at least.
     rollout = scan["actor_step"]["rollout_bytes_per_thread"]
@@ -336,7 +340,7 @@ def test_a_gpu_scan_actor_holds_a_whole_rollout_on_its_device():
 
 
 def test_verdicts_name_idle_chips_and_a_faster_smaller_layout():
-    report = check.check(_proxy_config(), "h100:8")
+    report = check.check(_proxy_config(), "h100:8", gpu_proxy=True)
     text = check.format_report(report, "x")
     assert "idle chips: 4 of 8 per host" in text
     # CartPole's update is tiny: its gradient all-reduces over 4 devices cost more than
@@ -373,7 +377,7 @@ def test_a_collective_bound_update_is_flagged_where_no_smaller_layout_is_priced_
 def test_an_anakin_config_is_costed_as_the_runner_s_act_and_learn_program():
     config = load_config("ppo_cartpole_anakin")
     config.mesh.learner_device_ids = (0, 1)
-    report = check.check(config, "h100:2")
+    report = check.check(config, "h100:2", gpu_proxy=True)
     assert report["architecture"] == "anakin"
     assert report["actor_step"] is None
     # The env steps run inside the program: a Sebulba learner update has no CartPole
@@ -383,7 +387,7 @@ def test_an_anakin_config_is_costed_as_the_runner_s_act_and_learn_program():
         section = "env" if key == "num_envs" else "agent"
         sebulba_config[section][key] = config[section][key]
     sebulba_config.total_timesteps = config.total_timesteps
-    learner_only = check.check(sebulba_config, "h100:2")
+    learner_only = check.check(sebulba_config, "h100:2", gpu_proxy=True)
     assert report["learner"]["bytes_accessed"] > learner_only["learner"]["bytes_accessed"]
     assert "act-and-learn program" in check.format_report(report, "x")
 
@@ -393,7 +397,7 @@ def test_a_run_too_big_for_the_chip_is_reported_with_the_launch_advice():
     # and over 200 GiB of temporaries.
     config = _proxy_config(**{"env.num_envs": 262144, "agent.num_steps": 8192})
     config.total_timesteps = 262144 * 8192
-    report = check.check(config, "h100:4")
+    report = check.check(config, "h100:4", gpu_proxy=True)
     assert report["fits"] is False
     assert report["hbm_needed_bytes"] > report["hbm_bytes"]
     assert "lower env.num_envs or agent.num_steps" in report["memory_advice"]
@@ -402,9 +406,11 @@ def test_a_run_too_big_for_the_chip_is_reported_with_the_launch_advice():
 
 def test_a_config_that_cannot_run_on_the_slice_fails_as_at_launch():
     with pytest.raises(ConfigError, match=r"mesh.actor_device_ids contains 4, but this "):
-        check.check(_proxy_config(**{"mesh.actor_device_ids": (4,)}), "h100:4")
+        check.check(_proxy_config(**{"mesh.actor_device_ids": (4,)}), "h100:4", gpu_proxy=True)
     with pytest.raises(ConfigError, match=r"env.num_envs \(4\) must be divisible"):
-        check.check(_proxy_config(**{"mesh.learner_device_ids": (0, 1, 2)}), "h100:4")
+        check.check(
+            _proxy_config(**{"mesh.learner_device_ids": (0, 1, 2)}), "h100:4", gpu_proxy=True
+        )
 
 
 def _run_check(*args):
@@ -418,8 +424,8 @@ def test_the_command_line_refuses_a_bad_topology_in_one_line():
     assert result.stderr.strip().splitlines() == [
         "sebulba: config error: --topology=v5e:banana: not a topology name; give a TPU "
         "slice as GENERATION:SHAPE (v4, v5e, v5p, v6e; e.g. v5e:2x4, v4:2x2x2) or as its "
-        "accelerator type (v5litepod-8, v4-16), or one GPU node as h100:N, h200:N or a100:N "
-        "(N <= 8)"
+        "accelerator type (v5litepod-8, v4-16), or GPUs as h100:N, h200:N or a100:N (one "
+        "host of N <= 8) or h100:HxN (H hosts of N)"
     ]
 
 
@@ -434,6 +440,7 @@ def test_a_run_that_does_not_fit_exits_non_zero_naming_the_gpu_s_memory():
     result = _run_check(
         "--config=configs/dqn_cartpole.py",
         "--topology=h100:1",
+        "--gpu_proxy",
         "--config.agent.buffer_size=10737418240",
     )
     assert result.returncode == check.DOES_NOT_FIT_STATUS == 3, result.stderr[-2000:]

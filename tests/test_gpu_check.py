@@ -1,12 +1,26 @@
 """`python -m sebulba.check` for NVIDIA GPUs, compiled by XLA:GPU on this GPU-less machine.
 
 The HLO tests read modules that XLA:GPU compiled for an H100 target (jax 0.10.2), cut to
-the instructions under test; they need nothing installed.
+the instructions under test; they need nothing installed. The others compile through
+JAX's CUDA plugin (`sebulba.preflight.gpu_targets`) and are skipped where it is missing.
 """
 
 from __future__ import annotations
 
-from sebulba.preflight import hlo_cost
+import re
+
+import jax
+import numpy as np
+import pytest
+
+from sebulba import check, random_streams
+from sebulba.config.run_plan import plan
+from sebulba.errors import ConfigError
+from sebulba.preflight import accelerators, gpu_targets, hlo_cost
+from tests.helpers import load_config, process_env, run_python
+
+MISSING = gpu_targets.plugin_missing_reason()
+needs_plugin = pytest.mark.skipif(MISSING is not None, reason=f"no GPU compile: {MISSING}")
 
 # --- FLOPs and traffic of the library calls of XLA:GPU's modules --------------------------
 
@@ -96,3 +110,142 @@ def test_a_collective_wrapped_in_async_start_is_counted_inside_and_moves_no_othe
     cost = hlo_cost.program_cost(ASYNC_WRAPPED, num_devices=4)
     assert cost.collectives == (hlo_cost.Collective("reduce-scatter", 256 * 512 * 4, 4, 1),)
     assert cost.bytes_accessed == 0
+
+
+# --- Runs compiled for GPUs ----------------------------------------------------------------
+
+
+def _cartpole(learners: int, **overrides):
+    """configs/ppo_cartpole.py with `learners` learner devices (2 envs each) beside actor
+    device 0 and `overrides` ({"section.key": value})."""
+    config = load_config("ppo_cartpole")
+    config.mesh.actor_device_ids = (0,)
+    config.mesh.learner_device_ids = tuple(range(learners))
+    config.env.num_envs = max(4, 2 * learners)
+    config.total_timesteps = 4 * config.env.num_envs * config.agent.num_steps
+    for key, value in overrides.items():
+        section, name = key.split(".")
+        config[section][name] = value
+    return config
+
+
+def _parameter_bytes(config) -> int:
+    devices, _ = accelerators.devices("h100:8", gpu_proxy=True)
+    agent = plan(config.copy_and_resolve_references(), devices, process_index=0).agent
+    state = jax.eval_shape(agent.init, random_streams.init_key(config.seed))
+    leaves = jax.tree.leaves(state.params)
+    return sum(int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize for x in leaves)
+
+
+@pytest.fixture(scope="module")
+def one_h100():
+    """ppo_cartpole as shipped (one GPU acting and learning: scan actor, fused step),
+    compiled for one H100: its report."""
+    return check.check(_cartpole(1), "h100:1")
+
+
+@needs_plugin
+def test_one_h100_is_compiled_for_the_gpu_and_the_proxy_says_it_is_a_proxy(one_h100):
+    report = one_h100
+    assert (report["proxy"], report["compiled_for"]) == (
+        False,
+        "NVIDIA H100 80GB HBM3 (deviceless XLA:GPU)",
+    )
+    text = check.format_report(report, "configs/ppo_cartpole.py")
+    assert "(compiled for the GPUs by XLA:GPU, without one; nothing ran)" in text
+    assert "compiled for: NVIDIA H100 80GB HBM3 (deviceless XLA:GPU)" in text
+    proxy = check.check(_cartpole(1), "h100:1", gpu_proxy=True)
+    assert proxy["proxy"] is True
+    assert proxy["compiled_for"].startswith("XLA:CPU on 1 virtual CPU device(s)")
+    assert "figures are a proxy" in check.format_report(proxy, "configs/ppo_cartpole.py")
+
+
+@needs_plugin
+def test_a_scan_actor_s_rollout_and_the_fused_program_are_compiled_with_envpool_s_calls(one_h100):
+    report = one_h100
+    actor, fused = report["actor_step"], report["fused"]
+    assert actor["actor_loop"] == "scan" and fused["fused"] is True
+    rollout = actor["rollout_program"]
+    # 128 env steps of a 4-env CartPole pool: the policy's products at every step.
+    assert rollout["flops"] > 128 * actor["flops"] * 0.9
+    assert rollout["memory_bytes"]["outputs"] >= 128 * 4 * 4 * 4  # Observations at least.
+    # The fused program runs the update's pieces and the rollout: both programs' work.
+    program = fused["program"]
+    assert program["flops"] >= report["learner"]["flops"] + rollout["flops"] * 0.9
+    held = sum(program["memory_bytes"][k] for k in ("arguments", "outputs", "temporaries"))
+    assert report["hbm_needed_bytes"] >= held - program["memory_bytes"]["aliased"]
+    assert report["fits"] is True
+    assert 0 < report["hbm_needed_bytes"] <= report["hbm_usable_bytes"] == 60 * 10**9
+
+
+@needs_plugin
+def test_eight_h100s_all_reduce_the_gradient_at_every_optimizer_step():
+    config = _cartpole(8, **{"pipeline.actor_loop": "step"})
+    report = check.check(config, "h100:8")
+    assert report["compiled_for"] == "NVIDIA H100 80GB HBM3 (deviceless XLA:GPU)"
+    steps = config.agent.update_epochs * config.agent.num_minibatches
+    per_step = [
+        c
+        for c in report["learner"]["collectives"]
+        if c["kind"] == "all-reduce" and c["group_size"] == 8 and c["count"] == steps
+    ]
+    payload = sum(c["payload_bytes"] for c in per_step)
+    # Every parameter's float32 gradient is summed over the 8 devices once per optimizer
+    # step, and beside it only the step's scalar statistics (a few float32 loss terms, which
+    # XLA may combine into the gradient's all-reduce): 36,620 bytes of parameters and
+    # 36,684 summed per step when this was written (jax 0.10.2).
+    parameters = _parameter_bytes(config)
+    assert parameters <= payload <= parameters + 32 * 4
+    assert max(c["payload_bytes"] for c in per_step) >= parameters
+
+
+@needs_plugin
+def test_two_hosts_of_eight_h100s_are_two_processes_whose_learners_all_reduce_over_the_network():
+    config = _cartpole(1, **{"pipeline.actor_loop": "step"})
+    report = check.check(config, "h100:2x8")
+    assert (report["processes"], report["devices"], report["devices_per_process"]) == (2, 16, 8)
+    # One learner device per host: the gradient is summed across the two hosts.
+    assert report["learner_devices"] == 2
+    assert {c["group_size"] for c in report["learner"]["collectives"]} == {2}
+    assert report["collective_bytes_per_update"] >= _parameter_bytes(config)
+    assert report["assumptions"]["interconnect"] == "InfiniBand NDR, 400 Gb/s per GPU"
+    text = check.format_report(report, "configs/ppo_cartpole.py")
+    assert "16 x NVIDIA H100 SXM, 2 host(s) of 8" in text
+    assert "collectives (InfiniBand NDR, 400 Gb/s per GPU): all-reduce of" in text
+
+
+def test_two_hosts_without_the_plugin_are_refused_in_one_line(monkeypatch):
+    reason = 'JAX\'s CUDA plugin is not installed (...): pip install -e ".[gpu-check]"'
+    monkeypatch.setattr(gpu_targets, "plugin_missing_reason", lambda: reason)
+    assert accelerators.virtual_device_count("h100:2x8") is None  # No proxy to stand in.
+    with pytest.raises(ConfigError) as refused:
+        accelerators.devices("h100:2x8")
+    assert str(refused.value) == (
+        f"--topology=h100:2x8: several GPU hosts are compiled for the GPUs themselves: {reason}"
+    )
+
+
+@needs_plugin
+def test_the_command_line_exits_3_for_a_run_the_compiled_gpu_program_does_not_fit():
+    # 262,144 envs x 2,048 steps of CartPole on one H100: the compiled update's rollouts
+    # alone are tens of GiB.
+    result = run_python(
+        "-m",
+        "sebulba.check",
+        "--config=configs/ppo_cartpole.py",
+        "--topology=h100:1",
+        "--config.env.num_envs=262144",
+        "--config.agent.num_steps=2048",
+        "--config.total_timesteps=1073741824",
+        "--config.pipeline.actor_loop=step",
+        env=process_env(),
+        timeout=600,
+    )
+    assert result.returncode == check.DOES_NOT_FIT_STATUS == 3, result.stderr[-2000:]
+    lines = result.stdout.splitlines()
+    assert "compiled for: NVIDIA H100 80GB HBM3 (deviceless XLA:GPU)" in lines
+    memory = next(line for line in lines if line.startswith("memory per device:"))
+    assert memory.endswith(": DOES NOT FIT"), memory
+    assert re.search(
+        r"but the device memory of a learner device is [\d.]+ GiB: lower env", result.stdout
+    )

@@ -1,7 +1,9 @@
 """The pre-flight: what a run will cost on its target, before it starts (`sebulba.check`).
 
   accelerators     each accelerator kind's memory, peak FLOP/s and bandwidth, and the
-                   TPU topologies `sebulba.check --topology` compiles for
+                   TPU topologies and GPU hosts `sebulba.check --topology` compiles for
+  gpu_targets      the NVIDIA GPUs a run compiles for without one (XLA's compile-only
+                   CUDA devices, from XLA's published target specs)
   memory           the memory pre-check every run makes before training, and the learner
                    compiler options that bound its memory
   hlo_cost         FLOPs and bytes of a compiled program, from its HLO text

@@ -6,14 +6,18 @@
   `v6e:2x2`), from the `libtpu` wheel (`pip install -e ".[tpu-check]"`): XLA compiles
   for those chips for real, on any machine, split into hosts as Cloud TPU rents them
   (`host_shape`; a shape it does not rent is refused in one line);
-* one GPU node, `h100:8`, `h200:1` or `a100:4`, as that many virtual CPU devices: the
-  program is partitioned and its collectives placed as on GPUs, but it is compiled by
-  XLA:CPU, so its memory and operation counts are a proxy for the GPU's.
+* NVIDIA GPUs, one node (`h100:8`, `h200:1`, `a100:4`) or several (`h100:2x8`: 2 hosts
+  of 8), as XLA's compile-only CUDA devices where JAX's CUDA plugin is installed
+  (`pip install -e ".[gpu-check]"`; `sebulba.preflight.gpu_targets`): XLA:GPU compiles
+  for the card itself, on any machine. Without the plugin (or with `gpu_proxy`), one node
+  is that many virtual CPU devices: the program is partitioned and its collectives placed
+  as on GPUs, but XLA:CPU compiles it, so its memory and operation counts are a proxy.
 
 `CHIPS` holds the published figures each prediction uses; every one names its source.
 GPUs price float32 products at their TF32 rate, hold what JAX's allocator takes of the
-card (75% by default) and run at `GPU_ACHIEVED_FRACTION` of their peaks, calibrated
-against a measurement (docs/scaling.md); TPUs are priced at their published peaks.
+card (75% by default) and leave the runtime its own memory beside it (`GPU_RUNTIME_BYTES`,
+an assumption), and run at `GPU_ACHIEVED_FRACTION` of their peaks, calibrated against a
+measurement (docs/scaling.md); TPUs are priced at their published peaks.
 All-reduce bandwidth per chip is what Google publishes per pod divided by the pod's
 chips (v4, v5e, v6e) or half the bidirectional ICI bandwidth per chip (v5p, for which no
 per-pod figure is published; the two agree for v5e and v6e). No per-hop ICI or NVLink
@@ -54,6 +58,12 @@ class Chip:
         allocator takes 75% of the card unless told otherwise; see `allocatable_bytes`).
       achieved_fraction: the part of peak FLOP/s and of HBM bandwidth its programs reach
         (1 for TPUs: libtpu's own program is priced; GPUs: see `GPU_ACHIEVED_FRACTION`).
+      runtime_bytes: device memory the runtime holds beside the allocator's share (GPUs:
+        `GPU_RUNTIME_BYTES`).
+      network_bytes_per_s: what a collective gets per chip between hosts, where that is
+        another link than `interconnect` (a GPU cluster's network; None for TPU slices,
+        whose ICI spans their hosts).
+      network: that link.
     """
 
     name: str
@@ -68,6 +78,9 @@ class Chip:
     tf32_flops: float | None = None
     allocator_fraction: float = 1.0
     achieved_fraction: float = 1.0
+    runtime_bytes: int = 0
+    network_bytes_per_s: float | None = None
+    network: str = ""
 
     def flops_per_s(self, element_type: str) -> float:
         """The rate at which the chip's programs multiply `element_type` products."""
@@ -85,10 +98,24 @@ class Chip:
     def achieved_bytes_per_s(self) -> float:
         return self.hbm_bytes_per_s * self.achieved_fraction
 
+    def across_hosts(self) -> Chip:
+        """The chip as collectives among several hosts' chips see it: at most the
+        network's bandwidth per chip."""
+        if self.network_bytes_per_s is None:
+            return self
+        return dataclasses.replace(
+            self,
+            allreduce_bytes_per_s=min(self.allreduce_bytes_per_s, self.network_bytes_per_s),
+            interconnect=self.network,
+        )
+
     @property
     def allocatable_bytes(self) -> int:
-        """What one device's allocator can hand to a JAX program."""
-        return int(self.hbm_bytes * self.allocator_fraction)
+        """What one device's allocator can hand to a JAX program: its share of the card, at
+        most what the runtime's own memory leaves (a share raised towards 100%)."""
+        return min(
+            int(self.hbm_bytes * self.allocator_fraction), self.hbm_bytes - self.runtime_bytes
+        )
 
 
 _ASSUMED_HOP_LATENCY_S = 5e-6
@@ -97,11 +124,22 @@ _ASSUMED_HOP_LATENCY_S = 5e-6
 # XLA_PYTHON_CLIENT_MEM_FRACTION (XLA_CLIENT_MEM_FRACTION in newer JAX) says otherwise.
 GPU_ALLOCATOR_FRACTION = 0.75
 # A GPU reaches neither its datasheet's HBM bandwidth nor its tensor cores' peak, least
-# of all in memory-bound kernels and convolutions of few channels, and the proxy's
-# traffic is XLA:CPU's, not the GPU's fusions. The share is calibrated on one
-# measurement (docs/scaling.md: ppo_atari's learner update on one H100, 910 ms, of which
-# its traffic at full bandwidth explains 68%).
-GPU_ACHIEVED_FRACTION = 0.7
+# of all in memory-bound kernels and convolutions of few channels. The share is
+# calibrated on one measurement (docs/scaling.md: ppo_atari's learner update on one H100,
+# 910 ms), separately for each route, as their traffic differs: XLA:GPU's compiled
+# update moves 1,076.7 GiB, which at full bandwidth explains 38% of the 910 ms; the
+# proxy's XLA:CPU fusions moved 1,941.4 GiB when it was calibrated (68%).
+GPU_ACHIEVED_FRACTION = 0.38
+GPU_PROXY_ACHIEVED_FRACTION = 0.7
+# What a GPU process holds outside JAX's allocator: the CUDA context, the kernels it loads
+# and the cuBLAS, cuDNN and NCCL handles. It bounds the allocator's share only where that
+# is raised towards the whole card (`Chip.allocatable_bytes`).
+GPU_RUNTIME_BYTES = 2**30
+GPU_RUNTIME_SOURCE = (
+    "assumed: NVIDIA publishes no size for a CUDA context and the libraries' handles; "
+    "the programs' cuBLAS and cuDNN workspaces are XLA buffers, in their temporaries "
+    "(each library call's scratch result in the compiled module)"
+)
 
 
 def gpu_allocator_fraction() -> float:
@@ -138,22 +176,30 @@ CHIPS = {
         "ICI (2D torus)", "https://cloud.google.com/tpu/docs/v6e",
     ),
     # Dense (no sparsity) tensor-core peaks: bf16 989 and TF32 494.7 TFLOP/s (H100 SXM and
-    # H200 SXM, which differ in memory), bf16 312 and TF32 156 TFLOP/s (A100).
+    # H200 SXM, which differ in memory), bf16 312 and TF32 156 TFLOP/s (A100). Between
+    # hosts, one network adapter per GPU as NVIDIA's DGX systems have: DGX H100 and H200,
+    # ConnectX-7 at 400 Gb/s; DGX A100, ConnectX-6 at 200 Gb/s.
     "h100": Chip(
         "NVIDIA H100 SXM", 80 * _GB, 989e12, 3350 * _GB, 900 * _GB / 2, _ASSUMED_HOP_LATENCY_S,
-        "NVLink 4", "https://www.nvidia.com/en-us/data-center/h100/ (datasheet, SXM)", True,
-        494.7e12, GPU_ALLOCATOR_FRACTION, GPU_ACHIEVED_FRACTION,
+        "NVLink 4", "https://www.nvidia.com/en-us/data-center/h100/ (datasheet, SXM); "
+        "https://www.nvidia.com/en-us/data-center/dgx-h100/ (network)", False,
+        494.7e12, GPU_ALLOCATOR_FRACTION, GPU_ACHIEVED_FRACTION, GPU_RUNTIME_BYTES,
+        400e9 / 8, "InfiniBand NDR, 400 Gb/s per GPU",
     ),
     "h200": Chip(
         "NVIDIA H200 SXM", 141 * _GB, 989e12, 4800 * _GB, 900 * _GB / 2, _ASSUMED_HOP_LATENCY_S,
-        "NVLink 4", "https://www.nvidia.com/en-us/data-center/h200/ (datasheet, SXM)", True,
-        494.7e12, GPU_ALLOCATOR_FRACTION, GPU_ACHIEVED_FRACTION,
+        "NVLink 4", "https://www.nvidia.com/en-us/data-center/h200/ (datasheet, SXM); "
+        "https://www.nvidia.com/en-us/data-center/dgx-h200/ (network)", False,
+        494.7e12, GPU_ALLOCATOR_FRACTION, GPU_ACHIEVED_FRACTION, GPU_RUNTIME_BYTES,
+        400e9 / 8, "InfiniBand NDR, 400 Gb/s per GPU",
     ),
     "a100": Chip(
         "NVIDIA A100 SXM 80GB", 80 * _GB, 312e12, 2039 * _GB, 600 * _GB / 2,
         _ASSUMED_HOP_LATENCY_S, "NVLink 3",
-        "https://www.nvidia.com/en-us/data-center/a100/ (datasheet, SXM)", True,
-        156e12, GPU_ALLOCATOR_FRACTION, GPU_ACHIEVED_FRACTION,
+        "https://www.nvidia.com/en-us/data-center/a100/ (datasheet, SXM); "
+        "https://www.nvidia.com/en-us/data-center/dgx-a100/ (network)", False,
+        156e12, GPU_ALLOCATOR_FRACTION, GPU_ACHIEVED_FRACTION, GPU_RUNTIME_BYTES,
+        200e9 / 8, "InfiniBand HDR, 200 Gb/s per GPU",
     ),
 }  # fmt: skip
 
@@ -198,7 +244,8 @@ def accelerator_type(topology: str) -> str | None:
     return None
 
 
-_GPU_TOPOLOGY = re.compile(r"^(h100|h200|a100):(\d+)$")
+# CARD:N (one host of N GPUs) or CARD:HxN (H hosts of N GPUs each).
+_GPU_TOPOLOGY = re.compile(r"^(h100|h200|a100):(?:(\d+)x)?(\d+)$")
 MAX_GPUS_PER_NODE = 8
 
 
@@ -206,19 +253,38 @@ def _usage(topology: str, why: str) -> ConfigError:
     return ConfigError(
         f"--topology={topology}: {why}; give a TPU slice as GENERATION:SHAPE "
         f"({', '.join(TPU_GENERATIONS)}; e.g. v5e:2x4, v4:2x2x2) or as its accelerator "
-        "type (v5litepod-8, v4-16), or one GPU node as "
-        f"h100:N, h200:N or a100:N (N <= {MAX_GPUS_PER_NODE})"
+        "type (v5litepod-8, v4-16), or GPUs as h100:N, h200:N or a100:N (one host of "
+        f"N <= {MAX_GPUS_PER_NODE}) or h100:HxN (H hosts of N)"
     )
 
 
-def is_gpu_proxy(topology: str) -> bool:
-    return _GPU_TOPOLOGY.match(topology) is not None
-
-
-def virtual_device_count(topology: str) -> int | None:
-    """The CPU devices a GPU proxy needs (XLA reads the count before JAX starts)."""
+def gpu_hosts(topology: str) -> tuple[str, int, int] | None:
+    """(card, hosts, GPUs per host) of a GPU topology name; None for any other name."""
     match = _GPU_TOPOLOGY.match(topology)
-    return int(match.group(2)) if match else None
+    if match is None:
+        return None
+    card, hosts, per_host = match.groups()
+    return card, int(hosts or 1), int(per_host)
+
+
+def is_gpu_proxy(topology: str, gpu_proxy: bool = False) -> bool:
+    """Whether `topology` compiles on virtual CPU devices standing in for GPUs: a GPU name
+    where JAX's CUDA plugin is missing or the proxy is asked for (decided before JAX
+    starts, which then needs `request_virtual_devices`)."""
+    from sebulba.preflight import gpu_targets
+
+    if gpu_hosts(topology) is None:
+        return False
+    return gpu_proxy or gpu_targets.plugin_missing_reason() is not None
+
+
+def virtual_device_count(topology: str, gpu_proxy: bool = False) -> int | None:
+    """The CPU devices a GPU proxy needs (XLA reads the count before JAX starts); None
+    where `topology` is compiled for its own chips."""
+    if not is_gpu_proxy(topology, gpu_proxy):
+        return None
+    _, hosts, per_host = gpu_hosts(topology)
+    return per_host if hosts == 1 else None  # Several hosts have no proxy (`devices`).
 
 
 def request_virtual_devices(count: int) -> None:
@@ -230,30 +296,22 @@ def request_virtual_devices(count: int) -> None:
     os.environ["XLA_FLAGS"] = f"{existing} {flag}".strip()
 
 
-def devices(topology: str) -> tuple[list, Chip]:
+def devices(topology: str, *, gpu_proxy: bool = False) -> tuple[list, Chip]:
     """The devices of `topology` and the chip figures that price them.
 
-    Raises:
-      ConfigError: a name that is neither a TPU topology nor a GPU node, a GPU proxy
-        whose virtual devices were not requested in time, or no `libtpu` installed.
-    """
-    import jax
+    Args:
+      topology: a TPU slice or GPU hosts (the module's docstring lists the names).
+      gpu_proxy: compile GPUs' programs on virtual CPU devices even where JAX's CUDA
+        plugin could compile for the cards (one host only).
 
-    match = _GPU_TOPOLOGY.match(topology)
-    if match:
-        count = int(match.group(2))
-        if not 1 <= count <= MAX_GPUS_PER_NODE:
-            raise _usage(topology, f"a GPU node has 1 to {MAX_GPUS_PER_NODE} GPUs")
-        cpus = jax.devices("cpu")
-        if len(cpus) < count:
-            raise ConfigError(
-                f"--topology={topology}: needs {count} virtual CPU devices, JAX has "
-                f"{len(cpus)} (call request_virtual_devices before JAX starts)"
-            )
-        chip = dataclasses.replace(
-            CHIPS[match.group(1)], allocator_fraction=gpu_allocator_fraction()
-        )
-        return cpus[:count], chip
+    Raises:
+      ConfigError: a name that is neither a TPU topology nor GPU hosts, a GPU proxy
+        whose virtual devices were not requested in time, several GPU hosts without the
+        CUDA plugin, or no `libtpu` installed.
+    """
+    gpus = gpu_hosts(topology)
+    if gpus is not None:
+        return _gpu_devices(topology, *gpus, gpu_proxy=gpu_proxy)
     topology = topology_name(topology)
     generation, _, shape = topology.partition(":")
     if generation not in TPU_GENERATIONS or not re.fullmatch(r"\d+(x\d+){1,2}", shape):
@@ -279,6 +337,40 @@ def devices(topology: str) -> tuple[list, Chip]:
     # Were a chip's TensorCores separate devices, each would get its share of the chip.
     cores = len({getattr(device, "core_on_chip", 0) for device in found})
     return found, per_device(CHIPS[kind], cores)
+
+
+def _gpu_devices(
+    topology: str, card: str, hosts: int, per_host: int, *, gpu_proxy: bool
+) -> tuple[list, Chip]:
+    """`devices` of GPU hosts: XLA:GPU's compile-only devices, or the CPU proxy's."""
+    import jax
+
+    from sebulba.preflight import gpu_targets
+
+    if not 1 <= per_host <= MAX_GPUS_PER_NODE or hosts < 1:
+        raise _usage(topology, f"a GPU host has 1 to {MAX_GPUS_PER_NODE} GPUs")
+    chip = dataclasses.replace(CHIPS[card], allocator_fraction=gpu_allocator_fraction())
+    missing = gpu_targets.plugin_missing_reason()
+    if not (gpu_proxy or missing):
+        try:
+            return list(gpu_targets.topology_devices(card, hosts, per_host)), chip
+        except Exception as error:  # noqa: BLE001 - the plugin's own message says what is wrong.
+            first = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
+            raise ConfigError(f"--topology={topology}: {first}") from None
+    if hosts > 1:
+        why = "the CPU proxy (--gpu_proxy) stands in for one host only" if gpu_proxy else missing
+        raise ConfigError(
+            f"--topology={topology}: several GPU hosts are compiled for the GPUs themselves: {why}"
+        )
+    cpus = jax.devices("cpu")
+    if len(cpus) < per_host:
+        raise ConfigError(
+            f"--topology={topology}: needs {per_host} virtual CPU devices, JAX has "
+            f"{len(cpus)} (call request_virtual_devices before JAX starts)"
+        )
+    return cpus[:per_host], dataclasses.replace(
+        chip, proxy=True, achieved_fraction=GPU_PROXY_ACHIEVED_FRACTION
+    )
 
 
 # The slices Cloud TPU rents of the 2D-torus generations (the v5e and v6e pages' tables),

@@ -41,11 +41,12 @@ def format_report(report: dict[str, Any], config_name: str) -> str:
     """The report as the console shows it."""
     learner, actor = report["learner"], report["actor_step"]
     assumptions = report["assumptions"]
-    how = (
-        "compiled by XLA:CPU on virtual devices standing in for the GPUs: figures are a proxy"
-        if report["proxy"]
-        else "compiled for the chips by libtpu; nothing ran"
-    )
+    if report["proxy"]:
+        how = "compiled by XLA:CPU on virtual devices standing in for the GPUs: figures are a proxy"
+    elif report["gpu"]:
+        how = "compiled for the GPUs by XLA:GPU, without one; nothing ran"
+    else:
+        how = "compiled for the chips by libtpu; nothing ran"
     anakin = report["architecture"] == "anakin"
     verdict = "fits" if report["fits"] else "DOES NOT FIT"
     usable = ""
@@ -68,6 +69,7 @@ def format_report(report: dict[str, Any], config_name: str) -> str:
         f"sebulba check: {config_name} on {report['topology']}: {report['devices']} x "
         f"{report['chip']}, {report['processes']} host(s) of {report['devices_per_process']} "
         f"({how})",
+        f"compiled for: {report['compiled_for']}",
         f"layout: {layout}; {report['num_envs']:,} envs, {report['steps_per_update']:,} env "
         f"steps per update{minibatch_loop}",
         f"memory per device: {format_bytes(report['hbm_needed_bytes'])} of "
@@ -93,6 +95,8 @@ def format_report(report: dict[str, Any], config_name: str) -> str:
         fused = report["fused"]
         state = "on: the update and the next rollout as one program" if fused["fused"] else "off"
         lines.append(f"fused step: {state} ({fused['why']})")
+        if fused.get("program"):
+            lines.append(f"  the fused program: {_program_line(fused['program'])}")
     if learner is not None:
         lines += _learner_lines(report, learner, anakin)
     if actor is not None:
@@ -112,6 +116,11 @@ def format_report(report: dict[str, Any], config_name: str) -> str:
             f"{held}, predicted {format_seconds(low)} to {format_seconds(high)}",
         ]
         lines += _unknown_loops_line(actor)
+        if actor.get("rollout_program"):
+            lines.append(
+                "  one thread's rollout program (its env steps through envpool's custom "
+                f"calls): {_program_line(actor['rollout_program'])}"
+            )
     if report["verdicts"]:
         lines.append("verdicts:")
         lines += [f"  {verdict}" for verdict in report["verdicts"]]
@@ -121,11 +130,29 @@ def format_report(report: dict[str, Any], config_name: str) -> str:
             f"; GPU programs priced at {assumptions['achieved_fraction']:.0%} of peak FLOP/s "
             "and HBM bandwidth, float32 products as TF32 (calibrated: docs/scaling.md)"
         )
+    runtime = ""
+    if assumptions.get("gpu_runtime_bytes"):
+        runtime = (
+            f"; the runtime's own {format_bytes(assumptions['gpu_runtime_bytes'])} per GPU "
+            "beside the allocator's share assumed (CUDA context, kernels, library handles)"
+        )
     lines.append(
         f"figures: {report['chip_source']}; per-step collective latency "
-        f"{assumptions['hop_latency_s'] * 1e6:.0f} us assumed (none is published){rate}"
+        f"{assumptions['hop_latency_s'] * 1e6:.0f} us assumed (none is published){rate}{runtime}"
     )
     return "\n".join(lines)
+
+
+def _program_line(program: dict[str, Any]) -> str:
+    """One compiled program's FLOPs, buffers and time band, on one line."""
+    memory = program["memory_bytes"]
+    low, high = program["predicted_s"]
+    return (
+        f"FLOPs {program['flops']:.3g}, memory traffic {format_bytes(program['bytes_accessed'])}; "
+        f"arguments {format_bytes(memory['arguments'])}, outputs "
+        f"{format_bytes(memory['outputs'])}, temporaries {format_bytes(memory['temporaries'])}; "
+        f"predicted {format_seconds(low)} to {format_seconds(high)} of device time"
+    )
 
 
 def _learner_lines(report: dict[str, Any], learner: dict[str, Any], anakin: bool) -> list[str]:
@@ -136,7 +163,8 @@ def _learner_lines(report: dict[str, Any], learner: dict[str, Any], anakin: bool
         f"  FLOPs {learner['flops']:.3g} ({_flops_line(learner['flops_by_type'])}; "
         f"{report['flops_per_update']:.3g} over all learner devices), memory traffic "
         f"{format_bytes(learner['bytes_accessed'])}",
-        f"  collectives: {_collectives_line(learner['collectives'])}",
+        f"  collectives ({report['assumptions']['interconnect']}): "
+        f"{_collectives_line(learner['collectives'])}",
         f"  time: compute {format_seconds(learner['compute_s'])}, memory "
         f"{format_seconds(learner['memory_s'])}, collectives "
         f"{format_seconds(learner['collective_s'])} -> predicted {format_seconds(low)} to "

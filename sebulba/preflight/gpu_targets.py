@@ -29,10 +29,7 @@ import functools
 import importlib.resources
 import importlib.util
 import os
-import re
-import sys
-import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 # The card's name in `--topology=CARD:...` -> its target description in gpu_targets/.
@@ -71,12 +68,9 @@ def prepare_environment() -> None:
 
     With `JAX_PLATFORMS=cpu` the plugin registers without its CUDA version check (whose
     `cuInit` fails where no driver is installed, after which the "cuda" topology does not
-    exist), and JAX's own backend is the CPU's. XLA:GPU's notes at INFO level (that it
-    compiles without a device, for hosts it does not have) are left out. Values the user
-    set are kept.
+    exist), and JAX's own backend is the CPU's; a value the user set is kept.
     """
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
 
 def target_config(card: str) -> str:
@@ -155,42 +149,3 @@ def not_persistently_cached() -> contextlib.AbstractContextManager:
         return jax_config.enable_compilation_cache(False)
     except (ImportError, AttributeError, TypeError):
         return contextlib.nullcontext()
-
-
-# What each of the plugin's native libraries logs as it loads where no CUDA runtime is
-# installed (the case this module is for): noise beside a compile that needs none.
-_LOAD_NOTICES = re.compile(
-    r"^(WARNING: All log messages before absl::InitializeLog\(\) is called are written to "
-    r"STDERR|\S+ \S+ +\d+ cudart_stub\.cc:\d+\] Could not find cuda drivers on your machine, "
-    r"GPU will not be used\.)$"
-)
-
-
-@contextlib.contextmanager
-def without_cuda_load_notices() -> Iterator[None]:
-    """Drops, from what the block writes to the standard error stream, the notices the
-    CUDA plugin's libraries log when they load on a machine without CUDA; every other
-    line is written as it came, once the block ends.
-
-    The libraries log through their own copies of absl, straight to file descriptor 2,
-    before anything could configure them, so the stream itself is filtered.
-    """
-    if plugin_missing_reason() is not None:
-        yield
-        return
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as captured:
-        os.dup2(captured.fileno(), 2)
-        try:
-            yield
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            captured.seek(0)
-            lines = captured.read().decode(errors="replace").splitlines(keepends=True)
-            kept = "".join(line for line in lines if not _LOAD_NOTICES.match(line.rstrip("\n")))
-            if kept:
-                sys.stderr.write(kept)
-                sys.stderr.flush()
