@@ -425,7 +425,7 @@ def test_the_command_line_refuses_a_bad_topology_in_one_line():
         "sebulba: config error: --topology=v5e:banana: not a topology name; give a TPU "
         "slice as GENERATION:SHAPE (v4, v5e, v5p, v6e; e.g. v5e:2x4, v4:2x2x2) or as its "
         "accelerator type (v5litepod-8, v4-16), or GPUs as h100:N, h200:N or a100:N (one "
-        "host of N <= 8) or h100:HxN (H hosts of N)"
+        "host of N <= 8) or CARD:HxN (H hosts of N, e.g. h100:2x8)"
     ]
 
 

@@ -254,7 +254,7 @@ def _usage(topology: str, why: str) -> ConfigError:
         f"--topology={topology}: {why}; give a TPU slice as GENERATION:SHAPE "
         f"({', '.join(TPU_GENERATIONS)}; e.g. v5e:2x4, v4:2x2x2) or as its accelerator "
         "type (v5litepod-8, v4-16), or GPUs as h100:N, h200:N or a100:N (one host of "
-        f"N <= {MAX_GPUS_PER_NODE}) or h100:HxN (H hosts of N)"
+        f"N <= {MAX_GPUS_PER_NODE}) or CARD:HxN (H hosts of N, e.g. h100:2x8)"
     )
 
 
@@ -347,8 +347,10 @@ def _gpu_devices(
 
     from sebulba.preflight import gpu_targets
 
-    if not 1 <= per_host <= MAX_GPUS_PER_NODE or hosts < 1:
+    if not 1 <= per_host <= MAX_GPUS_PER_NODE:
         raise _usage(topology, f"a GPU host has 1 to {MAX_GPUS_PER_NODE} GPUs")
+    if hosts < 1:
+        raise _usage(topology, "GPUs need at least one host")
     chip = dataclasses.replace(CHIPS[card], allocator_fraction=gpu_allocator_fraction())
     missing = gpu_targets.plugin_missing_reason()
     if not (gpu_proxy or missing):
