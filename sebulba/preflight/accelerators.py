@@ -358,6 +358,8 @@ def _gpu_devices(
             return list(gpu_targets.topology_devices(card, hosts, per_host)), chip
         except Exception as error:  # noqa: BLE001 - the plugin's own message says what is wrong.
             first = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
+            if "not implemented for cuda" in first:  # The plugin failed its CUDA check.
+                first += " (start JAX with JAX_PLATFORMS=cpu: gpu_targets.prepare_environment)"
             raise ConfigError(f"--topology={topology}: {first}") from None
     if hosts > 1:
         why = "the CPU proxy (--gpu_proxy) stands in for one host only" if gpu_proxy else missing
