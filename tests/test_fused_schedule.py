@@ -14,7 +14,7 @@ import re
 import jax
 import pytest
 
-from sebulba import train
+from sebulba import program_order, train
 from sebulba.actors import scan_actor
 from sebulba.agents import impala, ppo, pqn
 from sebulba.preflight import gpu_targets, schedule
@@ -64,11 +64,11 @@ def assert_pieces_in_windows(hlo_text: str, where: str) -> None:
     order = schedule.order_summary(hlo_text, scan_actor.UPDATE_PIECE_SCOPE)
     assert placed.windows >= 1 and placed.inside, (where, placed, order)
     assert not placed.matrix_outside, (where, placed.matrix_outside, order)
-    # Outside the windows only bookkeeping of a few bytes may remain: XLA:CPU writes a
-    # step's scalar stats into their buffer after the receive (it computed them for the
-    # ordering reduction too), XLA:GPU hoists the unrolled loop's transposes of the
-    # (here tiny) batch before the first window.
-    assert placed.outside_bytes <= 1024, (where, placed.outside, order)
+    # Outside the windows only small work may remain: XLA:CPU writes a step's scalar
+    # stats into their buffer after the receive (it computed them for the ordering
+    # reduction too), XLA:GPU hoists the unrolled loop's transposes and gathers of the
+    # whole batch before the first window, a piece of the plan's preparation.
+    assert placed.outside_bytes <= placed.inside_bytes / 10, (where, placed, order)
 
 
 @pytest.mark.xla_default_compilation
@@ -91,8 +91,7 @@ def test_without_the_data_dependence_xla_cpu_schedules_the_pieces_outside_the_wi
     tmp_path, monkeypatch
 ):
     # The optimisation barriers alone: XLA:CPU removes them before it schedules.
-    monkeypatch.setattr(scan_actor, "ordered_after", lambda dependency, tree: tree)
-    monkeypatch.setattr(scan_actor, "_selected", lambda never, tree: tree)
+    monkeypatch.setattr(program_order, "after", lambda flag, tree: tree)
     agent, overrides = CASES["ppo-unrolled"]
     with monkeypatch.context() as inner:
         _, cpu = fused_program(tmp_path, inner, agent, overrides)

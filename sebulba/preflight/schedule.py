@@ -43,6 +43,7 @@ class PiecePlacement:
     Attributes:
       windows: env steps (send .. recv) in whose window a piece kernel runs.
       inside: piece kernels that run inside a window.
+      inside_bytes: what those kernels write, in bytes.
       outside: names of piece kernels that run outside every window.
       outside_bytes: what those kernels write, in bytes.
       matrix_outside: those of `outside` that multiply matrices.
@@ -50,6 +51,7 @@ class PiecePlacement:
 
     windows: int
     inside: int
+    inside_bytes: int
     outside: tuple[str, ...]
     outside_bytes: int
     matrix_outside: tuple[str, ...]
@@ -94,13 +96,13 @@ def _in_scope(instruction: Instruction, scope: str) -> bool:
 def piece_placement(hlo_text: str, scope: str = "update_piece") -> PiecePlacement:
     """Where the kernels of `scope` run in a scheduled module (`compiled.as_text()`)."""
     computations, entry, _ = parse(hlo_text)
-    inside = outside_bytes = 0
+    inside = inside_bytes = outside_bytes = 0
     outside: list[str] = []
     matrix_outside: list[str] = []
     windows: set[tuple[str, int]] = set()
 
     def walk(name: str, window: tuple[str, int] | None) -> None:
-        nonlocal inside, outside_bytes
+        nonlocal inside, inside_bytes, outside_bytes
         own = window
         for position, instruction in enumerate(computations.get(name, [])):
             call = _env_call(instruction)
@@ -111,6 +113,7 @@ def piece_placement(hlo_text: str, scope: str = "update_piece") -> PiecePlacemen
             if instruction.op not in _NO_KERNEL and call is None and _in_scope(instruction, scope):
                 if own is not None:
                     inside += 1
+                    inside_bytes += shape_bytes(instruction.shape)
                     windows.add(own)
                 else:
                     outside.append(instruction.name)
@@ -122,7 +125,12 @@ def piece_placement(hlo_text: str, scope: str = "update_piece") -> PiecePlacemen
 
     walk(entry, None)
     return PiecePlacement(
-        len(windows), inside, tuple(outside), outside_bytes, tuple(matrix_outside)
+        len(windows),
+        inside,
+        inside_bytes,
+        tuple(outside),
+        outside_bytes,
+        tuple(matrix_outside),
     )
 
 
