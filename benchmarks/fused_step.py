@@ -50,7 +50,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
         "--configs",
-        default="configs/ppo_cartpole.py,configs/impala_cartpole.py,configs/pqn_cartpole.py",
+        default=(
+            "configs/ppo_cartpole.py,configs/impala_cartpole.py,configs/pqn_cartpole.py,"
+            "configs/ppo_atari.py:smoke"
+        ),
     )
     parser.add_argument("--updates", type=int, default=150, help="per run")
     parser.add_argument("--repeats", type=int, default=2, help="runs of each mode")
