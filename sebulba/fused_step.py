@@ -126,7 +126,7 @@ def choose_fused(
         return False, "acting and learning in their own programs"
     if requested == "auto" and platform == "cpu":
         return False, (
-            "on a cpu device the threaded pipeline measured faster for the default config "
+            "on a cpu device the threaded pipeline measured faster for every config tried "
             "(docs/benchmarks.md, 'The fused step'); pipeline.fused='on' fuses anyway"
         )
     if requested == "auto" and platform != "gpu":
